@@ -1,0 +1,166 @@
+"""The engine's public surface: what the HTTP server and the benchmarks call.
+
+The server never reaches below this module. A request goes in as a
+`SynthesisRequest`; audio comes back as an `AudioStream`, an async iterator of
+`AudioChunk`s, while the engine keeps batching other requests. Admission is an
+explicit decision made at `submit` time: either the request is queued, or
+`QueueFull` (with a retry hint) or `InvalidRequest` (with a reason a person
+understands) is raised and nothing is held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol
+
+import numpy as np
+
+FinishReason = Literal["eos", "length", "cancelled", "error", "shutdown"]
+
+
+class EngineError(Exception):
+    """Base class of the errors the engine reports to its callers."""
+
+
+class InvalidRequest(EngineError, ValueError):
+    """The request can never succeed as given (unknown voice, bad parameter)."""
+
+
+class QueueFull(EngineError):
+    """Admission refused because the waiting queue is at its bound."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class EngineStopped(EngineError):
+    """The engine is draining or stopped and admits nothing new."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling for the talker and the code predictor (sub-talker)."""
+
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+    seed: int | None = None
+    # Hard cap on generated codec frames (12.5 frames per audio second at 12 Hz).
+    max_frames: int = 4096
+    # EOS is suppressed before this many frames: benchmarks fix the length with
+    # min_frames == max_frames.
+    min_frames: int = 0
+
+    def validate(self) -> None:
+        """Raise InvalidRequest naming the first parameter out of range."""
+        checks = [
+            (self.temperature >= 0, "temperature must be >= 0"),
+            (self.top_k >= 0, "top_k must be >= 0 (0 disables top-k)"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
+            (self.subtalker_temperature >= 0, "subtalker_temperature must be >= 0"),
+            (self.subtalker_top_k >= 0, "subtalker_top_k must be >= 0"),
+            (0 < self.subtalker_top_p <= 1, "subtalker_top_p must be in (0, 1]"),
+            (self.max_frames >= 1, "max_frames must be >= 1"),
+            (0 <= self.min_frames <= self.max_frames, "min_frames must be in [0, max_frames]"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidRequest(message)
+
+
+@dataclasses.dataclass
+class SynthesisRequest:
+    """One utterance to synthesise.
+
+    `text` is either the whole text, or an async iterator of text deltas (an
+    LLM's tokens as they arrive); the engine starts speaking before the text
+    iterator ends when it has enough text.
+    """
+
+    text: str | AsyncIterator[str]
+    voice: str | None = None  # built-in speaker (CustomVoice) or stored voice id
+    instructions: str | None = None  # VoiceDesign description / style instruction
+    language: str = "auto"
+    params: SamplingParams = dataclasses.field(default_factory=SamplingParams)
+    request_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioChunk:
+    """A piece of the waveform, in order. `pcm` is float32 mono in [-1, 1]."""
+
+    pcm: np.ndarray
+    sample_rate: int
+    index: int  # 0-based chunk number within the stream
+    frames: int  # codec frames this chunk covers
+    t_admitted: float  # time.monotonic() when the request entered a batch slot
+    t_emitted: float  # time.monotonic() when this chunk was handed out
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / self.sample_rate
+
+
+class AudioStream(Protocol):
+    """What `Engine.submit` returns: iterate it for audio, cancel it to stop."""
+
+    request_id: str
+
+    def __aiter__(self) -> AsyncIterator[AudioChunk]: ...
+
+    def cancel(self) -> None:
+        """Stop generation and free the slot at once; iteration then ends."""
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        """Why the stream ended; None while it runs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    name: str  # served model id, e.g. "Qwen3-TTS-12Hz-1.7B-CustomVoice"
+    size: str  # "0.6B" | "1.7B" | "tiny"
+    variant: str  # "Base" | "CustomVoice" | "VoiceDesign"
+    tokenizer_rate_hz: int
+    sample_rate: int
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+    supports_instructions: bool
+    supports_voice_clone: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineStats:
+    queue_depth: int  # admitted but waiting for a batch slot
+    active: int  # streams in a batch slot
+    max_batch: int
+    max_queue: int
+    frames_total: int  # codec frames generated since start
+    gpu_memory_used_bytes: int | None = None
+    gpu_memory_total_bytes: int | None = None
+
+
+class Engine(Protocol):
+    info: ModelInfo
+
+    @property
+    def ready(self) -> bool:
+        """True once weights are loaded and graphs captured, until draining."""
+
+    async def start(self) -> None: ...
+
+    def submit(self, request: SynthesisRequest) -> AudioStream:
+        """Admit or refuse now: raises InvalidRequest, QueueFull or EngineStopped."""
+
+    def stats(self) -> EngineStats: ...
+
+    async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Refuse new work, let running streams finish within the deadline,
+        cancel what is left, release the device."""
