@@ -1,0 +1,108 @@
+"""The `ttsfleet` command line.
+
+Operator commands live here; the runtime's (`serve`, `checkpoint`, `bench`) are
+registered by `ttsfleet_runtime.cli.register`, which imports nothing heavy until
+one of them runs. Only this module's handlers import kopf or the API client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+import yaml
+
+
+def _render(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ttsfleet_operator.render import render_fleet
+    from ttsfleet_operator.tts_service import TTSService
+
+    text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
+    documents = [doc for doc in yaml.safe_load_all(text) if doc]
+    manifests = []
+    for document in documents:
+        if args.replicas is not None:
+            document.setdefault("spec", {})["replicas"] = args.replicas
+        document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+        try:
+            service = TTSService.model_validate(document)
+        except ValidationError as error:
+            name = document.get("metadata", {}).get("name", "?")
+            print(f"error: TTSService {name!r} is invalid:\n{error}", file=sys.stderr)
+            return 1
+        manifests += render_fleet(service)
+    sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False, width=120))
+    return 0
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from ttsfleet_operator import crd
+
+    sys.stdout.write(crd.to_yaml())
+    return 0
+
+
+def _operator_run(args: argparse.Namespace) -> int:
+    from ttsfleet_operator import operator_main
+
+    return operator_main.run(
+        namespaces=args.namespace,
+        all_namespaces=args.all_namespaces,
+        liveness=args.liveness,
+        resync_seconds=args.resync_seconds,
+        kubeconfig=args.kubeconfig,
+        verbose=args.verbose,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ttsfleet", description="Qwen3-TTS fleets on Kubernetes.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    render = commands.add_parser("render", help="print the manifests the operator applies for a TTSService")
+    render.add_argument("-f", "--file", required=True, help="TTSService YAML file ('-' reads stdin)")
+    render.add_argument("--replicas", type=int, help="override spec.replicas (shows the pool split)")
+    render.add_argument("-n", "--namespace", default="default", help="namespace when the file names none")
+    render.set_defaults(handler=_render)
+
+    crd = commands.add_parser("crd", help="print the TTSService CustomResourceDefinition")
+    crd.set_defaults(handler=_crd)
+
+    operator = commands.add_parser("operator", help="the Kubernetes operator")
+    operator_commands = operator.add_subparsers(dest="operator_command", required=True, metavar="COMMAND")
+    run = operator_commands.add_parser("run", help="reconcile TTSServices until stopped")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", help="watch this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    run.add_argument(
+        "--liveness",
+        default="http://0.0.0.0:8080/healthz",
+        help="liveness endpoint URL ('' disables it)",
+    )
+    run.add_argument("--resync-seconds", type=float, default=30.0, help="period of the drift-correcting timer")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.set_defaults(handler=_operator_run)
+
+    try:
+        runtime_cli = importlib.import_module("ttsfleet_runtime.cli")
+    except ModuleNotFoundError as error:
+        # Only a missing runtime CLI module is tolerated; a broken one must fail loudly.
+        if error.name not in ("ttsfleet_runtime", "ttsfleet_runtime.cli"):
+            raise
+    else:
+        runtime_cli.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

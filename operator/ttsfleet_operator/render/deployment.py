@@ -1,0 +1,189 @@
+"""The runtime Deployment of one pool (on-demand or spot) of one track.
+
+Each pod runs `ttsfleet serve` on its GPU: probes sized for a model load that
+takes minutes, a drain window for in-flight audio streams, and the restricted
+Pod Security profile (non-root, read-only root, no capabilities).
+"""
+
+from __future__ import annotations
+
+from ttsfleet_operator import gpu_classes, labels
+from ttsfleet_operator.render import configmap, names, scheduling
+from ttsfleet_operator.render.metadata import child_metadata
+from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
+from ttsfleet_operator.tts_service import TTSService
+
+# The runtime image's user (Dockerfile.runtime); fixed so runAsNonRoot can be verified.
+RUNTIME_UID = 10001
+CACHE_DIR = "/var/cache/ttsfleet"
+PVC_MOUNT = "/models"
+STARTUP_PROBE_PERIOD_SECONDS = 10
+# Time for endpoints to drop the pod before the server starts draining.
+PRE_STOP_SLEEP_SECONDS = 10
+READY_PATH = "/health/ready"
+LIVE_PATH = "/health/live"
+METRICS_PATH = "/metrics"
+
+
+def render_deployment(service: TTSService, track: str, pool: str, replicas: int) -> dict:
+    pod_labels = labels.pool_selector(service.name, track, pool)
+    runtime = service.spec.runtime
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": child_metadata(
+            service, names.deployment_name(service.name, track, pool), "runtime", {labels.TRACK: track, labels.POOL: pool}
+        ),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": pod_labels},
+            "revisionHistoryLimit": 3,
+            # A rollout may wait for a slow model load before it is called stuck.
+            "progressDeadlineSeconds": runtime.startup_timeout_seconds + 300,
+            # Never drop below the current serving capacity during a rollout.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {
+                    "labels": {**labels.service_labels(service.name), labels.COMPONENT: "runtime", **pod_labels},
+                    "annotations": {
+                        labels.ENGINE_CONFIG_HASH: configmap.engine_config_hash(service),
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(HTTP_PORT),
+                        "prometheus.io/path": METRICS_PATH,
+                    },
+                },
+                "spec": _pod_spec(service, pool, pod_labels),
+            },
+        },
+    }
+
+
+def _pod_spec(service: TTSService, pool: str, pod_labels: dict[str, str]) -> dict:
+    runtime = service.spec.runtime
+    spec = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": runtime.termination_grace_seconds + PRE_STOP_SLEEP_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "runAsGroup": RUNTIME_UID,
+            "fsGroup": RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "nodeSelector": scheduling.gpu_node_selector(service),
+        "affinity": scheduling.node_affinity(service, pool),
+        "tolerations": scheduling.tolerations(service, pool),
+        "topologySpreadConstraints": scheduling.topology_spread(pod_labels),
+        "containers": [_runtime_container(service)],
+        "volumes": _volumes(service),
+    }
+    if runtime.service_account_name:
+        spec["serviceAccountName"] = runtime.service_account_name
+    if runtime.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in runtime.image_pull_secrets]
+    return spec
+
+
+def model_location(service: TTSService) -> str:
+    """What `--model` names: a hub id, or the checkpoint directory on the PVC."""
+    hub_id = service.spec.model.hub_id()
+    if hub_id is not None:
+        return hub_id
+    path = service.spec.model.source.pvc.path.strip("/")
+    return f"{PVC_MOUNT}/{path}" if path else PVC_MOUNT
+
+
+def serve_args(service: TTSService) -> list[str]:
+    args = ["serve", "--model", model_location(service)]
+    if service.spec.model.revision:
+        args += ["--revision", service.spec.model.revision]
+    return args + ["--host", "0.0.0.0", "--port", str(HTTP_PORT), "--engine-config", configmap.ENGINE_CONFIG_PATH]
+
+
+def _runtime_container(service: TTSService) -> dict:
+    runtime = service.spec.runtime
+    resources = runtime.resources
+    gpus = str(service.spec.gpu.count)
+    http_get = {"port": HTTP_PORT_NAME}
+    env = [
+        {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
+        {"name": "TTSFLEET_SERVICE", "value": service.name},
+    ]
+    if service.spec.model.hub_id() is None:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    env += [item.wire() for item in runtime.env or []]
+    return {
+        "name": "runtime",
+        "image": runtime.image,
+        "imagePullPolicy": runtime.image_pull_policy,
+        "command": ["ttsfleet"],
+        "args": serve_args(service),
+        "env": env,
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": resources.cpu, "memory": resources.memory, gpu_classes.GPU_RESOURCE: gpus},
+            "limits": {"memory": resources.memory, gpu_classes.GPU_RESOURCE: gpus},
+        },
+        # Download + load + CUDA graph capture can take many minutes; until this
+        # passes, liveness is off and the pod gets no traffic.
+        "startupProbe": {
+            "httpGet": {**http_get, "path": READY_PATH},
+            "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": -(-runtime.startup_timeout_seconds // STARTUP_PROBE_PERIOD_SECONDS),
+        },
+        "readinessProbe": {
+            "httpGet": {**http_get, "path": READY_PATH},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {**http_get, "path": LIVE_PATH},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        # Let the endpoint removal reach every proxy before the server stops
+        # admitting; then SIGTERM makes it drain in-flight streams.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": _volume_mounts(service),
+    }
+
+
+def _volumes(service: TTSService) -> list[dict]:
+    resources = service.spec.runtime.resources
+    volumes = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "model-cache", "emptyDir": {"sizeLimit": resources.cache_size}},
+        # PyTorch and NCCL use /dev/shm; the container default (64 MiB) is too small.
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+        {"name": "engine-config", "configMap": {"name": names.engine_config_name(service.name)}},
+    ]
+    source = service.spec.model.source
+    if source is not None and source.pvc is not None:
+        volumes.append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True}}
+        )
+    return volumes
+
+
+def _volume_mounts(service: TTSService) -> list[dict]:
+    mounts = [
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "model-cache", "mountPath": CACHE_DIR},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "engine-config", "mountPath": configmap.MOUNT_PATH, "readOnly": True},
+    ]
+    source = service.spec.model.source
+    if source is not None and source.pvc is not None:
+        mounts.append({"name": "model", "mountPath": PVC_MOUNT, "readOnly": True})
+    return mounts

@@ -1,0 +1,387 @@
+"""The TTSService resource (ttsfleet.io/v1alpha1): the one source of truth.
+
+The CRD's OpenAPI schema is generated from these models (`crd.py`), CEL rules
+included, so the API server and `ttsfleet render` accept and refuse the same
+specs. Field names on the wire are camelCase; Python uses snake_case.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from ttsfleet_operator import cel
+
+GROUP = "ttsfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TTSService"
+PLURAL = "ttsservices"
+SINGULAR = "ttsservice"
+SHORT_NAMES = ["tts"]
+
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/ttsfleet/runtime:0.1.0"
+
+# Bounds that keep CEL cost estimates inside the API server's budget and stop
+# absurd objects at the door.
+NAME_MAX = 253
+LABEL_VALUE_MAX = 63
+LIST_MAX = 16
+
+Size = Literal["0.6B", "1.7B"]
+Variant = Literal["Base", "CustomVoice", "VoiceDesign"]
+GpuClassName = Literal["h100", "h200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g"]
+
+
+def section(model: type[BaseModel], description: str) -> Any:
+    """A nested object that exists even when omitted, so its defaults apply.
+
+    `default: {}` in the CRD makes the API server create the object and then
+    fill in its own defaults, exactly as `default_factory` does here.
+    """
+    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
+
+
+def _schema_with_cel_rules(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    rules = model.__dict__.get("cel_rules")
+    if rules:
+        schema[cel.VALIDATIONS_KEY] = rules
+
+
+class SpecModel(BaseModel):
+    """Base of every part of the resource: camelCase on the wire, CEL rules checked."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", json_schema_extra=_schema_with_cel_rules
+    )
+    # Each subclass lists its own rules; they apply to objects of that class.
+    cel_rules: ClassVar[list[dict]] = []
+
+    @model_validator(mode="after")
+    def _check_cel_rules(self) -> SpecModel:
+        rules = type(self).__dict__.get("cel_rules")
+        if rules:
+            failed = cel.failed_messages(rules, self.wire())
+            if failed:
+                raise ValueError("; ".join(failed))
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON the API server stores: camelCase, defaults filled, unset optionals absent."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class PvcSource(SpecModel):
+    """A checkpoint already on a PersistentVolumeClaim (offline clusters)."""
+
+    claim_name: str = Field(max_length=NAME_MAX, min_length=1, description="PVC in the TTSService's namespace.")
+    path: str = Field(
+        default="/",
+        max_length=1024,
+        pattern=r"^/",
+        description="Checkpoint directory inside the volume (config.json + safetensors).",
+    )
+
+
+class ModelSource(SpecModel):
+    """Where the checkpoint comes from: a hub repository or a PVC, never both."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule("has(self.hub) != has(self.pvc)", "model.source needs exactly one of hub or pvc"),
+    ]
+    hub: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$",
+        description="Hub repository id, e.g. Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice.",
+    )
+    pvc: PvcSource | None = None
+
+
+class ModelSpec(SpecModel):
+    """Which Qwen3-TTS checkpoint the pods serve."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.variant != 'VoiceDesign' || self.size == '1.7B'",
+            "VoiceDesign is only released at size 1.7B",
+            field_path=".variant",
+        ),
+        cel.rule(
+            "self.tokenizerRateHz == 12 || has(self.source)",
+            "no 25 Hz Qwen3-TTS checkpoint is published: set model.source to your own 25 Hz checkpoint",
+            field_path=".tokenizerRateHz",
+        ),
+        cel.rule(
+            "!has(self.revision) || !has(self.source) || has(self.source.hub)",
+            "model.revision pins a hub checkpoint; a PVC source has no revision",
+            field_path=".revision",
+        ),
+    ]
+    size: Size = Field(description="Parameter count of the talker.")
+    variant: Variant = Field(
+        description="Base (voice cloning), CustomVoice (built-in speakers) or VoiceDesign (voices from a description)."
+    )
+    tokenizer_rate_hz: Literal[12, 25] = Field(default=12, description="Codec frame rate of the checkpoint.")
+    source: ModelSource | None = Field(
+        default=None, description="Defaults to the official hub repository for size, variant and rate."
+    )
+    revision: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._/-]+$",
+        description="Hub revision (commit, tag or branch) to pin.",
+    )
+
+    def hub_id(self) -> str | None:
+        """The hub repository served, or None for a PVC source."""
+        if self.source is None:
+            return f"Qwen/Qwen3-TTS-{self.tokenizer_rate_hz}Hz-{self.size}-{self.variant}"
+        return self.source.hub
+
+
+class GpuSpec(SpecModel):
+    """The accelerator each pod gets."""
+
+    gpu_class: GpuClassName = Field(default="h100", alias="class", description="GPU class (see the GPU table).")
+    count: int = Field(default=1, ge=1, le=8, description="GPUs per pod.")
+    product: str | None = Field(
+        default=None,
+        max_length=LABEL_VALUE_MAX,
+        description="Override of the nvidia.com/gpu.product node label value for this class.",
+    )
+
+
+class AutoscalingSpec(SpecModel):
+    """An HPA on the TTSService's /scale: queue depth and GPU utilisation."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.minReplicas <= self.maxReplicas",
+            "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
+            field_path=".minReplicas",
+        ),
+    ]
+    enabled: bool = False
+    min_replicas: int = Field(default=1, ge=1, le=1000)
+    max_replicas: int = Field(default=4, ge=1, le=1000)
+    target_gpu_utilization: int = Field(
+        default=80, ge=1, le=100, alias="targetGPUUtilization", description="Average GPU utilisation, percent."
+    )
+    target_queue_depth: int = Field(
+        default=4, ge=1, le=10000, description="Average requests waiting for a batch slot per pod."
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300, ge=0, le=3600, description="Look-back window before removing pods (GPU pods load slowly)."
+    )
+
+
+class Toleration(SpecModel):
+    key: str | None = Field(default=None, max_length=NAME_MAX)
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = Field(default=None, max_length=LABEL_VALUE_MAX)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class SpotSpec(SpecModel):
+    """How much of the fleet runs on spot (preemptible) capacity."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule("self.ratio >= 0.0 && self.ratio <= 1.0", "spot.ratio is a fraction between 0 and 1", field_path=".ratio"),
+    ]
+    ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Share of replicas on spot nodes, 0..1.")
+    min_on_demand: int = Field(
+        default=1, ge=0, le=1000, description="Replicas kept on on-demand nodes whatever the ratio."
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        max_length=LIST_MAX,
+        description="Labels of spot nodes; replaces the defaults (Karpenter, GKE, AKS spot labels).",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, max_length=LIST_MAX, description="Tolerations of spot pods; replaces the defaults."
+    )
+
+
+class CanaryCandidate(SpecModel):
+    """What the canary track runs instead of the stable one."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "has(self.image) || has(self.modelRevision)",
+            "canary.candidate needs an image or a modelRevision",
+        ),
+    ]
+    image: str | None = Field(default=None, max_length=512, min_length=1)
+    model_revision: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9._/-]+$")
+
+
+class CanaryAnalysis(SpecModel):
+    """When a candidate is promoted or rolled back (Prometheus, per interval)."""
+
+    interval_seconds: int = Field(default=60, ge=10, le=3600)
+    steps: int = Field(default=4, ge=1, le=20, description="Weight increments from percent to 100.")
+    ttfa_p95_milliseconds: int = Field(
+        default=500, ge=1, le=60000, alias="ttfaP95Milliseconds", description="Highest p95 time to first audio."
+    )
+    max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0, description="Highest share of failed requests.")
+    min_requests: int = Field(default=50, ge=0, le=1000000, description="Requests needed before an interval counts.")
+    failure_limit: int = Field(default=2, ge=0, le=100, description="Failed intervals tolerated before rollback.")
+
+
+class CanarySpec(SpecModel):
+    """A candidate next to stable, given `percent` of traffic and analysed."""
+
+    percent: int = Field(default=10, ge=0, le=100, description="Candidate's starting traffic weight, percent.")
+    candidate: CanaryCandidate
+    analysis: CanaryAnalysis = section(CanaryAnalysis, "Promotion and rollback rules.")
+
+
+class EngineSpec(SpecModel):
+    """Engine settings each runtime pod reads from its ConfigMap."""
+
+    max_batch: int = Field(default=64, ge=1, le=1024, description="Streams decoded together.")
+    max_queue: int = Field(default=256, ge=0, le=100000, description="Requests waiting before 429s.")
+    cuda_graphs: bool = Field(default=True, description="Capture decode steps as CUDA graphs.")
+    first_chunk_frames: int = Field(default=2, ge=1, le=32, description="Codec frames in the first audio chunk.")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+class RuntimeResources(SpecModel):
+    """CPU and memory of each runtime container (the GPU comes from spec.gpu)."""
+
+    cpu: str = Field(default="4", max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    memory: str = Field(default="32Gi", max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$")
+    cache_size: str = Field(
+        default="40Gi",
+        max_length=32,
+        pattern=r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$",
+        description="Size limit of the emptyDir that holds the downloaded checkpoint.",
+    )
+
+
+class EnvVar(SpecModel):
+    name: str = Field(max_length=NAME_MAX, min_length=1)
+    value: str = Field(default="", max_length=4096)
+
+
+class RuntimeSpec(SpecModel):
+    """The runtime container: image, resources and lifecycle."""
+
+    image: str = Field(default=DEFAULT_RUNTIME_IMAGE, max_length=512, min_length=1)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    image_pull_secrets: list[str] | None = Field(default=None, max_length=LIST_MAX)
+    service_account_name: str | None = Field(default=None, max_length=NAME_MAX)
+    resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
+    env: list[EnvVar] | None = Field(default=None, max_length=64)
+    startup_timeout_seconds: int = Field(
+        default=900, ge=60, le=7200, description="Longest model download + load + CUDA graph capture."
+    )
+    termination_grace_seconds: int = Field(
+        default=120, ge=5, le=3600, description="Time in-flight streams get to finish when a pod stops."
+    )
+
+
+class TTSServiceSpec(SpecModel):
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "!self.autoscaling.enabled || self.spot.minOnDemand <= self.autoscaling.maxReplicas",
+            "spot.minOnDemand must not exceed autoscaling.maxReplicas",
+            field_path=".spot.minOnDemand",
+        ),
+        cel.rule(
+            "!has(self.canary)"
+            " || (has(self.canary.candidate.image) && self.canary.candidate.image != self.runtime.image)"
+            " || (has(self.canary.candidate.modelRevision) && (!has(self.model.revision)"
+            " || self.canary.candidate.modelRevision != self.model.revision))",
+            "canary.candidate must differ from stable: a different image or model revision",
+            field_path=".canary.candidate",
+        ),
+        cel.rule(
+            "!has(self.canary) || !has(self.canary.candidate.modelRevision) || !has(self.model.source)"
+            " || has(self.model.source.hub)",
+            "a canary modelRevision needs a hub model source",
+            field_path=".canary.candidate.modelRevision",
+        ),
+    ]
+    model: ModelSpec
+    gpu: GpuSpec = section(GpuSpec, "GPU class and count per pod.")
+    replicas: int = Field(
+        default=1, ge=0, le=1000, description="Pods in total (all pools, all tracks); the HPA writes it via /scale."
+    )
+    autoscaling: AutoscalingSpec = section(AutoscalingSpec, "Horizontal autoscaling.")
+    spot: SpotSpec = section(SpotSpec, "Spot and on-demand pools.")
+    canary: CanarySpec | None = Field(default=None, description="A candidate rollout; absent means no canary.")
+    engine: EngineSpec = section(EngineSpec, "Engine settings.")
+    runtime: RuntimeSpec = section(RuntimeSpec, "Runtime container.")
+
+
+ConditionType = Literal["Ready", "Progressing", "Degraded", "CanaryProgressing"]
+
+
+class Condition(SpecModel):
+    """A standard metav1.Condition."""
+
+    type: str = Field(max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
+    observed_generation: int | None = None
+
+
+class PoolReplicas(SpecModel):
+    """Desired replicas per pool."""
+
+    on_demand: int = 0
+    spot: int = 0
+
+
+class TTSServiceStatus(SpecModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=8,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int | None = Field(default=None, description="Pods the child Deployments want (the /scale status).")
+    ready_replicas: int | None = None
+    selector: str | None = Field(default=None, description="Label selector of all pods, as a string (for the HPA).")
+    pools: PoolReplicas | None = None
+    stable_revision: str | None = None
+    canary_revision: str | None = None
+    canary_weight: int | None = None
+    endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
+
+
+# Child names append up to 17 characters ("-canary-on-demand") and must stay valid
+# DNS labels and label values (63); pods add a further hash.
+NAME_LENGTH_MAX = 40
+
+
+class TTSService(SpecModel):
+    """A whole TTSService object as the API server returns it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            f"self.metadata.name.size() <= {NAME_LENGTH_MAX}",
+            f"a TTSService name has at most {NAME_LENGTH_MAX} characters (its children's names extend it)",
+        ),
+    ]
+    api_version: Literal["ttsfleet.io/v1alpha1"] = API_VERSION
+    kind: Literal["TTSService"] = KIND
+    metadata: dict[str, Any]
+    spec: TTSServiceSpec
+    status: TTSServiceStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.get("namespace") or "default"
