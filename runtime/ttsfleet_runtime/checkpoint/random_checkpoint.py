@@ -1,0 +1,99 @@
+"""Writes a Qwen3-TTS checkpoint with random weights in the official layout.
+
+No weights can be downloaded here, yet tests and benchmarks need checkpoints
+that load exactly like the released ones: same config keys, same tensor names
+and shapes, same tokenizer files, same `speech_tokenizer/` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from ..model.config import TTSConfig
+from ..model.tensor_layout import tensor_shapes
+from .sizes import GENERATION_CONFIG, model_config
+from .text_tokenizer_files import write_text_tokenizer
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator, device: str) -> torch.Tensor:
+    """Initialise like the reference's `_init_weights`: N(0, 0.02) matrices,
+    unit norms, zero biases."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, device=device)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, device=device)
+    return torch.randn(shape, generator=gen, device=device) * 0.02
+
+
+def write_random_checkpoint(
+    out_dir: str | Path,
+    size: str = "tiny",
+    variant: str = "CustomVoice",
+    *,
+    seed: int = 0,
+    dtype: str | None = None,
+    device: str = "cpu",
+    with_speech_tokenizer: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Write config.json, generation_config.json, model.safetensors, the text
+    tokenizer and speech_tokenizer/ into `out_dir`; return the folder.
+
+    Tiny checkpoints default to float32 (exact CPU parity tests), real sizes
+    to bfloat16 (the released dtype)."""
+    t0 = time.monotonic()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda msg: log.info(msg, extra={"checkpoint": str(out)}))
+    config = model_config(size, variant)
+    dtype = dtype or ("float32" if size == "tiny" else "bfloat16")
+    config["torch_dtype"] = dtype
+    (out / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+    (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
+    write_text_tokenizer(out)
+
+    shapes = tensor_shapes(TTSConfig.from_dict(config))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    tensors = {}
+    total = sum(_numel(s) for s in shapes.values())
+    done = 0
+    for i, (name, shape) in enumerate(shapes.items()):
+        tensors[name] = random_tensor(name, shape, gen, device).to(_DTYPES[dtype]).cpu().contiguous()
+        done += _numel(shape)
+        if i % 50 == 0:
+            say(f"random weights: {done / 1e6:.0f}M of {total / 1e6:.0f}M parameters")
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    say(f"wrote {total / 1e6:.1f}M parameters to {out / 'model.safetensors'}")
+
+    if with_speech_tokenizer:
+        _write_speech_tokenizer(out / "speech_tokenizer", size, seed)
+    say(f"checkpoint {size} {variant} written to {out} in {time.monotonic() - t0:.1f}s")
+    return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _write_speech_tokenizer(out: Path, size: str, seed: int) -> None:
+    # The codec package owns the speech tokenizer's layout.
+    try:
+        from ..codec.random_speech_tokenizer import write_random_speech_tokenizer
+    except ImportError as e:  # the codec package has not landed in this tree yet
+        log.warning("speech_tokenizer not written: %s", e)
+        return
+    write_random_speech_tokenizer(out, size=size, seed=seed)

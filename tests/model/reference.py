@@ -1,0 +1,62 @@
+"""Loads the official `qwen-tts` modules (the reference) onto our checkpoints.
+
+qwen_tts imports librosa, soundfile, sox, onnxruntime, torchaudio and einops at
+module level for audio file I/O, mel features and the 25 Hz tokenizer, none of
+which the talker or code predictor touch; where they are not installed they are
+replaced by empty stand-ins so the reference modules import. Nothing the parity tests compare runs through them.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+
+_AUDIO_ONLY_MODULES = ("librosa", "librosa.filters", "soundfile", "sox", "onnxruntime", "einops",
+                       "torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi")
+
+
+class _Absent(types.ModuleType):
+    def __getattr__(self, name):
+        return None
+
+
+def _stub_audio_io() -> None:
+    for name in _AUDIO_ONLY_MODULES:
+        try:
+            __import__(name)
+        except ImportError:
+            stub = _Absent(name)
+            # torch's import machinery asks stand-ins for a spec.
+            stub.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            sys.modules[name] = stub
+            parent, _, child = name.rpartition(".")
+            if parent:
+                setattr(sys.modules[parent], child, stub)
+
+
+def reference_model(checkpoint: Path):
+    """The reference Qwen3TTSForConditionalGeneration, float32, eager attention,
+    with the checkpoint's weights."""
+    pytest.importorskip("transformers")
+    _stub_audio_io()
+    qwen_tts = pytest.importorskip("qwen_tts.core.models")
+    import torch
+    from safetensors.torch import load_file
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    cfg = qwen_tts.Qwen3TTSConfig(**config)
+    for c in (cfg, cfg.talker_config, cfg.talker_config.code_predictor_config):
+        c._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = qwen_tts.Qwen3TTSForConditionalGeneration(cfg).float().eval()
+    state = load_file(str(checkpoint / "model.safetensors"))
+    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    assert not unexpected, unexpected
+    assert not [k for k in missing if not k.startswith("speaker_encoder.")], missing
+    return model
