@@ -2,8 +2,43 @@
 
 The HPA (through prometheus-adapter), the canary analysis and the dashboards
 read these names, so they are a public contract: rename only with a migration.
-This module imports nothing heavy; the operator imports it for the names.
+This module imports nothing heavy (prometheus_client only); the operator imports
+it for the names, the server builds its collectors with `RuntimeMetrics`.
+
+What each metric means, exactly:
+
+- ttsfleet_queue_depth (gauge): requests the engine admitted that wait for a
+  batch slot, read from the engine at scrape time. The HPA's `Pods` metric.
+- ttsfleet_active_streams (gauge): requests holding a batch slot (generating).
+- ttsfleet_ready (gauge): 1 while the pod admits work (engine ready, not draining).
+- ttsfleet_gpu_utilization_ratio, ttsfleet_gpu_memory_used_bytes,
+  ttsfleet_gpu_memory_total_bytes (gauges, label `gpu` = index): NVML readings,
+  present only where an NVIDIA driver is (so clusters without DCGM still scale).
+- ttsfleet_build_info (gauge, 1): labels version, model, variant, size.
+- ttsfleet_requests_total (counter, labels route, code): every finished API
+  request by route template and HTTP status ("101" never appears: a WebSocket
+  utterance is counted with the status an HTTP request would have had).
+- ttsfleet_errors_total (counter, label type): every refusal or failure. Types
+  that are the server's fault: internal, cuda_oom, engine_error. Types that are
+  the client's or load's: invalid_request, unauthorized, rate_limited,
+  body_too_large, queue_full, draining, engine_stopped, client_disconnect,
+  not_found. The canary analysis should count the server's-fault types.
+- ttsfleet_audio_seconds_total (counter): seconds of audio sent to clients.
+- ttsfleet_frames_total (counter): codec frames the engine generated (engine count).
+- ttsfleet_time_to_first_audio_seconds (histogram): request received -> first
+  audio chunk ready to send (streamed responses send it at that moment; a
+  whole-file response is sent when the last chunk is ready).
+- ttsfleet_request_duration_seconds (histogram): request received -> last audio.
+- ttsfleet_real_time_factor (histogram): (last audio - request received) /
+  seconds of audio, per request; below 1 is faster than real time.
+
+Every runtime pod also carries the label `track` (stable|canary), which
+Prometheus keeps: the canary analysis compares the two by it.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
 
 PREFIX = "ttsfleet_"
 
@@ -27,5 +62,101 @@ TIME_TO_FIRST_AUDIO = "ttsfleet_time_to_first_audio_seconds"  # request received
 REQUEST_DURATION = "ttsfleet_request_duration_seconds"  # request received -> last audio byte
 REAL_TIME_FACTOR = "ttsfleet_real_time_factor"  # generation time / audio duration, per request
 
-# The label every runtime pod carries and Prometheus keeps as `track`
-# (stable|canary): the canary analysis compares the two by it.
+# Error types that mean the server failed (not the client, not load).
+SERVER_FAULT_ERRORS = ("internal", "cuda_oom", "engine_error")
+
+# TTFA targets are tens to hundreds of ms; tails to seconds under overload.
+TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+
+
+def _strip_total(name: str) -> str:
+    # prometheus_client appends _total to counters itself.
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+class RuntimeMetrics:
+    """The collectors of one server process, in their own registry.
+
+    `engine_stats` and `ready` are read at scrape time so the gauges are never
+    stale; `gpu` is an optional reader of NVML devices (see `NvmlReader`).
+    """
+
+    def __init__(self, engine_stats: Callable[[], object], ready: Callable[[], bool], gpu=None):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+        # `_created` series double the output and nothing here reads them.
+        disable_created_metrics()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(_strip_total(REQUESTS), "Finished API requests", ["route", "code"], registry=r)
+        self.errors = Counter(_strip_total(ERRORS), "Refusals and failures by type", ["type"], registry=r)
+        self.audio_seconds = Counter(_strip_total(AUDIO_SECONDS), "Seconds of audio sent to clients", registry=r)
+        self.ttfa = Histogram(TIME_TO_FIRST_AUDIO, "Request received to first audio ready", buckets=TTFA_BUCKETS, registry=r)
+        self.duration = Histogram(REQUEST_DURATION, "Request received to last audio", buckets=DURATION_BUCKETS, registry=r)
+        self.rtf = Histogram(REAL_TIME_FACTOR, "Generation time per second of audio", buckets=RTF_BUCKETS, registry=r)
+        self.build_info = Gauge(BUILD_INFO, "Build and model of this runtime", ["version", "model", "variant", "size"], registry=r)
+        r.register(_EngineCollector(engine_stats, ready, gpu))
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _EngineCollector:
+    """Gauges read from the engine (and NVML) at scrape time."""
+
+    def __init__(self, engine_stats, ready, gpu):
+        self._stats = engine_stats
+        self._ready = ready
+        self._gpu = gpu
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = self._stats()
+        yield GaugeMetricFamily(QUEUE_DEPTH, "Requests waiting for a batch slot", value=stats.queue_depth)
+        yield GaugeMetricFamily(ACTIVE_STREAMS, "Requests generating now", value=stats.active)
+        yield GaugeMetricFamily(READY, "1 while this pod admits work", value=1 if self._ready() else 0)
+        yield CounterMetricFamily(_strip_total(FRAMES), "Codec frames generated", value=stats.frames_total)
+        readings = self._gpu.read() if self._gpu is not None else []
+        if readings:
+            util = GaugeMetricFamily(GPU_UTILIZATION, "GPU utilisation 0..1 (NVML)", labels=["gpu"])
+            used = GaugeMetricFamily(GPU_MEMORY_USED, "GPU memory used (NVML)", labels=["gpu"])
+            total = GaugeMetricFamily(GPU_MEMORY_TOTAL, "GPU memory total (NVML)", labels=["gpu"])
+            for index, (utilization, mem_used, mem_total) in enumerate(readings):
+                util.add_metric([str(index)], utilization)
+                used.add_metric([str(index)], mem_used)
+                total.add_metric([str(index)], mem_total)
+            yield from (util, used, total)
+
+
+class NvmlReader:
+    """GPU utilisation and memory per device, or nothing where NVML is absent."""
+
+    def __init__(self):
+        self._handles = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # no package, no driver, no device: export no GPU gauges
+            self._handles = []
+
+    def read(self) -> list[tuple[float, int, int]]:
+        out = []
+        for handle in self._handles:
+            try:
+                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+                mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception:
+                continue
+            out.append((util.gpu / 100.0, int(mem.used), int(mem.total)))
+        return out

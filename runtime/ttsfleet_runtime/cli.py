@@ -1,0 +1,87 @@
+"""Runtime subcommands of the `ttsfleet` CLI: `serve` (and the engine's tools).
+
+`register(subparsers)` adds them to the operator's argparse CLI. Nothing heavy
+is imported here: each handler imports what it runs. Every `serve` flag has a
+`TTSFLEET_*` environment variable as its default, for Kubernetes pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def _env(name: str, default=None):
+    return os.environ.get(f"TTSFLEET_{name}", default)
+
+
+def _add_serve(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the speech server (OpenAI-compatible API) over one engine",
+        description="Serve a Qwen3-TTS checkpoint over HTTP. Each flag defaults to the env var in brackets.",
+    )
+    p.add_argument("--model", default=_env("MODEL"), required=_env("MODEL") is None, help="checkpoint dir or hub id [TTSFLEET_MODEL]")
+    p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"), help="model id clients send [TTSFLEET_SERVED_MODEL_NAME]")
+    p.add_argument("--device", default=_env("DEVICE", "cuda"), help="cpu or cuda [TTSFLEET_DEVICE]")
+    p.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="[TTSFLEET_HOST]")
+    p.add_argument("--port", type=int, default=int(_env("PORT", "8000")), help="[TTSFLEET_PORT]")
+    p.add_argument("--api-keys-file", type=Path, default=_env("API_KEYS_FILE"), help="one key per line, e.g. a mounted Secret [TTSFLEET_API_KEYS_FILE]")
+    p.add_argument("--auth", choices=["enabled", "disabled"], default=_env("AUTH", "enabled"), help="'disabled' turns API keys off explicitly [TTSFLEET_AUTH]")
+    p.add_argument("--voices-dir", type=Path, default=_env("VOICES_DIR"), help="where uploaded voices live (a PVC); unset disables uploads [TTSFLEET_VOICES_DIR]")
+    p.add_argument("--max-batch", type=int, default=int(_env("MAX_BATCH", "16")), help="[TTSFLEET_MAX_BATCH]")
+    p.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "64")), help="waiting requests before 429 [TTSFLEET_MAX_QUEUE]")
+    p.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")), help="seconds in-flight streams get after SIGTERM [TTSFLEET_DRAIN_TIMEOUT]")
+    p.add_argument("--rate-limit", type=float, default=float(_env("RATE_LIMIT", "0")), help="requests per second per API key, 0 = off [TTSFLEET_RATE_LIMIT]")
+    p.add_argument("--rate-limit-burst", type=int, default=int(_env("RATE_LIMIT_BURST", "10")), help="[TTSFLEET_RATE_LIMIT_BURST]")
+    p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(64 * 1024))), help="[TTSFLEET_MAX_BODY_BYTES]")
+    p.add_argument("--max-input-chars", type=int, default=int(_env("MAX_INPUT_CHARS", "4096")), help="[TTSFLEET_MAX_INPUT_CHARS]")
+    p.add_argument("--max-voice-upload-bytes", type=int, default=int(_env("MAX_VOICE_UPLOAD_BYTES", str(10 * 1024 * 1024))), help="[TTSFLEET_MAX_VOICE_UPLOAD_BYTES]")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="[TTSFLEET_LOG_LEVEL]")
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server.serve import run
+    from .server.settings import ServerSettings
+
+    env_keys = tuple(k.strip() for k in _env("API_KEYS", "").split(",") if k.strip())
+    settings = ServerSettings(
+        model=args.model,
+        served_model_name=args.served_model_name,
+        device=args.device,
+        host=args.host,
+        port=args.port,
+        api_keys_file=args.api_keys_file,
+        api_keys=env_keys,
+        auth_disabled=args.auth == "disabled",
+        voices_dir=args.voices_dir,
+        max_batch=args.max_batch,
+        max_queue=args.max_queue,
+        drain_timeout_s=args.drain_timeout,
+        rate_limit_per_s=args.rate_limit,
+        rate_limit_burst=args.rate_limit_burst,
+        max_body_bytes=args.max_body_bytes,
+        max_input_chars=args.max_input_chars,
+        max_voice_upload_bytes=args.max_voice_upload_bytes,
+        log_level=args.log_level,
+    )
+    return run(settings)
+
+
+def register(subparsers) -> None:
+    """Add the runtime's subcommands; each sets `handler(args) -> exit code`."""
+    _add_serve(subparsers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ttsfleet_runtime.cli ...`: the runtime commands without the operator's CLI."""
+    parser = argparse.ArgumentParser(prog="ttsfleet-runtime")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""The FastAPI application of one runtime process, over one engine.
+
+`create_app` wires the pieces: the engine (already built, started in the
+lifespan), the guard middleware, the routes and the error shapes. Everything a
+route needs hangs off `app.state.runtime` (a `Runtime`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from .. import metrics as metric_names
+from ..engine import api
+from . import audio_encoding, errors, playground_routes, service_routes, speech_routes, speech_socket, voice_routes
+from .auth import ApiKeys
+from .drain import Drain
+from .http_guard import HttpGuard
+from .rate_limit import TokenBucketLimiter
+from .settings import ServerSettings
+from .synthesis import Synthesizer
+from .voice_store import VoiceStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Runtime:
+    engine: api.Engine
+    settings: ServerSettings
+    api_keys: ApiKeys
+    limiter: TokenBucketLimiter
+    metrics: metric_names.RuntimeMetrics
+    drain: Drain
+    voices: VoiceStore | None
+    synthesizer: Synthesizer
+    served_models: tuple[str, ...]
+    formats: tuple[str, ...]
+    engine_stopped: bool = False
+
+    def ready(self) -> bool:
+        return self.engine.ready and not self.drain.draining
+
+    async def stop_engine(self, drain_timeout_s: float) -> None:
+        if not self.engine_stopped:
+            self.engine_stopped = True
+            await self.engine.stop(drain_timeout_s)
+
+
+def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, *, gpu=None) -> FastAPI:
+    from importlib.metadata import PackageNotFoundError, version
+
+    drain = Drain()
+    voices = VoiceStore(settings.voices_dir) if settings.voices_dir else None
+    runtime_metrics = metric_names.RuntimeMetrics(engine.stats, lambda: runtime.ready(), gpu=gpu)
+    runtime = Runtime(
+        engine=engine,
+        settings=settings,
+        api_keys=api_keys,
+        limiter=TokenBucketLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
+        metrics=runtime_metrics,
+        drain=drain,
+        voices=voices,
+        synthesizer=Synthesizer(engine, runtime_metrics, drain, voices, settings.max_input_chars),
+        served_models=tuple(dict.fromkeys(n for n in (settings.served_model_name, engine.info.name) if n)),
+        formats=audio_encoding.supported_formats(),
+    )
+    try:
+        package_version = version("ttsfleet")
+    except PackageNotFoundError:
+        package_version = "unknown"
+    info = engine.info
+    runtime_metrics.build_info.labels(version=package_version, model=info.name, variant=info.variant, size=info.size).set(1)
+
+    async def lifespan(app: FastAPI):
+        await engine.start()
+        log.info("engine started", extra={"model": info.name, "variant": info.variant, "formats": runtime.formats})
+        yield
+        await runtime.stop_engine(settings.drain_timeout_s)
+        log.info("engine stopped")
+
+    app = FastAPI(
+        title="ttsfleet runtime",
+        version=package_version,
+        summary="OpenAI-compatible streaming speech synthesis (Qwen3-TTS)",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    app.include_router(speech_routes.router)
+    app.include_router(speech_socket.router)
+    app.include_router(voice_routes.router)
+    app.include_router(service_routes.router)
+    app.include_router(playground_routes.router)
+
+    @app.exception_handler(errors.ApiError)
+    async def api_error(request: Request, exc: errors.ApiError):
+        runtime_metrics.errors.labels(type=exc.code).inc()
+        request.scope.setdefault("state", {})["error"] = exc.code
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0]
+        location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        param = ".".join(location) or None
+        message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+        if first.get("type") == "json_invalid":
+            message = f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})"
+        return await api_error(request, errors.invalid_request(message, param=param))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.error("unhandled error", exc_info=exc, extra={"request_id": request.scope.get("state", {}).get("request_id")})
+        return await api_error(request, errors.internal())
+
+    app.add_middleware(HttpGuard, settings=settings, api_keys=api_keys, limiter=runtime.limiter, metrics=runtime_metrics)
+    return app

@@ -1,0 +1,159 @@
+// The playground: stream speech from this server and play it as it arrives.
+// Audio comes as raw s16le PCM (response_format "pcm", stream_format "audio");
+// each network chunk is scheduled right after the previous one in WebAudio.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const keyInput = $("api-key");
+let modelId = null;
+let controller = null;
+
+keyInput.value = localStorage.getItem("ttsfleet-api-key") || "";
+keyInput.addEventListener("change", () => {
+  localStorage.setItem("ttsfleet-api-key", keyInput.value.trim());
+  load();
+});
+
+function authHeaders() {
+  const key = keyInput.value.trim();
+  return key ? { Authorization: "Bearer " + key } : {};
+}
+
+function setStatus(text, state) {
+  const status = $("status");
+  status.textContent = text;
+  status.dataset.state = state;
+}
+
+async function errorMessage(response) {
+  try {
+    const body = await response.json();
+    return (body.error && body.error.message) || response.statusText;
+  } catch (_) {
+    return response.statusText;
+  }
+}
+
+async function load() {
+  const models = await fetch("/v1/models", { headers: authHeaders() });
+  if (!models.ok) {
+    $("model").textContent = models.status === 401 ? "enter an API key" : await errorMessage(models);
+    return;
+  }
+  const model = (await models.json()).data[0];
+  modelId = model.id;
+  $("model").textContent = `${model.id} · ${model.variant} · ${model.sample_rate} Hz`;
+  const voices = await fetch("/v1/audio/voices", { headers: authHeaders() });
+  const select = $("voice");
+  select.replaceChildren();
+  if (!model.speakers.length && !model.supports_voice_clone) {
+    select.append(new Option("(described by the instructions)", ""));
+  }
+  if (voices.ok) {
+    for (const voice of (await voices.json()).data) {
+      select.append(new Option(voice.type === "uploaded" ? `${voice.name} (uploaded)` : voice.name, voice.id));
+    }
+  }
+  setStatus("ready", "ready");
+}
+
+function drawWave(samples) {
+  const canvas = $("wave");
+  const g = canvas.getContext("2d");
+  g.fillStyle = "#0d1117";
+  g.fillRect(0, 0, canvas.width, canvas.height);
+  g.strokeStyle = "#58a6ff";
+  g.beginPath();
+  const step = Math.max(1, Math.floor(samples.length / canvas.width));
+  for (let x = 0; x < canvas.width && x * step < samples.length; x++) {
+    let peak = 0;
+    for (let i = x * step; i < (x + 1) * step && i < samples.length; i++) peak = Math.max(peak, Math.abs(samples[i]));
+    const h = peak * canvas.height / 2;
+    g.moveTo(x, canvas.height / 2 - h);
+    g.lineTo(x, canvas.height / 2 + h);
+  }
+  g.stroke();
+}
+
+async function speak() {
+  if (!modelId) await load();
+  if (!modelId) return;
+  const audio = new AudioContext();
+  await audio.resume();
+  controller = new AbortController();
+  $("speak").disabled = true;
+  $("stop").disabled = false;
+  for (const id of ["ttfa", "server-timing", "total"]) $(id).textContent = "–";
+  setStatus("requesting", "requesting");
+  const t0 = performance.now();
+  const body = {
+    model: modelId,
+    input: $("text").value,
+    voice: $("voice").value || undefined,
+    instructions: $("instructions").value || undefined,
+    language: $("language").value || "auto",
+    response_format: "pcm",
+    stream_format: "audio",
+  };
+  let received = 0;
+  const all = [];
+  try {
+    const response = await fetch("/v1/audio/speech", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...authHeaders() },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    });
+    if (!response.ok) throw new Error(`${response.status}: ${await errorMessage(response)}`);
+    const rate = Number(response.headers.get("X-Audio-Sample-Rate")) || 24000;
+    const timing = Object.fromEntries(
+      (response.headers.get("Server-Timing") || "").split(",").filter(Boolean).map((part) => {
+        const [name, dur] = part.trim().split(";dur=");
+        return [name, Number(dur)];
+      }));
+    $("server-timing").textContent = `${(timing.ttfa ?? NaN).toFixed(0)} ms / ${(timing.queue ?? NaN).toFixed(0)} ms`;
+    const reader = response.body.getReader();
+    let playAt = 0;
+    let carry = null; // an odd byte split across network chunks
+    setStatus("streaming", "streaming");
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      let bytes = value;
+      if (carry) { bytes = new Uint8Array(carry.length + value.length); bytes.set(carry); bytes.set(value, carry.length); carry = null; }
+      if (bytes.length % 2) { carry = bytes.slice(-1); bytes = bytes.slice(0, -1); }
+      if (!bytes.length) continue;
+      if (received === 0) $("ttfa").textContent = `${(performance.now() - t0).toFixed(0)} ms`;
+      const pcm = new Int16Array(bytes.buffer, bytes.byteOffset, bytes.length / 2);
+      const samples = Float32Array.from(pcm, (s) => s / 32768);
+      const buffer = audio.createBuffer(1, samples.length, rate);
+      buffer.copyToChannel(samples, 0);
+      const source = audio.createBufferSource();
+      source.buffer = buffer;
+      source.connect(audio.destination);
+      playAt = Math.max(playAt, audio.currentTime + 0.05);
+      source.start(playAt);
+      playAt += buffer.duration;
+      received += samples.length;
+      all.push(samples);
+      $("audio-seconds").textContent = `${(received / rate).toFixed(2)} s`;
+      $("audio-seconds").dataset.samples = String(received);
+    }
+    const merged = new Float32Array(received);
+    let offset = 0;
+    for (const part of all) { merged.set(part, offset); offset += part.length; }
+    drawWave(merged);
+    $("total").textContent = `${(performance.now() - t0).toFixed(0)} ms`;
+    setStatus("done", "done");
+  } catch (error) {
+    setStatus(error.name === "AbortError" ? "stopped" : String(error.message || error), error.name === "AbortError" ? "stopped" : "error");
+  } finally {
+    $("speak").disabled = false;
+    $("stop").disabled = true;
+    controller = null;
+  }
+}
+
+$("speak").addEventListener("click", speak);
+$("stop").addEventListener("click", () => controller && controller.abort());
+load().catch((error) => setStatus(String(error), "error"));

@@ -1,0 +1,113 @@
+"""Run one runtime process: engine + app under uvicorn, with SIGTERM draining.
+
+SIGTERM (or the first Ctrl-C): readiness turns off and new speech is refused
+with 503 while the listener stays open; in-flight utterances get up to the
+drain timeout to finish; then the engine stops (cutting what is left) and the
+process exits. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from . import json_logging
+from .app import create_app
+from .auth import ApiKeys
+from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(Exception):
+    """The server cannot start as configured; the message says what to change."""
+
+
+def load_api_keys(settings: ServerSettings) -> ApiKeys:
+    """Auth is on whenever keys exist; no keys and no explicit opt-out is an error."""
+    if settings.auth_disabled:
+        if settings.api_keys or settings.api_keys_file:
+            raise ConfigError("API keys were given but auth is disabled: choose one")
+        log.warning("authentication is disabled: anyone who reaches this port can use it")
+        return ApiKeys(disabled=True)
+    if settings.api_keys_file is not None and not settings.api_keys_file.is_file():
+        raise ConfigError(f"API keys file {settings.api_keys_file} does not exist")
+    keys = ApiKeys(settings.api_keys, settings.api_keys_file)
+    if keys.count == 0:
+        raise ConfigError(
+            "no API keys: give --api-keys-file (or TTSFLEET_API_KEYS_FILE / TTSFLEET_API_KEYS), "
+            "or turn auth off explicitly with --auth disabled (TTSFLEET_AUTH=disabled)"
+        )
+    return keys
+
+
+def build_engine(settings: ServerSettings):
+    from ..engine.tts_engine import TTSEngine  # torch: imported only when serving
+
+    return TTSEngine.from_pretrained(
+        settings.model, device=settings.device, max_batch=settings.max_batch, max_queue=settings.max_queue
+    )
+
+
+def uvicorn_server(app, settings: ServerSettings):
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def serve(self, sockets=None):
+            self._loop = asyncio.get_running_loop()
+            self._draining = False
+            await super().serve(sockets=sockets)
+
+        def handle_exit(self, sig, frame):
+            if self._draining:
+                self.force_exit = True
+                return super().handle_exit(sig, frame)
+            self._draining = True
+            # Signal handlers run between bytecodes; hand the work to the loop.
+            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain_then_exit(sig)))
+
+        async def _drain_then_exit(self, sig):
+            runtime = app.state.runtime
+            started = time.monotonic()
+            runtime.drain.begin()
+            log.info("draining", extra={"signal": signal.Signals(sig).name, "inflight": runtime.drain.inflight})
+            finished = await runtime.drain.wait_idle(settings.drain_timeout_s)
+            left = max(0.5, settings.drain_timeout_s - (time.monotonic() - started))
+            await runtime.stop_engine(left)
+            if not finished:
+                # The engine cut what was left; let those responses end.
+                await runtime.drain.wait_idle(5.0)
+            log.info(
+                "drained",
+                extra={"all_finished": finished, "seconds": round(time.monotonic() - started, 2), "inflight": runtime.drain.inflight},
+            )
+            self.should_exit = True
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,  # HttpGuard logs each request with its id
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        ws_ping_interval=20,
+    )
+    return DrainingServer(config)
+
+
+def run(settings: ServerSettings) -> int:
+    json_logging.configure(settings.log_level)
+    try:
+        api_keys = load_api_keys(settings)
+    except ConfigError as exc:
+        log.error(str(exc))
+        return 2
+    from .. import metrics
+
+    engine = build_engine(settings)
+    app = create_app(engine, settings, api_keys, gpu=metrics.NvmlReader())
+    uvicorn_server(app, settings).run()
+    return 0

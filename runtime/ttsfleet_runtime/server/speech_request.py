@@ -1,0 +1,62 @@
+"""The body of `POST /v1/audio/speech`: OpenAI's fields plus the model's knobs.
+
+Ranges live in the schema so clients (and schemathesis) see them; a value out
+of range is refused with 400 naming the field. Unknown fields are refused too:
+a misspelt knob silently ignored would be worse than an error.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
+StreamFormat = Literal["audio", "sse"]
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=256, description="The served model id (see GET /v1/models).")
+    input: str = Field(min_length=1, description="Text to speak (at most the server's max input characters).")
+    voice: str | None = Field(
+        default=None,
+        max_length=256,
+        description="A built-in speaker (CustomVoice models) or an uploaded voice id (Base models).",
+    )
+    response_format: ResponseFormat = Field(default="mp3", description="Audio container; pcm is raw s16le mono.")
+    instructions: str | None = Field(
+        default=None, max_length=4096, description="Voice description (VoiceDesign) or style instruction."
+    )
+    speed: float = Field(
+        default=1.0, ge=0.25, le=4.0, description="Only 1.0 is supported: the model has no honest speed control."
+    )
+    stream_format: StreamFormat | None = Field(
+        default=None,
+        description="Omit for a whole file. 'audio': the file's bytes as they are generated. "
+        "'sse': server-sent events speech.audio.delta (base64) and speech.audio.done.",
+    )
+    language: str = Field(default="auto", min_length=1, max_length=32)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_k: int | None = Field(default=None, ge=0, le=1000)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    subtalker_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    subtalker_top_k: int | None = Field(default=None, ge=0, le=1000)
+    subtalker_top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+
+    def sampling_overrides(self) -> dict:
+        """The sampling fields the client set (the engine's defaults fill the rest)."""
+        names = (
+            "temperature",
+            "top_k",
+            "top_p",
+            "repetition_penalty",
+            "subtalker_temperature",
+            "subtalker_top_k",
+            "subtalker_top_p",
+            "seed",
+        )
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}

@@ -1,0 +1,221 @@
+"""`POST /v1/audio/speech`: OpenAI's speech endpoint over the engine.
+
+Three shapes of response, chosen by `stream_format`:
+- omitted: one complete file (exact headers, Content-Length) once all audio is made;
+- "audio": the file's bytes as each chunk is generated (chunked HTTP);
+- "sse": `data: {"type": "speech.audio.delta", "audio": <base64>}` events, then
+  `speech.audio.done`.
+Streamed responses start only when the first chunk exists, so a failure
+before any audio still gets a proper status code; `Server-Timing` then carries
+the queue wait and time to first audio. A client that goes away cancels the
+generation at once (its batch slot is freed) and is counted as status 499.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from . import audio_encoding, errors
+from .speech_request import SpeechRequest
+from .synthesis import Utterance, error_type, generation_failure
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+CLIENT_CLOSED = 499
+
+ERROR_RESPONSES = {
+    400: {"description": "Invalid request: the message and `param` say which field and why"},
+    401: {"description": "Missing or invalid API key"},
+    404: {"description": "Unknown model"},
+    413: {"description": "Request body too large"},
+    429: {"description": "Rate limit or queue full; see Retry-After"},
+    503: {"description": "Draining or engine unavailable; see Retry-After"},
+}
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def _until_disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work):
+    """Await `work` unless the client leaves first (then raise ClientGone)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    raise ClientGone()
+
+
+def _client_gone(request: Request, utterance: Utterance) -> Response:
+    utterance.cancel()
+    utterance.finish(completed=False)
+    runtime = request.app.state.runtime
+    runtime.metrics.errors.labels(type="client_disconnect").inc()
+    request.scope["state"]["final_status"] = CLIENT_CLOSED
+    log.info("client disconnected, generation cancelled", extra={"request_id": request.state.request_id})
+    return Response(status_code=CLIENT_CLOSED)
+
+
+def _check_request(body: SpeechRequest, runtime) -> None:
+    if body.model not in runtime.served_models:
+        raise errors.ApiError(
+            404, f"model {body.model!r} is not served here; use {runtime.served_models[0]!r}", code="model_not_found", param="model"
+        )
+    if body.speed != 1.0:
+        raise errors.invalid_request("speed other than 1.0 is not supported by this model", param="speed")
+    if body.response_format not in runtime.formats:
+        raise errors.invalid_request(
+            f"response_format {body.response_format!r} is not available; use one of {', '.join(runtime.formats)}",
+            param="response_format",
+        )
+    if body.stream_format is not None and body.response_format not in audio_encoding.STREAMABLE:
+        raise errors.invalid_request(
+            f"{body.response_format} cannot be streamed; stream one of {', '.join(audio_encoding.STREAMABLE)} "
+            "or omit stream_format for a whole file",
+            param="response_format",
+        )
+
+
+@router.post(
+    "/v1/audio/speech",
+    response_class=Response,
+    responses={200: {"content": {t: {} for t in audio_encoding.CONTENT_TYPES.values()}, "description": "Audio"}, **ERROR_RESPONSES},
+    summary="Synthesise speech (OpenAI-compatible)",
+)
+async def create_speech(body: SpeechRequest, request: Request):
+    runtime = request.app.state.runtime
+    state = request.scope["state"]
+    _check_request(body, runtime)
+    synthesis_request = runtime.synthesizer.build_request(
+        text=body.input,
+        voice=body.voice,
+        instructions=body.instructions,
+        language=body.language,
+        sampling=body.sampling_overrides(),
+        request_id=state["request_id"],
+        caller=state.get("caller", "anonymous"),
+    )
+    utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
+    headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}
+    chunks = utterance.chunks()
+
+    if body.stream_format is None:
+        try:
+            pcm = await unless_disconnected(request, _collect(chunks))
+        except ClientGone:
+            return _client_gone(request, utterance)
+        except Exception as exc:
+            utterance.finish(completed=False)
+            raise _failed(exc, state) from None
+        utterance.finish(completed=True)
+        data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
+        headers["Server-Timing"] = utterance.server_timing()
+        headers["X-Audio-Duration"] = f"{utterance.audio_s:.3f}"
+        return Response(data, media_type=audio_encoding.CONTENT_TYPES[body.response_format], headers=headers)
+
+    try:
+        first = await unless_disconnected(request, anext(chunks, None))
+    except ClientGone:
+        return _client_gone(request, utterance)
+    except Exception as exc:
+        utterance.finish(completed=False)
+        raise _failed(exc, state) from None
+    headers["Server-Timing"] = utterance.server_timing()
+    encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
+    if body.stream_format == "audio":
+        body_iter = _audio_bytes(first, chunks, encoder, utterance, request)
+        media_type = encoder.content_type
+    else:
+        body_iter = _sse_events(first, chunks, encoder, utterance, request)
+        media_type = "text/event-stream"
+        headers["Cache-Control"] = "no-cache"
+    return StreamingResponse(body_iter, media_type=media_type, headers=headers)
+
+
+async def _collect(chunks) -> np.ndarray:
+    parts = [chunk.pcm async for chunk in chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def _failed(exc: BaseException, state: dict) -> errors.ApiError:
+    if isinstance(exc, errors.ApiError):
+        return exc
+    log.error("generation failed", exc_info=exc, extra={"request_id": state["request_id"], "type": error_type(exc)})
+    return generation_failure(exc)
+
+
+async def _encoded(first, chunks, encoder, utterance: Utterance, request: Request):
+    """The encoded bytes of every chunk; the bookkeeping of how the stream ended."""
+    state = request.scope["state"]
+    completed = False
+    try:
+        if first is not None:
+            yield encoder.encode(first.pcm), first.frames
+            async for chunk in chunks:
+                yield encoder.encode(chunk.pcm), chunk.frames
+        yield encoder.finish(), 0
+        completed = True
+    except (asyncio.CancelledError, GeneratorExit):
+        # Starlette cancels the body when the client disconnects.
+        utterance.cancel()
+        request.app.state.runtime.metrics.errors.labels(type="client_disconnect").inc()
+        state["final_status"] = CLIENT_CLOSED
+        raise
+    except Exception as exc:
+        # Headers are sent: all that is left is to end the response early.
+        utterance.cancel()
+        kind = error_type(exc)
+        request.app.state.runtime.metrics.errors.labels(type=kind).inc()
+        state["error"] = kind
+        log.error("generation failed mid-stream", exc_info=exc, extra={"request_id": state["request_id"], "type": kind})
+        raise
+    finally:
+        utterance.finish(completed=completed)
+
+
+async def _audio_bytes(first, chunks, encoder, utterance, request):
+    async for data, _frames in _encoded(first, chunks, encoder, utterance, request):
+        if data:
+            yield data
+
+
+async def _sse_events(first, chunks, encoder, utterance, request):
+    frames = 0
+    events = _encoded(first, chunks, encoder, utterance, request)
+    try:
+        async for data, chunk_frames in events:
+            frames += chunk_frames
+            if data:
+                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+    except Exception:
+        yield _sse({"type": "error", "error": {"message": "generation failed", "code": request.scope["state"].get("error")}})
+        return
+    # Output tokens are codec frames (one talker token each); input tokens are
+    # counted by the engine's tokenizer, which the server does not see.
+    usage = {"input_tokens": 0, "output_tokens": frames, "total_tokens": frames}
+    yield _sse({"type": "speech.audio.done", "usage": usage, "audio_seconds": round(utterance.audio_s, 3)})
+
+
+def _sse(event: dict) -> bytes:
+    return f"data: {json.dumps(event)}\n\n".encode()

@@ -1,0 +1,189 @@
+"""Admission and bookkeeping shared by the HTTP and WebSocket speech routes.
+
+`Synthesizer.submit` turns a client's ask into an engine request, refuses it
+with an `ApiError` when it cannot run, and returns an `Utterance`: the engine's
+audio stream plus the clock that feeds the latency metrics and the drain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from ..engine import api
+from . import errors
+from .drain import Drain
+from .voice_store import VoiceStore
+
+log = logging.getLogger(__name__)
+
+
+def error_type(exc: BaseException) -> str:
+    """Name the engine failure for `ttsfleet_errors_total{type}`, torch-free."""
+    if "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower():
+        return "cuda_oom"
+    if isinstance(exc, api.EngineError):
+        return "engine_error"
+    return "internal"
+
+
+def engine_refusal(exc: api.EngineError) -> errors.ApiError:
+    """An admission refusal from `engine.submit` as the client sees it."""
+    if isinstance(exc, api.InvalidRequest):
+        return errors.invalid_request(str(exc))
+    if isinstance(exc, api.QueueFull):
+        return errors.queue_full(exc.retry_after_s)
+    if isinstance(exc, api.EngineStopped):
+        return errors.unavailable("the engine is not accepting work", code="engine_stopped")
+    return errors.internal(str(exc), code="engine_error")
+
+
+def generation_failure(exc: BaseException) -> errors.ApiError:
+    """A failure while generating, before any audio reached the client."""
+    kind = error_type(exc)
+    if kind == "cuda_oom":
+        # Load-dependent: another pod (or this one, later) can serve it.
+        return errors.unavailable("out of GPU memory; retry", code="cuda_oom", retry_after_s=1.0)
+    if isinstance(exc, api.EngineStopped):
+        return errors.unavailable("the engine stopped", code="engine_stopped")
+    return errors.internal("generation failed", code=kind)
+
+
+@dataclasses.dataclass
+class Utterance:
+    """One engine stream being consumed, and its timings."""
+
+    stream: api.AudioStream
+    received_at: float  # time.monotonic() when the request arrived
+    sample_rate: int
+    metrics: object
+    drain: Drain
+    first_audio_at: float | None = None
+    admitted_at: float | None = None
+    last_audio_at: float | None = None
+    audio_s: float = 0.0
+    _done: bool = False
+
+    async def chunks(self) -> AsyncIterator[api.AudioChunk]:
+        async for chunk in self.stream:
+            now = time.monotonic()
+            if self.first_audio_at is None:
+                self.first_audio_at = now
+                self.admitted_at = chunk.t_admitted
+            self.last_audio_at = now
+            self.audio_s += chunk.duration_s
+            yield chunk
+
+    def cancel(self) -> None:
+        self.stream.cancel()
+
+    @property
+    def ttfa_s(self) -> float | None:
+        return None if self.first_audio_at is None else self.first_audio_at - self.received_at
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.admitted_at is None else max(0.0, self.admitted_at - self.received_at)
+
+    def server_timing(self) -> str:
+        """A `Server-Timing` header value (durations in ms) with what is known."""
+        parts = []
+        if self.queue_s is not None:
+            parts.append(f"queue;dur={self.queue_s * 1000:.1f}")
+        if self.ttfa_s is not None:
+            parts.append(f"ttfa;dur={self.ttfa_s * 1000:.1f}")
+        if self.last_audio_at is not None and self._done:
+            parts.append(f"total;dur={(self.last_audio_at - self.received_at) * 1000:.1f}")
+        return ", ".join(parts)
+
+    def finish(self, completed: bool) -> None:
+        """Record metrics once; `completed` is False when cut short (cancel, error)."""
+        if self._done:
+            return
+        self._done = True
+        self.drain.release()
+        m = self.metrics
+        m.audio_seconds.inc(self.audio_s)
+        if self.ttfa_s is not None:
+            m.ttfa.observe(self.ttfa_s)
+        if completed and self.last_audio_at is not None:
+            elapsed = self.last_audio_at - self.received_at
+            m.duration.observe(elapsed)
+            if self.audio_s > 0:
+                m.rtf.observe(elapsed / self.audio_s)
+
+
+class Synthesizer:
+    def __init__(self, engine: api.Engine, metrics, drain: Drain, voices: VoiceStore | None, max_input_chars: int):
+        self.engine = engine
+        self.metrics = metrics
+        self.drain = drain
+        self.voices = voices
+        self.max_input_chars = max_input_chars
+        self._speakers = {s.lower(): s for s in engine.info.speakers}
+
+    def resolve_voice(self, voice: str | None, caller: str) -> str | None:
+        """Canonical speaker name, or an uploaded voice id the caller owns."""
+        if voice is None:
+            return None
+        if voice.lower() in self._speakers:
+            return self._speakers[voice.lower()]
+        if voice.startswith("voice_"):
+            if self.voices is None:
+                raise errors.invalid_request("voice uploads are not enabled on this server", param="voice")
+            try:
+                self.voices.get(voice, caller)
+            except errors.ApiError:
+                raise errors.invalid_request(f"unknown voice {voice!r}", param="voice") from None
+            if not self.engine.info.supports_voice_clone:
+                raise errors.invalid_request(
+                    f"model {self.engine.info.name} cannot speak uploaded voices; use a Base model", param="voice"
+                )
+            return voice
+        known = ", ".join(self.engine.info.speakers) or "none"
+        raise errors.invalid_request(f"unknown voice {voice!r}; built-in voices: {known}", param="voice")
+
+    def build_request(
+        self,
+        *,
+        text,
+        voice: str | None,
+        instructions: str | None,
+        language: str,
+        sampling: dict,
+        request_id: str,
+        caller: str,
+    ) -> api.SynthesisRequest:
+        if isinstance(text, str) and len(text) > self.max_input_chars:
+            raise errors.invalid_request(f"input is longer than {self.max_input_chars} characters", param="input")
+        params = api.SamplingParams(**sampling)
+        try:
+            params.validate()
+        except api.InvalidRequest as exc:
+            raise errors.invalid_request(str(exc)) from None
+        return api.SynthesisRequest(
+            text=text,
+            voice=self.resolve_voice(voice, caller),
+            instructions=instructions,
+            language=language,
+            params=params,
+            request_id=request_id,
+        )
+
+    def submit(self, request: api.SynthesisRequest, received_at: float) -> Utterance:
+        if self.drain.draining:
+            raise errors.unavailable("this server is shutting down; retry on another", code="draining")
+        try:
+            stream = self.engine.submit(request)
+        except api.EngineError as exc:
+            raise engine_refusal(exc) from None
+        self.drain.acquire()
+        return Utterance(
+            stream=stream,
+            received_at=received_at,
+            sample_rate=self.engine.info.sample_rate,
+            metrics=self.metrics,
+            drain=self.drain,
+        )

@@ -1,0 +1,55 @@
+"""A real uvicorn server on 127.0.0.1 (a free port) in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import uvicorn
+
+from ttsfleet_runtime.server.app import create_app
+from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.server.settings import ServerSettings
+
+
+class LiveServer:
+    def __init__(self, engine, settings: ServerSettings, api_keys: ApiKeys):
+        self.app = create_app(engine, settings, api_keys)
+        self.runtime = self.app.state.runtime
+        self.engine = engine
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        async def serve():
+            self.loop = asyncio.get_running_loop()
+            await self.server.serve(sockets=[self._sock])
+
+        asyncio.run(serve())
+
+    def call(self, fn, *args):
+        """Run `fn(*args)` (a coroutine function) on the server's loop."""
+        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result(timeout=30)
+
+    def __enter__(self):
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self._thread.join(timeout=30)

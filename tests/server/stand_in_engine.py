@@ -1,0 +1,160 @@
+"""TEMPORARY stand-in for the real engine, implementing engine/api.py.
+
+Used (1) while `ttsfleet_runtime.engine.tts_engine` has not landed and (2)
+afterwards only where the real tiny CPU engine cannot produce a situation on
+demand (a CUDA out-of-memory error in the middle of generation). It makes a
+deterministic tone: one chunk per `frame_s`, `frames_per_chunk` codec frames of
+1920 samples each, `frames` frames in all (or `frames_per_char` per character).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from ttsfleet_runtime.engine import api
+
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+
+
+class CudaOutOfMemory(RuntimeError):
+    """Named like torch.cuda.OutOfMemoryError; torch is not needed to raise it."""
+
+
+CudaOutOfMemory.__name__ = "OutOfMemoryError"
+
+
+class _Stream:
+    def __init__(self, engine: "StandInEngine", request: api.SynthesisRequest):
+        self.engine = engine
+        self.request = request
+        self.request_id = request.request_id
+        self._cancelled = asyncio.Event()
+        self._finish: api.FinishReason | None = None
+
+    @property
+    def finish_reason(self):
+        return self._finish
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    async def _text(self) -> str:
+        if isinstance(self.request.text, str):
+            return self.request.text
+        return "".join([t async for t in self.request.text])
+
+    async def __aiter__(self):
+        engine = self.engine
+        try:
+            async with engine._slots:
+                engine._queued -= 1
+                engine._active += 1
+                try:
+                    t_admitted = time.monotonic()
+                    text = await self._text()
+                    frames = engine.frames or max(1, len(text) * engine.frames_per_char)
+                    index = 0
+                    done = 0
+                    while done < frames:
+                        if self._cancelled.is_set():
+                            self._finish = "cancelled"
+                            return
+                        try:
+                            await asyncio.wait_for(self._cancelled.wait(), engine.frame_s)
+                        except asyncio.TimeoutError:
+                            pass
+                        if self._cancelled.is_set() or engine._stopping_now:
+                            self._finish = "cancelled" if self._cancelled.is_set() else "shutdown"
+                            return
+                        if engine.fail_after_chunks is not None and index >= engine.fail_after_chunks:
+                            self._finish = "error"
+                            raise CudaOutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
+                        n = min(engine.frames_per_chunk, frames - done)
+                        t = (np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME) / SAMPLE_RATE
+                        pcm = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+                        done += n
+                        engine._frames_total += n
+                        yield api.AudioChunk(pcm, SAMPLE_RATE, index, n, t_admitted, time.monotonic())
+                        index += 1
+                    self._finish = "eos"
+                finally:
+                    engine._active -= 1
+        finally:
+            if self._finish is None:
+                self._finish = "cancelled"
+
+
+class StandInEngine:
+    def __init__(
+        self,
+        *,
+        max_batch: int = 4,
+        max_queue: int = 8,
+        frame_s: float = 0.01,
+        frames: int = 0,
+        frames_per_char: int = 1,
+        frames_per_chunk: int = 2,
+        fail_after_chunks: int | None = None,
+        variant: str = "CustomVoice",
+    ):
+        self.info = api.ModelInfo(
+            name="stand-in-tiny-" + variant,
+            size="tiny",
+            variant=variant,
+            tokenizer_rate_hz=12,
+            sample_rate=SAMPLE_RATE,
+            speakers=("Vivian", "Ryan") if variant == "CustomVoice" else (),
+            languages=("auto", "english", "chinese"),
+            supports_instructions=True,
+            supports_voice_clone=variant == "Base",
+        )
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.frame_s = frame_s
+        self.frames = frames
+        self.frames_per_char = frames_per_char
+        self.frames_per_chunk = frames_per_chunk
+        self.fail_after_chunks = fail_after_chunks
+        self._ready = False
+        self._stopped = False
+        self._stopping_now = False
+        self._queued = 0
+        self._active = 0
+        self._frames_total = 0
+        self._slots: asyncio.Semaphore | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._stopped
+
+    async def start(self) -> None:
+        self._slots = asyncio.Semaphore(self.max_batch)
+        self._ready = True
+
+    def submit(self, request: api.SynthesisRequest):
+        if self._stopped:
+            raise api.EngineStopped("stopped")
+        if request.voice is not None and request.voice not in self.info.speakers and not request.voice.startswith("voice_"):
+            raise api.InvalidRequest(f"unknown voice {request.voice!r}")
+        request.params.validate()
+        if self._queued + self._active >= self.max_batch + self.max_queue:
+            raise api.QueueFull("queue full", retry_after_s=2.0)
+        self._queued += 1
+        return _Stream(self, request)
+
+    def stats(self) -> api.EngineStats:
+        return api.EngineStats(
+            queue_depth=max(0, self._queued), active=self._active, max_batch=self.max_batch,
+            max_queue=self.max_queue, frames_total=self._frames_total,
+        )
+
+    async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        self._stopped = True
+        deadline = time.monotonic() + drain_timeout_s
+        while self._active and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self._stopping_now = True
