@@ -1,0 +1,38 @@
+"""The seam between reconcile logic and the Kubernetes API.
+
+`reconcile` talks to a `Cluster`; production uses `KubeCluster`
+(kube_cluster.py, kubernetes-asyncio), tests use an in-memory fake. Every
+method is one API request, so counting calls counts requests.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+FIELD_MANAGER = "ttsfleet-operator"
+
+
+class ApiError(Exception):
+    """A request the API server refused (status code and its message)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class Cluster(Protocol):
+    async def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict]:
+        """Objects of a kind in a namespace matching every label in `selector`."""
+
+    async def apply(self, manifest: dict) -> dict:
+        """Server-side apply with our field manager, forcing conflicts; returns the stored object."""
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        """Delete if the object still has `uid` (never a newer namesake); a missing object is fine."""
+
+    async def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> dict:
+        """JSON merge patch of the status subresource."""
+
+    async def emit_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event about `owner` (Normal or Warning)."""

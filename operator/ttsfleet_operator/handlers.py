@@ -1,0 +1,80 @@
+"""kopf wiring, kept thin: every handler delegates to `Reconciler.reconcile`.
+
+Create/update/resume handlers react to changes at once; the watch-fed resync
+loop (resync.py) corrects drift. Logic lives in reconcile.py and render/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+
+import kopf
+
+from ttsfleet_operator import tts_service
+from ttsfleet_operator.kube_cluster import KubeCluster
+from ttsfleet_operator.reconcile import Reconciler
+from ttsfleet_operator.resync import Resync
+
+log = logging.getLogger(__name__)
+
+RESOURCE = {"group": tts_service.GROUP, "version": tts_service.VERSION, "plural": tts_service.PLURAL}
+ANNOTATION_PREFIX = "ttsfleet.io"
+
+
+def _plain(body: kopf.Body) -> dict:
+    return copy.deepcopy(dict(body))
+
+
+def register(registry: kopf.OperatorRegistry, resync_seconds: float, kubeconfig: str | None) -> None:
+    @kopf.on.startup(registry=registry)
+    async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+        # kopf would post an Event for every handler run (writes on every pass);
+        # the reconciler posts its own Events for what it changes.
+        settings.posting.enabled = False
+        # Progress and diff-base in our own annotations, never in status (our
+        # status schema is structural and would prune kopf's fields).
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        )
+        settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
+        # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
+        settings.scanning.disabled = True
+        memo.cluster = await KubeCluster.connect(kubeconfig)
+        memo.resync = Resync(Reconciler(memo.cluster).reconcile, resync_seconds)
+        memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
+        log.info("operator started", extra={"resync_seconds": resync_seconds})
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(memo: kopf.Memo, **_) -> None:
+        memo.resync_task.cancel()
+        await asyncio.gather(memo.resync_task, return_exceptions=True)
+        await memo.cluster.close()
+
+    @kopf.on.event(**RESOURCE, registry=registry)
+    def remember(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+        if event.get("type") == "DELETED":
+            memo.resync.forget(_plain(body))
+        else:
+            memo.resync.remember(_plain(body))
+
+    @kopf.on.resume(**RESOURCE, registry=registry)
+    @kopf.on.create(**RESOURCE, registry=registry)
+    @kopf.on.update(**RESOURCE, registry=registry)
+    async def reconcile(body: kopf.Body, memo: kopf.Memo, **_) -> None:
+        outcome = await memo.resync.reconcile_locked(_plain(body))
+        if outcome.created or outcome.updated or outcome.deleted:
+            log.info(
+                "reconciled",
+                extra={
+                    "namespace": body["metadata"].get("namespace"),
+                    "service": body["metadata"]["name"],
+                    "created": outcome.created,
+                    "updated": outcome.updated,
+                    "deleted": outcome.deleted,
+                },
+            )
+        # A failed pass is not retried through kopf (that would write progress
+        # annotations); the resync loop tries again next period.

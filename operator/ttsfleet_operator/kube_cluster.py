@@ -1,0 +1,144 @@
+"""`Cluster` over kubernetes-asyncio: one HTTP request per method.
+
+Why kubernetes-asyncio rather than kopf's API helpers: kopf's are private
+(`kopf._cogs.clients`) and patch only the resources it watches; we need
+server-side apply (`application/apply-patch+yaml`) on five built-in kinds,
+deletes with a UID precondition and Events. kubernetes-asyncio gives the
+authenticated HTTP session (kubeconfig or in-cluster token) and nothing more is
+used from it: paths come from the small table below, bodies are plain dicts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from typing import Any
+
+from kubernetes_asyncio import client, config
+
+from ttsfleet_operator import tts_service
+from ttsfleet_operator.cluster import FIELD_MANAGER, ApiError
+
+# kind -> plural; the only kinds the operator touches.
+PLURALS = {
+    "ConfigMap": "configmaps",
+    "Deployment": "deployments",
+    "Service": "services",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    "Event": "events",
+    tts_service.KIND: tts_service.PLURAL,
+}
+REPORTING_CONTROLLER = "ttsfleet.io/operator"
+
+
+def collection_path(api_version: str, kind: str, namespace: str) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}"
+
+
+class KubeCluster:
+    def __init__(self, api: client.ApiClient, reporting_instance: str = "ttsfleet-operator"):
+        self.api = api
+        self.reporting_instance = reporting_instance
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> KubeCluster:
+        """In-cluster service account first, then the kubeconfig (explicit, $KUBECONFIG, ~/.kube/config)."""
+        configuration = client.Configuration()
+        if kubeconfig is None:
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except config.ConfigException:
+                await config.load_kube_config(client_configuration=configuration)
+        else:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _request(
+        self, method: str, path: str, *, query: list[tuple[str, str]] | None = None, body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict | None:
+        response = await self.api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        async with response:
+            data = await response.read()
+            if response.status == 404 and method in ("GET", "DELETE"):
+                return None
+            if not 200 <= response.status < 300:
+                raise ApiError(response.status, _message(data))
+            return json.loads(data) if data else {}
+
+    async def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict]:
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]
+        result = await self._request("GET", collection_path(api_version, kind, namespace), query=query)
+        return (result or {}).get("items", [])
+
+    async def apply(self, manifest: dict) -> dict:
+        path = f"{collection_path(manifest['apiVersion'], manifest['kind'], manifest['metadata']['namespace'])}/{manifest['metadata']['name']}"
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        # JSON is YAML: the apply content type accepts the dict as serialised JSON.
+        return await self._request("PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml")
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": uid},
+        }
+        try:
+            await self._request("DELETE", f"{collection_path(api_version, kind, namespace)}/{name}", body=body)
+        except ApiError as error:
+            if error.status != 409:  # 409: the UID changed, a namesake replaced it; leave that one be
+                raise
+
+    async def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> dict:
+        path = f"{collection_path(api_version, kind, namespace)}/{name}/status"
+        return await self._request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+
+    async def emit_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        metadata = owner["metadata"]
+        namespace = metadata.get("namespace", "default")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{metadata['name']}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": metadata["name"],
+                "namespace": namespace,
+                "uid": metadata["uid"],
+                "resourceVersion": metadata.get("resourceVersion", ""),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "ttsfleet-operator"},
+            "reportingComponent": REPORTING_CONTROLLER,
+            "reportingInstance": self.reporting_instance,
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+        }
+        await self._request("POST", collection_path("v1", "Event", namespace), body=event)
+
+
+def _message(data: bytes) -> str:
+    try:
+        return json.loads(data).get("message", "") or data.decode(errors="replace")
+    except (ValueError, AttributeError):
+        return data.decode(errors="replace")[:500]

@@ -1,0 +1,63 @@
+"""The level-based safety net: every TTSService is reconciled again each period.
+
+kopf's own timers would add a finalizer to every TTSService (so deleting one
+would hang while the operator is down). This loop needs none: it reconciles the
+latest body kopf's watch delivered (`remember`/`forget`), under the same
+per-object lock the change handlers take, so passes never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+class Resync:
+    def __init__(self, reconcile: Callable[[dict], Awaitable[object]], period_seconds: float):
+        self.reconcile = reconcile
+        self.period_seconds = period_seconds
+        self.bodies: dict[Key, dict] = {}
+        self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+
+    @staticmethod
+    def key(body: dict) -> Key:
+        return body["metadata"].get("namespace", "default"), body["metadata"]["name"]
+
+    def remember(self, body: dict) -> None:
+        self.bodies[self.key(body)] = copy.deepcopy(body)
+
+    def forget(self, body: dict) -> None:
+        key = self.key(body)
+        self.bodies.pop(key, None)
+        self.locks.pop(key, None)
+
+    async def reconcile_locked(self, body: dict) -> object:
+        async with self.locks[self.key(body)]:
+            return await self.reconcile(body)
+
+    async def pass_once(self) -> int:
+        """Reconcile every known object once; returns how many."""
+        count = 0
+        for key in list(self.bodies):
+            body = self.bodies.get(key)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                await self.reconcile_locked(body)
+            except Exception:  # one broken object must not stop the others' resync
+                log.exception("resync failed", extra={"namespace": key[0], "service": key[1]})
+            count += 1
+        return count
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_seconds)
+            count = await self.pass_once()
+            log.debug("resync pass done", extra={"services": count})
