@@ -1,0 +1,136 @@
+"""The speech tokenizer's decoder: codes [B, T, 16] -> 24 kHz waveform, 1920 samples a frame.
+
+quantizer lookup -> causal conv -> sliding-window transformer -> 2 x (transposed conv x2,
+ConvNeXt) -> conv -> 4 x (SnakeBeta, transposed conv, 3 dilated residual units) ->
+SnakeBeta -> conv -> clamp to [-1, 1].
+
+`step(codes, state)` decodes the next frames of B streams given their state (see
+`convs.py`); `decode(codes)` is the offline decode: steps on fresh state. Because every
+layer carries its exact left context, chunked decoding is identical to one pass (unlike
+the reference's `chunked_decode`, which restarts with 25 frames of context every 300).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import CodecDecoderConfig, SpeechTokenizerConfig
+from .convs import (CausalConv1d, CausalTransposeConv1d, ConvNeXtBlock, DecoderBlock,
+                    SnakeBeta, State, run_layer)
+from .quantizer import SplitResidualQuantizer
+from .transformer import PreTransformer, rope_inverse_frequencies
+
+StateSpec = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
+
+# Prefix of the decoder's tensors in the speech tokenizer's safetensors.
+CHECKPOINT_PREFIX = "decoder."
+
+
+class CodecDecoder(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.config = cfg
+        self.samples_per_frame = cfg.samples_per_frame
+        self.quantizer = SplitResidualQuantizer(
+            cfg.num_quantizers, cfg.num_semantic_quantizers, cfg.codebook_size,
+            cfg.codebook_dim)
+        self.pre_conv = CausalConv1d(cfg.codebook_dim, cfg.latent_dim, kernel_size=3)
+        self.pre_transformer = PreTransformer(cfg)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalTransposeConv1d(cfg.latent_dim, cfg.latent_dim, r, r),
+                           ConvNeXtBlock(cfg.latent_dim)])
+            for r in cfg.upsampling_ratios)
+        dims = [cfg.decoder_dim // 2 ** i for i in range(len(cfg.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList([
+            CausalConv1d(cfg.latent_dim, dims[0], kernel_size=7),
+            *(DecoderBlock(dims[i], dims[i + 1], rate)
+              for i, rate in enumerate(cfg.upsample_rates)),
+            SnakeBeta(dims[-1]),
+            CausalConv1d(dims[-1], 1, kernel_size=7),
+        ])
+        for name, module in self.named_modules():
+            if hasattr(module, "state_spec"):
+                module.state_key = name
+
+    # ---------------------------------------------------------------- state
+    def state_spec(self) -> StateSpec:
+        """Every stream's decoder state: key -> (per-stream shape, dtype or None = model's)."""
+        spec: StateSpec = {}
+        for module in self.modules():
+            if hasattr(module, "state_spec") and module is not self:
+                spec.update(module.state_spec())
+        return spec
+
+    def initial_state(self, batch: int) -> State:
+        """Fresh state for `batch` streams: zeros, i.e. silence before the first frame."""
+        param = next(self.parameters())
+        return {key: torch.zeros((batch, *shape), dtype=dtype or param.dtype,
+                                 device=param.device)
+                for key, (shape, dtype) in self.state_spec().items()}
+
+    # ---------------------------------------------------------------- decode
+    def step(self, codes: torch.Tensor, state: State) -> torch.Tensor:
+        """Next frames of B streams: codes [B, n, Q] (int64) -> float32 [B, n * 1920].
+
+        `state` (from `initial_state`, or gathered per stream) is replaced in place by the
+        state after these frames.
+        """
+        h = self.quantizer.decode(codes).to(self._dtype())
+        h = self.pre_conv(h, state)
+        h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
+        for upsample in self.upsample:
+            for layer in upsample:
+                h = layer(h, state)
+        for layer in self.decoder:
+            h = run_layer(layer, h, state)
+        return h.clamp(-1.0, 1.0).squeeze(1).float()
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor, chunk_frames: int = 128) -> torch.Tensor:
+        """Offline decode: codes [B, T, Q] -> float32 waveform [B, T * 1920] in [-1, 1].
+
+        Runs in chunks of `chunk_frames` only to bound activation memory; the result is the
+        same as one pass.
+        """
+        state = self.initial_state(codes.shape[0])
+        codes = codes.to(self._device())
+        return torch.cat([self.step(codes[:, i:i + chunk_frames], state)
+                          for i in range(0, codes.shape[1], chunk_frames)], dim=1)
+
+    def _dtype(self) -> torch.dtype:
+        return self.pre_conv.conv.weight.dtype
+
+    def _device(self) -> torch.device:
+        return self.pre_conv.conv.weight.device
+
+
+def load_speech_tokenizer(directory: str | Path, device: str | torch.device = "cpu",
+                          dtype: torch.dtype = torch.float32) -> CodecDecoder:
+    """The decoder half of an official `speech_tokenizer/` folder (config.json + safetensors).
+
+    Encoder tensors (voice cloning) are present in the folder and ignored here.
+    """
+    from safetensors import safe_open
+
+    directory = Path(directory)
+    cfg = SpeechTokenizerConfig.from_dir(directory)
+    with torch.device("meta"):
+        decoder = CodecDecoder(cfg.decoder)
+    tensors: dict[str, torch.Tensor] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            for name in f.keys():
+                if name.startswith(CHECKPOINT_PREFIX):
+                    tensors[name[len(CHECKPOINT_PREFIX):]] = f.get_tensor(name)
+    if not tensors:
+        raise FileNotFoundError(f"no decoder tensors in {directory}/*.safetensors")
+    decoder.load_state_dict(tensors, strict=True, assign=True)
+    # Not in the checkpoint, so still on the meta device; and it must stay float32.
+    inv_freq = rope_inverse_frequencies(cfg.decoder)
+    decoder.pre_transformer.inv_freq = inv_freq
+    decoder.to(device=device, dtype=dtype)
+    decoder.pre_transformer.inv_freq = inv_freq.to(device)
+    return decoder.eval().requires_grad_(False)

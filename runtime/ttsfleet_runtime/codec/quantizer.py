@@ -1,0 +1,66 @@
+"""Code lookup of the split residual vector quantizer: codes [B, n, Q] -> [B, dim, n].
+
+Group 0 is the semantic codebook (`rvq_first`), groups 1..Q-1 the acoustic residual
+codebooks (`rvq_rest`); each half sums its codebook vectors and projects them with its
+own 1x1 conv. Codebooks are stored as EMA statistics (`embedding_sum / cluster_usage`),
+as the official checkpoint holds them. The `input_proj` weights serve only the encoder
+direction and are kept so the checkpoint loads unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+_EPSILON = 1e-5
+
+
+class Codebook(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+
+    def vectors(self) -> torch.Tensor:
+        return self.embedding_sum / self.cluster_usage.clamp(min=_EPSILON)[:, None]
+
+
+class CodebookLayer(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+
+class _CodebookLayers(nn.Module):
+    def __init__(self, n: int, size: int, dim: int):
+        super().__init__()
+        self.layers = nn.ModuleList(CodebookLayer(size, dim) for _ in range(n))
+
+
+class ResidualQuantizer(nn.Module):
+    def __init__(self, n_q: int, size: int, dim: int, outer_dim: int):
+        super().__init__()
+        self.input_proj = nn.Conv1d(outer_dim, dim, 1, bias=False)
+        self.output_proj = nn.Conv1d(dim, outer_dim, 1, bias=False)
+        self.vq = _CodebookLayers(n_q, size, dim)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, n, q] -> [B, outer_dim, n]"""
+        summed = sum(F.embedding(codes[..., i], layer._codebook.vectors())
+                     for i, layer in enumerate(self.vq.layers))
+        return self.output_proj(summed.transpose(1, 2))
+
+
+class SplitResidualQuantizer(nn.Module):
+    def __init__(self, n_q: int, n_q_semantic: int, size: int, dim: int):
+        super().__init__()
+        self.n_q_semantic = n_q_semantic
+        # The codebooks live at half the outer width (the official `codebook_dim // 2`).
+        self.rvq_first = ResidualQuantizer(n_q_semantic, size, dim // 2, dim)
+        self.rvq_rest = ResidualQuantizer(n_q - n_q_semantic, size, dim // 2, dim)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, n, Q] (int64) -> [B, dim, n]"""
+        k = self.n_q_semantic
+        return self.rvq_first.decode(codes[..., :k]) + self.rvq_rest.decode(codes[..., k:])

@@ -1,0 +1,157 @@
+"""The codec decoder's pre-transformer: causal sliding-window attention over frames.
+
+Each query frame attends to itself and the `sliding_window - 1` frames before it, so a
+stream only ever needs the last `sliding_window - 1` keys and values of each layer. They
+are kept per stream in a fixed-size buffer (oldest first) together with the stream's
+next frame position, so the state has the same shape at every step (CUDA-graph friendly)
+and a chunk of any length continues a stream exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .config import CodecDecoderConfig
+from .convs import State
+
+_ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, initial: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), initial))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+class Mlp(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = _ACTIVATIONS[cfg.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+def rope_inverse_frequencies(cfg: CodecDecoderConfig) -> torch.Tensor:
+    """float32 [head_dim / 2], the default (unscaled) RoPE of the reference."""
+    exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
+    return 1.0 / (cfg.rope_theta ** exponents)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class SlidingWindowAttention(nn.Module):
+    state_key: str = ""
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.memory = cfg.sliding_window - 1
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+
+    def state_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype | None]]:
+        shape = (self.n_kv_heads, self.memory, self.head_dim)
+        return {f"{self.state_key}.key": (shape, None), f"{self.state_key}.value": (shape, None)}
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor, state: State) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = torch.cat([state[f"{self.state_key}.key"], k], dim=2)
+        v = torch.cat([state[f"{self.state_key}.value"], v], dim=2)
+        state[f"{self.state_key}.key"] = k[:, :, k.shape[2] - self.memory:]
+        state[f"{self.state_key}.value"] = v[:, :, v.shape[2] - self.memory:]
+        groups = self.n_heads // self.n_kv_heads
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.self_attn = SlidingWindowAttention(cfg)
+        self.mlp = Mlp(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+
+    def forward(self, x, cos, sin, mask, state: State) -> torch.Tensor:
+        x = x + self.self_attn_layer_scale(
+            self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class PreTransformer(nn.Module):
+    """[B, n, latent] -> [B, n, latent]; `state[<key>.position]` is each stream's next frame."""
+
+    state_key: str = ""
+
+    def __init__(self, cfg: CodecDecoderConfig):
+        super().__init__()
+        self.window = cfg.sliding_window
+        self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+        self.register_buffer("inv_freq", rope_inverse_frequencies(cfg), persistent=False)
+
+    def state_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype | None]]:
+        return {f"{self.state_key}.position": ((), torch.int64)}
+
+    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
+        n = x.shape[1]
+        memory = self.window - 1
+        start = state[f"{self.state_key}.position"]  # [B]
+        steps = torch.arange(n, device=x.device)
+        q_pos = start[:, None] + steps  # [B, n]
+        past = start[:, None] - memory + torch.arange(memory, device=x.device)
+        k_pos = torch.cat([past, q_pos], dim=1)  # [B, memory + n]; matches the key buffer
+        qp, kp = q_pos[:, :, None], k_pos[:, None, :]
+        mask = ((kp >= 0) & (kp <= qp) & (kp > qp - self.window))[:, None]  # [B, 1, n, m+n]
+        state[f"{self.state_key}.position"] = start + n
+
+        freqs = q_pos[..., None].float() * self.inv_freq  # float32, as the reference
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B, 1, n, head_dim]
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+        h = self.input_proj(x)
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask, state)
+        return self.output_proj(self.norm(h))

@@ -1,0 +1,78 @@
+"""Fixtures for the codec tests: a tiny random speech tokenizer folder, our decoder loaded
+from it, and the official reference model (`qwen-tts`) loaded from the same folder."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from ttsfleet_runtime.codec import load_speech_tokenizer
+from ttsfleet_runtime.codec.writer import write_random_speech_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    return write_random_speech_tokenizer(tmp_path_factory.mktemp("speech_tokenizer"), "tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder(tiny_tokenizer_dir):
+    return load_speech_tokenizer(tiny_tokenizer_dir, device="cpu", dtype=torch.float32)
+
+
+def _random_codes(batch: int, frames: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2048, (batch, frames, 16), generator=gen)
+
+
+@pytest.fixture
+def random_codes():
+    """random_codes(batch, frames, seed) -> int64 codes [batch, frames, 16]."""
+    return _random_codes
+
+
+def reference_tokenizer_modules():
+    """The reference 12 Hz tokenizer modules from the installed `qwen-tts` package.
+
+    Imported as a stand-alone package so that `qwen_tts/__init__` (which pulls in
+    librosa, sox and the whole inference stack) never runs; the two files themselves
+    need only torch and transformers.
+    """
+    spec = importlib.util.find_spec("qwen_tts")
+    if spec is None or spec.origin is None:
+        pytest.skip("qwen-tts reference not installed (pip install --no-deps qwen-tts==0.1.1)")
+    pytest.importorskip("transformers")
+    name = "_qwen_tts_tokenizer_12hz_reference"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(Path(spec.origin).parent / "core" / "tokenizer_12hz")]
+        sys.modules[name] = package
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    if "default" not in ROPE_INIT_FUNCTIONS:  # transformers 5 dropped it (qwen-tts-hf shim)
+        importlib.import_module("qwen_tts._transformers_compat").patch_transformers_rope_registry()
+    config = importlib.import_module(f"{name}.configuration_qwen3_tts_tokenizer_v2")
+    modeling = importlib.import_module(f"{name}.modeling_qwen3_tts_tokenizer_v2")
+    return config, modeling
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer(tiny_tokenizer_dir):
+    """The reference Qwen3TTSTokenizerV2Model holding the folder's weights (strict load)."""
+    from safetensors.torch import load_file
+
+    config_module, modeling = reference_tokenizer_modules()
+    raw = json.loads((tiny_tokenizer_dir / "config.json").read_text())
+    cfg = config_module.Qwen3TTSTokenizerV2Config(**{
+        k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+    for sub in (cfg, cfg.encoder_config, cfg.decoder_config):
+        sub._attn_implementation = "eager"
+    model = modeling.Qwen3TTSTokenizerV2Model(cfg)
+    model.load_state_dict(load_file(str(tiny_tokenizer_dir / "model.safetensors")), strict=True)
+    return model.float().eval()
