@@ -90,10 +90,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def _write_speech_tokenizer(out: Path, size: str, seed: int) -> None:
-    # The codec package owns the speech tokenizer's layout.
-    try:
-        from ..codec.random_speech_tokenizer import write_random_speech_tokenizer
-    except ImportError as e:  # the codec package has not landed in this tree yet
-        log.warning("speech_tokenizer not written: %s", e)
-        return
-    write_random_speech_tokenizer(out, size=size, seed=seed)
+    # The codec package owns the speech tokenizer's layout; one "real" size
+    # serves both 0.6B and 1.7B.
+    from ..codec.writer import write_random_speech_tokenizer
+
+    write_random_speech_tokenizer(out, size="tiny" if size == "tiny" else "real", seed=seed)

@@ -39,7 +39,10 @@ def write_text_tokenizer(out_dir: str | Path) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_CORPUS * 4, trainer)
+    # The prompt format needs the role words as single tokens, as in Qwen2's
+    # vocabulary (the prompt builder slices "<|im_start|>assistant\n" as 3 ids).
+    roles = ["assistant\n", "user\n", "system\n"] * 200
+    bpe.train_from_iterator(_CORPUS * 4 + roles, trainer)
     model = json.loads(bpe.to_str())["model"]
     vocab = dict(sorted(model["vocab"].items(), key=lambda kv: kv[1]))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]

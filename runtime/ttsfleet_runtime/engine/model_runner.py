@@ -1,0 +1,283 @@
+"""Runs the model on the device: prefill of one request into its slot, and the
+decode step of the running batch, eager or replayed from CUDA graphs.
+
+One decode step turns every running row's pending first code into a whole
+frame and predicts the next frame's first code:
+
+    predictor: [talker hidden, code 0] -> code 1 -> ... -> code 15   (15 samples)
+    talker:    sum of the 16 code embeddings + next text token -> hidden, logits
+    sample the next code 0 (repetition penalty, suppressed ids, min length)
+
+All of it reads and writes per-slot state tensors, so the step is one CUDA
+graph per (batch bucket, KV-length bucket) with sampling inside and one
+device-to-host copy (the frame's codes) per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import torch
+
+from ..model.layers import decode_mask
+from ..model.weights import LoadedModel
+from .kv_cache import KVCache
+from .sampling import apply_repetition_penalty, sample
+
+log = logging.getLogger(__name__)
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+LENGTH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotParams:
+    """A request's sampling parameters, as the runner needs them."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    repetition_penalty: float
+    subtalker_temperature: float
+    subtalker_top_k: int
+    subtalker_top_p: float
+    seed: int
+    min_frames: int
+
+
+class SlotState:
+    """Per-slot tensors the decode step reads and updates in place."""
+
+    def __init__(self, slots: int, hidden: int, vocab: int, groups: int, max_text: int, dtype, device):
+        z = lambda *s, dt=torch.int64: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
+        self.hidden = z(slots, hidden, dt=dtype)  # talker hidden of the last position
+        self.code0 = z(slots)  # pending first code of the next frame
+        self.frame = z(slots)  # index of that frame
+        self.position = z(slots)  # next talker position to write
+        self.text_ids = z(slots, max_text)  # trailing text ids (text[1:] + tts_eos)
+        self.text_len = z(slots)  # how many of them are known
+        self.seen = z(slots, vocab, dt=torch.bool)  # first codes generated so far
+        self.active = z(slots, dt=torch.bool)  # rows the step advances
+        self.temperature = z(slots, dt=torch.float32)
+        self.top_k = z(slots)
+        self.top_p = z(slots, dt=torch.float32)
+        self.repetition_penalty = z(slots, dt=torch.float32)
+        self.sub_temperature = z(slots, dt=torch.float32)
+        self.sub_top_k = z(slots)
+        self.sub_top_p = z(slots, dt=torch.float32)
+        self.seed = z(slots)
+        self.min_frames = z(slots)
+        # Outputs of the last step.
+        self.out_codes = z(slots, groups)
+        self.out_next = z(slots)
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        max_batch: int,
+        max_len: int,
+        max_text: int,
+        device: str,
+        cuda_graphs: bool,
+    ):
+        self.model = model
+        self.talker = model.talker
+        self.predictor = model.predictor
+        cfg = model.config.talker
+        self.cfg = cfg
+        self.groups = cfg.num_code_groups
+        self.device = torch.device(device)
+        self.dtype = self.talker.codec_embedding.dtype
+        self.max_batch = max_batch
+        self.max_len = max_len
+        self.max_text = max_text
+        self.use_graphs = cuda_graphs and self.device.type == "cuda"
+        self.cache = KVCache.allocate(cfg, max_batch, max_len, self.dtype, self.device)
+        assert cfg.code_predictor is not None
+        self.predictor_cache = KVCache.allocate(cfg.code_predictor, max_batch, self.groups, self.dtype, self.device)
+        self.state = SlotState(max_batch, cfg.hidden_size, cfg.vocab_size, self.groups, max_text, self.dtype, self.device)
+        self.tts_pad_id = model.config.tts_pad_token_id
+        self.eos_id = cfg.codec_eos_token_id
+        # Control ids (2048..3071) other than EOS are never sampled as codes.
+        suppress = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=self.device)
+        suppress[cfg.vocab_size - 1024:] = True
+        suppress[self.eos_id] = False
+        self.suppressed = suppress
+        self.eos_only = torch.zeros_like(suppress)
+        self.eos_only[self.eos_id] = True
+        self.batch_buckets = tuple(b for b in BATCH_BUCKETS if b < max_batch) + (max_batch,)
+        self.length_buckets = tuple(n for n in LENGTH_BUCKETS if n < max_len) + (max_len,)
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graph_pool = None
+
+    # ------------------------------------------------------------ per request
+    @torch.inference_mode()
+    def prefill(self, slot: int, embeds: torch.Tensor, params: SlotParams) -> None:
+        """Run the prompt [T, hidden] into `slot`, sample its first code."""
+        s = self.state
+        T = embeds.shape[0]
+        if T >= self.max_len:
+            raise ValueError(f"prompt of {T} positions exceeds the KV cache ({self.max_len})")
+        self._set_params(slot, params)
+        k, v = self.cache.rows(slot, slot + 1)
+        positions = torch.arange(T, device=self.device)[None]
+        hidden = self.talker(embeds[None].to(self.dtype), positions, k, v)[:, -1]
+        s.hidden[slot] = hidden[0]
+        s.frame[slot] = 0
+        s.position[slot] = T
+        s.seen[slot] = False
+        s.text_len[slot] = 0
+        rows = slice(slot, slot + 1)
+        s.code0[slot] = self._sample_first_code(self.talker.logits(hidden), rows, s.frame[rows])[0]
+        s.seen[slot, s.code0[slot]] = True
+
+    def release(self, slot: int) -> None:
+        """Forget a finished slot: position 0, so the slot may sit as padding in
+        a batch bucket and write only where nothing lives."""
+        self.state.position[slot] = 0
+        self.state.frame[slot] = 0
+        self.state.text_len[slot] = 0
+
+    def set_text(self, slot: int, ids: list[int], start: int) -> None:
+        """Store trailing text ids [start, start + len(ids)) of the slot."""
+        if start + len(ids) > self.max_text:
+            raise ValueError(f"text longer than {self.max_text} tokens")
+        if ids:
+            self.state.text_ids[slot, start:start + len(ids)] = torch.tensor(ids, device=self.device)
+        self.state.text_len[slot] = start + len(ids)
+
+    def _set_params(self, slot: int, p: SlotParams) -> None:
+        s = self.state
+        s.temperature[slot] = p.temperature
+        s.top_k[slot] = p.top_k
+        s.top_p[slot] = p.top_p
+        s.repetition_penalty[slot] = p.repetition_penalty
+        s.sub_temperature[slot] = p.subtalker_temperature
+        s.sub_top_k[slot] = p.subtalker_top_k
+        s.sub_top_p[slot] = p.subtalker_top_p
+        s.seed[slot] = p.seed
+        # The reference never ends before 2 frames (min_new_tokens=2).
+        s.min_frames[slot] = max(2, p.min_frames)
+
+    def _sample_first_code(self, logits: torch.Tensor, rows: slice, frame: torch.Tensor) -> torch.Tensor:
+        s = self.state
+        logits = apply_repetition_penalty(logits.float(), s.seen[rows], s.repetition_penalty[rows])
+        logits = logits.masked_fill(self.suppressed, float("-inf"))
+        too_early = frame < s.min_frames[rows]
+        logits = logits.masked_fill(too_early[:, None] & self.eos_only[None], float("-inf"))
+        return sample(logits, s.temperature[rows], s.top_k[rows], s.top_p[rows], s.seed[rows],
+                      frame * self.groups)
+
+    # ------------------------------------------------------------ decode step
+    def _step(self, B: int, L: int) -> None:
+        """The decode step over slots [0, B) and KV length L; results land in
+        state.out_codes / state.out_next. Only tensor ops: graph-capturable."""
+        s = self.state
+        rows = slice(0, B)
+        p = self.predictor
+        h, c0, frame = s.hidden[rows], s.code0[rows], s.frame[rows]
+        counter = frame * self.groups
+        # Code predictor: positions 0,1 = talker hidden, code 0; then one code each.
+        pk, pv = self.predictor_cache.rows(0, B)
+        x = torch.stack([p.project(h), p.project(self.talker.codec_hidden(c0))], dim=1)
+        pos = torch.arange(2, device=self.device)[None].expand(B, 2)
+        out = p(x, pos, pk, pv)[:, -1]
+        codes = [c0]
+        embed_sum = self.talker.codec_hidden(c0)
+        for g in range(1, self.groups):
+            if g > 1:
+                pos = torch.full((B, 1), g, device=self.device, dtype=torch.int64)
+                mask = decode_mask(pos[:, 0], self.groups, self.dtype)
+                out = p(p.embed_projected(g - 1, codes[-1])[:, None], pos, pk, pv, mask)[:, 0]
+            code = sample(p.logits(g, out), s.sub_temperature[rows], s.sub_top_k[rows],
+                          s.sub_top_p[rows], s.seed[rows], counter + g)
+            codes.append(code)
+            embed_sum = embed_sum + p.embed(g, code)
+        # Talker: the frame's code embeddings plus the next text token.
+        idx = frame.clamp(max=self.max_text - 1)
+        text_id = torch.where(frame < s.text_len[rows], s.text_ids[rows].gather(1, idx[:, None])[:, 0],
+                              torch.full_like(frame, self.tts_pad_id))
+        x = (embed_sum + self.talker.text_hidden(text_id))[:, None]
+        position = s.position[rows]
+        # Rows outside the batch (free slots) may hold any position: keep their
+        # writes inside the view; occupied rows are below L by construction.
+        at = position.clamp(max=L - 1)
+        k, v = self.cache.rows(0, B, L)
+        mask = decode_mask(at, L, self.dtype)
+        hidden = self.talker(x, at[:, None], k, v, mask)[:, 0]
+        nxt = self._sample_first_code(self.talker.logits(hidden), rows, frame + 1)
+        # Commit only the active rows; the others keep their state (their KV
+        # write landed past their live length and is overwritten later).
+        act = s.active[rows]
+        s.out_codes[rows] = torch.stack(codes, dim=1)
+        s.out_next[rows] = nxt
+        s.hidden[rows] = torch.where(act[:, None], hidden, h)
+        s.code0[rows] = torch.where(act, nxt, c0)
+        s.frame[rows] = frame + act.long()
+        s.position[rows] = position + act.long()
+        s.seen[rows] = s.seen[rows] | (act[:, None] & torch.nn.functional.one_hot(nxt, self.cfg.vocab_size).bool())
+
+    def bucket(self, batch: int, live_len: int) -> tuple[int, int]:
+        B = next(b for b in self.batch_buckets if b >= batch)
+        L = next(n for n in self.length_buckets if n >= live_len)
+        return B, L
+
+    @torch.inference_mode()
+    def decode(self, batch: int, active: list[bool], live_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step over slots [0, batch); `live_len` = 1 + the largest position
+        any occupied slot writes this step (stalled rows included: they write
+        past their live length, which must stay inside the view). -> (frame codes [batch, 16], next first codes [batch]) on the host."""
+        if live_len > self.max_len:
+            raise ValueError("KV cache full")
+        s = self.state
+        s.active.zero_()
+        s.active[:batch] = torch.tensor(active, device=self.device)
+        if self.use_graphs:
+            B, L = self.bucket(batch, live_len)
+            graph = self.graphs.get((B, L)) or self._capture(B, L)
+            graph.replay()
+        else:
+            self._step(batch, live_len)
+        out = torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1).cpu()
+        return out[:, :self.groups], out[:, self.groups]
+
+    # ------------------------------------------------------------ CUDA graphs
+    def _capture(self, B: int, L: int) -> torch.cuda.CUDAGraph:
+        s = self.state
+        saved = {n: t.clone() for n, t in vars(s).items() if isinstance(t, torch.Tensor)}
+        s.active.zero_()  # warm-up and capture must not advance anything
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._step(B, L)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graph_pool):
+            self._step(B, L)
+        if self.graph_pool is None:
+            self.graph_pool = graph.pool()
+        for n, t in saved.items():
+            getattr(s, n).copy_(t)
+        self.graphs[(B, L)] = graph
+        return graph
+
+    @torch.inference_mode()
+    def capture_all(self, progress: Callable[[str], None] | None = None) -> None:
+        """Capture every (batch, length) bucket, largest batch first so the
+        shared memory pool is sized once."""
+        if not self.use_graphs:
+            return
+        t0 = time.monotonic()
+        todo = [(B, L) for B in reversed(self.batch_buckets) for L in reversed(self.length_buckets)]
+        for i, (B, L) in enumerate(todo):
+            self._capture(B, L)
+            if progress and (i % 8 == 0 or i == len(todo) - 1):
+                progress(f"captured {i + 1}/{len(todo)} decode graphs (batch {B}, length {L})")
+        torch.cuda.synchronize()
+        log.info("decode graphs captured", extra={"graphs": len(todo), "seconds": round(time.monotonic() - t0, 2)})

@@ -1,0 +1,142 @@
+"""The Qwen3 decoder layer shared by the talker and the code predictor.
+
+Engine-native: projections are fused at load time (one QKV matmul, one
+gate-up matmul), the KV cache is a tensor the caller owns, and every shape is
+static per (batch, length) so a whole decode step can be captured in a CUDA graph.
+
+Two attention paths, chosen by the query length:
+- prefill: every row starts at position 0 and writes T positions; causal
+  attention over the fresh keys;
+- decode: one new position per row at `positions[b]`; attention over the
+  cache up to the live length, masked per row.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import DecoderConfig
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Normalise in float32 and cast back before the weight, like the reference.
+    dtype = x.dtype
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(dtype)
+
+
+class RotaryTable(nn.Module):
+    """cos/sin for every position up to `max_positions` (1-D RoPE; the talker's
+    M-RoPE reduces to it because its three position streams are equal)."""
+
+    def __init__(self, head_dim: int, theta: float, max_positions: int):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, T] -> cos, sin [B, 1, T, head_dim] in `dtype`."""
+        return self.cos[positions].to(dtype).unsqueeze(1), self.sin[positions].to(dtype).unsqueeze(1)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.heads = c.num_attention_heads
+        self.kv_heads = c.num_key_value_heads
+        self.head_dim = c.head_dim
+        self.eps = c.rms_norm_eps
+        q, kv = self.heads * c.head_dim, self.kv_heads * c.head_dim
+        self.qkv = nn.Parameter(torch.empty(q + 2 * kv, c.hidden_size), requires_grad=False)
+        self.o = nn.Parameter(torch.empty(c.hidden_size, q), requires_grad=False)
+        self.q_norm = nn.Parameter(torch.ones(c.head_dim), requires_grad=False)
+        self.k_norm = nn.Parameter(torch.ones(c.head_dim), requires_grad=False)
+        self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size), requires_grad=False)
+        self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size), requires_grad=False)
+        self.input_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
+        self.post_attention_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, hidden]
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor,  # [B, T]
+        k_cache: torch.Tensor,  # [B, kv_heads, L, head_dim]
+        v_cache: torch.Tensor,
+        decode_mask: torch.Tensor | None,  # [B, 1, 1, L] additive; None for prefill
+    ) -> torch.Tensor:
+        x = x + self._attention(rms_norm(x, self.input_norm, self.eps), cos, sin, positions,
+                                k_cache, v_cache, decode_mask)
+        h = rms_norm(x, self.post_attention_norm, self.eps)
+        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, self.down)
+
+    def _attention(self, x, cos, sin, positions, k_cache, v_cache, decode_mask):
+        B, T, _ = x.shape
+        d, H, K = self.head_dim, self.heads, self.kv_heads
+        q, k, v = F.linear(x, self.qkv).split([H * d, K * d, K * d], dim=-1)
+        q = rms_norm(q.view(B, T, H, d), self.q_norm, self.eps).transpose(1, 2)
+        k = rms_norm(k.view(B, T, K, d), self.k_norm, self.eps).transpose(1, 2)
+        v = v.view(B, T, K, d).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if decode_mask is None:
+            # Prefill from position 0: keep the keys, attend causally to them.
+            k_cache[:, :, :T] = k
+            v_cache[:, :, :T] = v
+            group = H // K
+            out = F.scaled_dot_product_attention(
+                q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=True
+            )
+            out = out.transpose(1, 2).reshape(B, T, H * d)
+        else:
+            rows = torch.arange(B, device=x.device)
+            k_cache[rows, :, positions[:, 0]] = k[:, :, 0]
+            v_cache[rows, :, positions[:, 0]] = v[:, :, 0]
+            # GQA decode: the query heads sharing one KV head become that head's
+            # query rows, so no key/value copy is made.
+            qg = q.reshape(B, K, H // K, d)
+            out = F.scaled_dot_product_attention(qg, k_cache, v_cache, attn_mask=decode_mask)
+            out = out.reshape(B, 1, H * d)
+        return F.linear(out, self.o)
+
+
+class DecoderStack(nn.Module):
+    """Layers + final norm over a caller-owned KV cache [layers, B, K, L, d]."""
+
+    def __init__(self, c: DecoderConfig, max_positions: int):
+        super().__init__()
+        self.config = c
+        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
+        self.rope = RotaryTable(c.head_dim, c.rope_theta, max_positions)
+
+    def forward(self, x, positions, k_cache, v_cache, decode_mask=None):
+        cos, sin = self.rope.lookup(positions, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, positions, k_cache[i], v_cache[i], decode_mask)
+        return rms_norm(x, self.norm, self.config.rms_norm_eps)
+
+
+def decode_mask(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [B, 1, 1, length]: row b sees cache slots 0..positions[b]."""
+    keys = torch.arange(length, device=positions.device)
+    visible = keys[None, :] <= positions.reshape(-1, 1)
+    zero = torch.zeros((), dtype=dtype, device=positions.device)
+    neg = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=positions.device)
+    return torch.where(visible, zero, neg)[:, None, None, :]

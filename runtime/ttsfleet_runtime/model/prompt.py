@@ -1,0 +1,136 @@
+"""Builds the talker's input from a request, following the official prompt format.
+
+The talker reads one embedding per position: a text embedding (projected to
+the talker's width) plus a codec embedding. In streaming-text mode (the
+reference's default, `non_streaming_mode=False`) the prefill is
+
+    [instruction tokens]                      (VoiceDesign / styled CustomVoice)
+    <|im_start|> assistant \\n                 (text only)
+    tts_pad ... tts_pad tts_bos  +  codec prefix[:-1]
+    first text token             +  codec_bos
+
+with codec prefix = nothink think_bos think_eos (language "auto") or
+think think_bos <language> think_eos, then the speaker (CustomVoice), then
+codec_pad codec_bos. Every later frame adds the next text token (then
+tts_eos, then tts_pad forever) to the sum of the previous frame's 16 code
+embeddings.
+
+A `VoicePrompt` is what a voice contributes; Base voice cloning will add a
+speaker embedding and reference codes (in-context prompt) here, and the 25 Hz
+tokenizer its own codec ids, without touching the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .config import TTSConfig
+from .talker import Talker
+from .text_tokenizer import TextTokenizer
+
+
+class PromptError(ValueError):
+    """The request cannot be turned into a prompt for this checkpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VoicePrompt:
+    codec_prefix: tuple[int, ...]  # codec ids before the speaker
+    speaker_id: int | None  # CustomVoice speaker as a codec id
+    instruct_ids: tuple[int, ...]  # "<|im_start|>user\n{instructions}<|im_end|>\n", or empty
+
+
+class PromptBuilder:
+    def __init__(self, config: TTSConfig, tokenizer: TextTokenizer):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.role_ids = tokenizer.encode("<|im_start|>assistant\n")
+        if len(self.role_ids) != 3:
+            raise PromptError(f"'<|im_start|>assistant\\n' must be 3 tokens, got {self.role_ids}")
+
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        return tuple(self.config.talker.spk_id)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return ("auto",) + tuple(k for k in self.config.talker.codec_language_id if "dialect" not in k)
+
+    @property
+    def supports_instructions(self) -> bool:
+        # The released 0.6B CustomVoice ignores instructions; VoiceDesign needs them.
+        return self.config.tts_model_type == "voice_design" or (
+            self.config.tts_model_type == "custom_voice" and self.config.tts_model_size != "0b6"
+        )
+
+    def voice(self, voice: str | None, instructions: str | None, language: str) -> VoicePrompt:
+        t = self.config.talker
+        kind = self.config.tts_model_type
+        speaker_id = None
+        if kind == "custom_voice":
+            if not voice:
+                raise PromptError(f"a voice is required; this model has {', '.join(self.speakers)}")
+            if voice.lower() not in t.spk_id:
+                raise PromptError(f"unknown voice {voice!r}; this model has {', '.join(self.speakers)}")
+            speaker_id = t.spk_id[voice.lower()]
+        elif kind == "voice_design":
+            if voice:
+                raise PromptError("a VoiceDesign model has no built-in voices; describe the voice in instructions")
+            if not instructions:
+                raise PromptError("a VoiceDesign model needs instructions describing the voice")
+        else:
+            raise PromptError(f"{kind} models (voice cloning) are not supported yet")
+
+        lang = (language or "auto").lower()
+        if lang != "auto" and lang not in t.codec_language_id:
+            raise PromptError(f"unknown language {language!r}; supported: {', '.join(self.languages)}")
+        language_id = None if lang == "auto" else t.codec_language_id[lang]
+        if speaker_id is not None and lang in ("chinese", "auto"):
+            dialect = t.spk_is_dialect.get(voice.lower(), False) if voice else False
+            if dialect:
+                language_id = t.codec_language_id[dialect]
+        if language_id is None:
+            prefix = (t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id)
+        else:
+            prefix = (t.codec_think_id, t.codec_think_bos_id, language_id, t.codec_think_eos_id)
+
+        instruct_ids: tuple[int, ...] = ()
+        if instructions and self.supports_instructions:
+            instruct_ids = tuple(self.tokenizer.encode(f"<|im_start|>user\n{instructions}<|im_end|>\n"))
+        return VoicePrompt(codec_prefix=prefix, speaker_id=speaker_id, instruct_ids=instruct_ids)
+
+    def text_ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    @torch.no_grad()
+    def prefill_embeds(self, talker: Talker, voice: VoicePrompt, first_text_id: int) -> torch.Tensor:
+        """The talker's prefill input [T, hidden] for a voice and the first text token."""
+        t = self.config.talker
+        device = talker.codec_embedding.device
+        ids = lambda xs: torch.tensor(list(xs), dtype=torch.long, device=device)  # noqa: E731
+        codec_ids = list(voice.codec_prefix)
+        if voice.speaker_id is not None:
+            codec_ids.append(voice.speaker_id)
+        codec_ids += [t.codec_pad_id, t.codec_bos_id]
+        codec = talker.codec_hidden(ids(codec_ids))
+        c = self.config
+        tts_bos, tts_pad = talker.text_hidden(ids([c.tts_bos_token_id, c.tts_pad_token_id]))
+        n = len(codec_ids)
+        text_side = torch.cat([tts_pad.expand(n - 2, -1), tts_bos[None]], dim=0)
+        parts = []
+        if voice.instruct_ids:
+            parts.append(talker.text_hidden(ids(voice.instruct_ids)))
+        parts.append(talker.text_hidden(ids(self.role_ids)))
+        parts.append(text_side + codec[:-1])
+        parts.append(talker.text_hidden(ids([first_text_id])) + codec[-1:])
+        return torch.cat(parts, dim=0)
+
+    @torch.no_grad()
+    def special_text_hidden(self, talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tts_eos, tts_pad) in the talker's width: what follows the text."""
+        c = self.config
+        ids = torch.tensor([c.tts_eos_token_id, c.tts_pad_token_id], device=talker.codec_embedding.device)
+        eos, pad = talker.text_hidden(ids)
+        return eos, pad

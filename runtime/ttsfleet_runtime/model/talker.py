@@ -1,0 +1,41 @@
+"""The talker: a Qwen3 decoder over summed text + codec embeddings that
+predicts the first code group of each 12.5 Hz frame."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import TalkerConfig
+from .layers import DecoderStack
+
+
+class Talker(nn.Module):
+    def __init__(self, c: TalkerConfig, max_positions: int):
+        super().__init__()
+        self.config = c
+        p = dict(requires_grad=False)
+        self.codec_embedding = nn.Parameter(torch.empty(c.vocab_size, c.hidden_size), **p)
+        self.text_embedding = nn.Parameter(torch.empty(c.text_vocab_size, c.text_hidden_size), **p)
+        self.text_fc1 = nn.Parameter(torch.empty(c.text_hidden_size, c.text_hidden_size), **p)
+        self.text_fc1_bias = nn.Parameter(torch.zeros(c.text_hidden_size), **p)
+        self.text_fc2 = nn.Parameter(torch.empty(c.hidden_size, c.text_hidden_size), **p)
+        self.text_fc2_bias = nn.Parameter(torch.zeros(c.hidden_size), **p)
+        self.codec_head = nn.Parameter(torch.empty(c.vocab_size, c.hidden_size), **p)
+        self.stack = DecoderStack(c, max_positions)
+
+    def text_hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """Text token ids [..., T] -> talker-width embeddings [..., T, hidden]."""
+        x = F.embedding(ids, self.text_embedding)
+        return F.linear(F.silu(F.linear(x, self.text_fc1, self.text_fc1_bias)), self.text_fc2, self.text_fc2_bias)
+
+    def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.codec_embedding)
+
+    def forward(self, x, positions, k_cache, v_cache, decode_mask=None) -> torch.Tensor:
+        """-> last-layer hidden states (after the final norm) [B, T, hidden]."""
+        return self.stack(x, positions, k_cache, v_cache, decode_mask)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.codec_head)

@@ -1,0 +1,121 @@
+"""Loads an official-layout Qwen3-TTS checkpoint (local folder or hub id) into
+the engine's modules, fusing QKV and gate-up projections on the way."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .code_predictor import CodePredictor
+from .config import TTSConfig
+from .layers import DecoderStack, RotaryTable
+from .talker import Talker
+from .tensor_layout import tensor_shapes
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    path: Path
+    config: TTSConfig
+    talker: Talker
+    predictor: CodePredictor
+
+
+def resolve_checkpoint(model: str, revision: str | None = None) -> Path:
+    """A local folder as is; anything else is a hub id fetched into the HF cache."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download  # only needed for hub ids
+
+    return Path(snapshot_download(model, revision=revision))
+
+
+def read_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """All tensors of model.safetensors, or of the shards an index names."""
+    index = path / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    tensors: dict[str, torch.Tensor] = {}
+    for name in files:
+        with safe_open(str(path / name), framework="pt", device=device) as f:
+            for key in f.keys():
+                if key.startswith("talker."):
+                    tensors[key] = f.get_tensor(key)
+    return tensors
+
+
+def load_model(
+    model: str | Path,
+    device: str = "cpu",
+    dtype: str = "bfloat16",
+    max_positions: int = 4096,
+    progress: Callable[[str], None] | None = None,
+) -> LoadedModel:
+    say = progress or log.info
+    path = resolve_checkpoint(str(model))
+    config = TTSConfig.from_file(path / "config.json")
+    say(f"loading {path} ({config.tts_model_type}, {config.tts_model_size}) to {device} as {dtype}")
+    tensors = read_tensors(path)
+    expected = tensor_shapes(config)
+    missing = [k for k in expected if k not in tensors]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {missing[:3]}")
+    for k, shape in expected.items():
+        if tuple(tensors[k].shape) != shape:
+            raise ValueError(f"{k}: shape {tuple(tensors[k].shape)} in checkpoint, {shape} expected")
+
+    t = config.talker
+    assert t.code_predictor is not None
+    torch_dtype = DTYPES[dtype]
+    with torch.device(device):
+        talker = Talker(t, max_positions).to(torch_dtype).eval()
+        predictor = CodePredictor(t.code_predictor, t.hidden_size).to(torch_dtype).eval()
+        # RoPE tables stay float32 (cast per use, like the reference): rebuild
+        # them after the dtype cast rounded them.
+        for stack in (talker.stack, predictor.stack):
+            stack.rope = RotaryTable(stack.config.head_dim, stack.config.rope_theta, stack.rope.cos.shape[0])
+    with torch.no_grad():
+        _fill_stack(talker.stack, tensors, "talker.model")
+        _fill_stack(predictor.stack, tensors, "talker.code_predictor.model")
+        talker.codec_embedding.copy_(tensors["talker.model.codec_embedding.weight"])
+        talker.text_embedding.copy_(tensors["talker.model.text_embedding.weight"])
+        talker.codec_head.copy_(tensors["talker.codec_head.weight"])
+        talker.text_fc1.copy_(tensors["talker.text_projection.linear_fc1.weight"])
+        talker.text_fc1_bias.copy_(tensors["talker.text_projection.linear_fc1.bias"])
+        talker.text_fc2.copy_(tensors["talker.text_projection.linear_fc2.weight"])
+        talker.text_fc2_bias.copy_(tensors["talker.text_projection.linear_fc2.bias"])
+        groups = t.code_predictor.num_code_groups - 1
+        predictor.codec_embedding.copy_(torch.stack(
+            [tensors[f"talker.code_predictor.model.codec_embedding.{g}.weight"] for g in range(groups)]))
+        predictor.lm_head.copy_(torch.stack(
+            [tensors[f"talker.code_predictor.lm_head.{g}.weight"] for g in range(groups)]))
+        if predictor.has_projection:
+            predictor.projection.copy_(tensors["talker.code_predictor.small_to_mtp_projection.weight"])
+            predictor.projection_bias.copy_(tensors["talker.code_predictor.small_to_mtp_projection.bias"])
+    predictor.prepare()
+    say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
+    return LoadedModel(path=path, config=config, talker=talker, predictor=predictor)
+
+
+def _fill_stack(stack: DecoderStack, tensors: dict[str, torch.Tensor], prefix: str) -> None:
+    for i, layer in enumerate(stack.layers):
+        p = f"{prefix}.layers.{i}"
+        layer.qkv.copy_(torch.cat([tensors[f"{p}.self_attn.{n}_proj.weight"] for n in "qkv"]))
+        layer.o.copy_(tensors[f"{p}.self_attn.o_proj.weight"])
+        layer.q_norm.copy_(tensors[f"{p}.self_attn.q_norm.weight"])
+        layer.k_norm.copy_(tensors[f"{p}.self_attn.k_norm.weight"])
+        layer.gate_up.copy_(torch.cat([tensors[f"{p}.mlp.gate_proj.weight"], tensors[f"{p}.mlp.up_proj.weight"]]))
+        layer.down.copy_(tensors[f"{p}.mlp.down_proj.weight"])
+        layer.input_norm.copy_(tensors[f"{p}.input_layernorm.weight"])
+        layer.post_attention_norm.copy_(tensors[f"{p}.post_attention_layernorm.weight"])
+    stack.norm.copy_(tensors[f"{prefix}.norm.weight"])
