@@ -70,9 +70,39 @@ def _serve(args: argparse.Namespace) -> int:
     return run(settings)
 
 
+def _add_checkpoint(subparsers) -> None:
+    p = subparsers.add_parser(
+        "checkpoint",
+        help="write a Qwen3-TTS checkpoint with random weights in the official layout",
+        description="Write config.json, model.safetensors, tokenizer files and speech_tokenizer/ "
+                    "with random weights (no download): tiny for CPU tests, real sizes for GPU work.",
+    )
+    p.add_argument("--random", action="store_true", required=True, help="random weights (the only mode)")
+    p.add_argument("--size", choices=["tiny", "0.6B", "1.7B"], default="tiny")
+    p.add_argument("--variant", choices=["Base", "CustomVoice", "VoiceDesign"], default="CustomVoice")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                   help="default: float32 for tiny, bfloat16 otherwise")
+    p.add_argument("--device", default="cpu", help="where random numbers are drawn (cuda is faster for 1.7B)")
+    p.set_defaults(handler=_checkpoint)
+
+
+def _checkpoint(args: argparse.Namespace) -> int:
+    import logging
+
+    from .checkpoint.random_checkpoint import write_random_checkpoint
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    write_random_checkpoint(args.out, args.size, args.variant, seed=args.seed, dtype=args.dtype,
+                            device=args.device, progress=print)
+    return 0
+
+
 def register(subparsers) -> None:
     """Add the runtime's subcommands; each sets `handler(args) -> exit code`."""
     _add_serve(subparsers)
+    _add_checkpoint(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:
