@@ -28,64 +28,75 @@ CudaOutOfMemory.__name__ = "OutOfMemoryError"
 
 
 class _Stream:
+    """Generation runs in its own task (as in a real engine), into a queue;
+    `cancel()` stops it and frees the slot whether or not anyone iterates."""
+
     def __init__(self, engine: "StandInEngine", request: api.SynthesisRequest):
         self.engine = engine
         self.request = request
         self.request_id = request.request_id
-        self._cancelled = asyncio.Event()
+        self._chunks: asyncio.Queue = asyncio.Queue()
         self._finish: api.FinishReason | None = None
+        self._task = asyncio.get_running_loop().create_task(self._generate())
 
     @property
     def finish_reason(self):
         return self._finish
 
     def cancel(self) -> None:
-        self._cancelled.set()
+        if self._task.cancel():
+            self._finish = self._finish or "cancelled"
 
     async def _text(self) -> str:
         if isinstance(self.request.text, str):
             return self.request.text
         return "".join([t async for t in self.request.text])
 
-    async def __aiter__(self):
+    async def _generate(self):
         engine = self.engine
+        queued = True
         try:
             async with engine._slots:
                 engine._queued -= 1
+                queued = False
                 engine._active += 1
                 try:
                     t_admitted = time.monotonic()
                     text = await self._text()
                     frames = engine.frames or max(1, len(text) * engine.frames_per_char)
-                    index = 0
-                    done = 0
+                    index = done = 0
                     while done < frames:
-                        if self._cancelled.is_set():
-                            self._finish = "cancelled"
-                            return
-                        try:
-                            await asyncio.wait_for(self._cancelled.wait(), engine.frame_s)
-                        except asyncio.TimeoutError:
-                            pass
-                        if self._cancelled.is_set() or engine._stopping_now:
-                            self._finish = "cancelled" if self._cancelled.is_set() else "shutdown"
+                        await asyncio.sleep(engine.frame_s)
+                        if engine._stopping_now:
+                            self._finish = "shutdown"
                             return
                         if engine.fail_after_chunks is not None and index >= engine.fail_after_chunks:
-                            self._finish = "error"
                             raise CudaOutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
                         n = min(engine.frames_per_chunk, frames - done)
                         t = (np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME) / SAMPLE_RATE
                         pcm = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
                         done += n
                         engine._frames_total += n
-                        yield api.AudioChunk(pcm, SAMPLE_RATE, index, n, t_admitted, time.monotonic())
+                        self._chunks.put_nowait(api.AudioChunk(pcm, SAMPLE_RATE, index, n, t_admitted, time.monotonic()))
                         index += 1
                     self._finish = "eos"
                 finally:
                     engine._active -= 1
+        except asyncio.CancelledError:
+            self._finish = "cancelled"
+        except Exception as exc:
+            self._finish = "error"
+            self._chunks.put_nowait(exc)
         finally:
-            if self._finish is None:
-                self._finish = "cancelled"
+            if queued:
+                engine._queued -= 1
+            self._chunks.put_nowait(None)
+
+    async def __aiter__(self):
+        while (item := await self._chunks.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            yield item
 
 
 class StandInEngine:

@@ -77,10 +77,12 @@ class HttpGuard:
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         state["received_at"] = started
-        status = {"code": 0, "started": False}
+        status = {"code": 0, "started": False, "cut": False}
         error_code = None
 
         async def send_with_id(message):
+            if status["cut"]:
+                return  # a 413 went out already; the app's answer has no reader
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 status["started"] = True
@@ -91,12 +93,22 @@ class HttpGuard:
         received = 0
 
         async def counted_receive():
-            nonlocal received
+            # A body without Content-Length is cut at the limit: answer 413
+            # now and tell the app the client is gone (frameworks turn any
+            # exception raised here into their own 400).
+            nonlocal received, error_code
+            if status["cut"]:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > limit:
-                    raise _BodyTooLarge()
+                if received > limit and not status["started"]:
+                    error = errors.body_too_large(limit)
+                    error_code = error.code
+                    self.metrics.errors.labels(type=error.code).inc()
+                    await send_error(send, error, request_id)
+                    status.update(code=error.status, started=True, cut=True)
+                    return {"type": "http.disconnect"}
             return message
 
         try:

@@ -45,6 +45,21 @@ class ClientGone(Exception):
     pass
 
 
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that always closes its body generator.
+
+    Starlette stops iterating when the client disconnects but leaves the
+    generator suspended at its `yield`; closing it runs its cleanup (cancel
+    the generation, free the slot) now rather than at garbage collection.
+    """
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
 async def _until_disconnected(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -150,7 +165,7 @@ async def create_speech(body: SpeechRequest, request: Request):
         body_iter = _sse_events(first, chunks, encoder, utterance, request)
         media_type = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
-    return StreamingResponse(body_iter, media_type=media_type, headers=headers)
+    return ClosingStreamingResponse(body_iter, media_type=media_type, headers=headers)
 
 
 async def _collect(chunks) -> np.ndarray:
@@ -195,9 +210,13 @@ async def _encoded(first, chunks, encoder, utterance: Utterance, request: Reques
 
 
 async def _audio_bytes(first, chunks, encoder, utterance, request):
-    async for data, _frames in _encoded(first, chunks, encoder, utterance, request):
-        if data:
-            yield data
+    encoded = _encoded(first, chunks, encoder, utterance, request)
+    try:
+        async for data, _frames in encoded:
+            if data:
+                yield data
+    finally:
+        await encoded.aclose()
 
 
 async def _sse_events(first, chunks, encoder, utterance, request):
@@ -211,6 +230,8 @@ async def _sse_events(first, chunks, encoder, utterance, request):
     except Exception:
         yield _sse({"type": "error", "error": {"message": "generation failed", "code": request.scope["state"].get("error")}})
         return
+    finally:
+        await events.aclose()
     # Output tokens are codec frames (one talker token each); input tokens are
     # counted by the engine's tokenizer, which the server does not see.
     usage = {"input_tokens": 0, "output_tokens": frames, "total_tokens": frames}

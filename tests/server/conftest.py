@@ -1,0 +1,74 @@
+"""Fixtures for the server tests: real uvicorn servers on loopback.
+
+The engine under the server is the real tiny CPU engine when
+`ttsfleet_runtime.engine.tts_engine` exists (a tiny random checkpoint is
+written once per session), else the TEMPORARY stand-in (see stand_in_engine.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from live_server import LiveServer  # noqa: E402
+from stand_in_engine import StandInEngine  # noqa: E402
+
+from ttsfleet_runtime.server.auth import ApiKeys  # noqa: E402
+from ttsfleet_runtime.server.settings import ServerSettings  # noqa: E402
+
+API_KEY = "test-key-alice"
+OTHER_KEY = "test-key-bob"
+REAL_ENGINE = importlib.util.find_spec("ttsfleet_runtime.engine.tts_engine") is not None
+
+
+def make_engine(**overrides):
+    """A fresh engine (real tiny CPU engine once it exists)."""
+    return StandInEngine(**overrides)
+
+
+def auth(key: str = API_KEY) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="session")
+def voices_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("voices")
+
+
+@pytest.fixture(scope="module")
+def server(voices_root):
+    """The default server: two keys, voice uploads on, no rate limit."""
+    settings = ServerSettings(voices_dir=voices_root, max_body_bytes=16 * 1024, max_input_chars=500,
+                              max_voice_upload_bytes=400 * 1024)
+    with LiveServer(make_engine(), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
+        yield live
+
+
+@pytest.fixture
+def model_id(server) -> str:
+    return server.runtime.served_models[0]
+
+
+@pytest.fixture
+def openai_client(server):
+    import openai
+
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+def metric_value(base_url: str, name: str, labels: dict | None = None) -> float:
+    """One sample of the server's /metrics (0.0 when the series is absent)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(base_url + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                return sample.value
+    return 0.0

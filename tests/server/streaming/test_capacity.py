@@ -1,0 +1,83 @@
+"""A full queue refuses at once with 429 + Retry-After; a client that leaves
+frees its batch slot and is counted as such."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from conftest import API_KEY, auth, make_engine, metric_value
+from live_server import LiveServer
+from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.server.settings import ServerSettings
+
+
+@pytest.fixture(scope="module")
+def slow_server():
+    """One batch slot, one queue place, utterances of ~8 s of generation."""
+    engine = make_engine(max_batch=1, max_queue=1, frames=400, frame_s=0.02)
+    with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as live:
+        yield live
+
+
+def wait_for(condition, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def body(server, **fields):
+    return {"model": server.runtime.served_models[0], "voice": "Vivian", "input": "Hello", "response_format": "pcm", **fields}
+
+
+def open_raw_request(server, payload: dict) -> socket.socket:
+    """Send a speech request on a bare socket; closing it is a client leaving."""
+    data = json.dumps(payload).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(
+        f"POST /v1/audio/speech HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {API_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data
+    )
+    return sock
+
+
+def test_full_queue_is_429_with_retry_after_and_leaving_clients_free_their_slots(slow_server):
+    url = slow_server.base_url + "/v1/audio/speech"
+    with httpx.Client(timeout=30) as first:
+        with first.stream("POST", url, json=body(slow_server, stream_format="audio"), headers=auth()) as streaming:
+            audio = streaming.iter_bytes()
+            next(audio)  # generating: holds the only slot
+            queued = open_raw_request(slow_server, body(slow_server))
+            wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_queue_depth") == 1)
+
+            refused = httpx.post(url, json=body(slow_server), headers=auth())
+            assert refused.status_code == 429
+            assert refused.json()["error"]["code"] == "queue_full"
+            assert int(refused.headers["retry-after"]) >= 1
+            queued.close()  # the queued client gives up: its place is freed
+            wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_queue_depth") == 0)
+            assert metric_value(slow_server.base_url, "ttsfleet_active_streams") == 1
+        # leaving the `with` closed the streaming response mid-stream
+    wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_active_streams") == 0)
+    wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_queue_depth") == 0)
+    assert metric_value(slow_server.base_url, "ttsfleet_errors_total", {"type": "queue_full"}) == 1
+    assert metric_value(slow_server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"}) == 2
+    assert metric_value(
+        slow_server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "499"}
+    ) == 2
+    # The slot really is free: the next request is served in full.
+    ok = httpx.post(url, json=body(slow_server), headers=auth(), timeout=30)
+    assert ok.status_code == 200
+
+
+def test_client_leaving_a_whole_file_request_cancels_generation(slow_server):
+    before = metric_value(slow_server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"})
+    with open_raw_request(slow_server, body(slow_server)):
+        wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_active_streams") == 1)
+    wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_active_streams") == 0, timeout_s=5)
+    wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"}) == before + 1)
