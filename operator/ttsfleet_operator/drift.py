@@ -28,7 +28,10 @@ _SUFFIX = {
 def rendered_hash(manifest: dict) -> str:
     """Stable hash of a manifest, ignoring the hash annotation itself."""
     stripped = json.loads(json.dumps(manifest))
-    stripped.get("metadata", {}).get("annotations", {}).pop(labels.RENDERED_HASH, None)
+    metadata = stripped.get("metadata", {})
+    metadata.get("annotations", {}).pop(labels.RENDERED_HASH, None)
+    if metadata.get("annotations") == {}:
+        del metadata["annotations"]
     return hashlib.sha256(json.dumps(stripped, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -7,7 +7,7 @@ specs. Field names on the wire are camelCase; Python uses snake_case.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -30,6 +30,7 @@ NAME_MAX = 253
 LABEL_VALUE_MAX = 63
 LIST_MAX = 16
 
+LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX)]
 Size = Literal["0.6B", "1.7B"]
 Variant = Literal["Base", "CustomVoice", "VoiceDesign"]
 GpuClassName = Literal["h100", "h200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g"]
@@ -196,7 +197,7 @@ class SpotSpec(SpecModel):
     min_on_demand: int = Field(
         default=1, ge=0, le=1000, description="Replicas kept on on-demand nodes whatever the ratio."
     )
-    node_selector: dict[str, str] | None = Field(
+    node_selector: dict[str, LabelValue] | None = Field(
         default=None,
         max_length=LIST_MAX,
         description="Labels of spot nodes; replaces the defaults (Karpenter, GKE, AKS spot labels).",
@@ -273,7 +274,7 @@ class RuntimeSpec(SpecModel):
 
     image: str = Field(default=DEFAULT_RUNTIME_IMAGE, max_length=512, min_length=1)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    image_pull_secrets: list[str] | None = Field(default=None, max_length=LIST_MAX)
+    image_pull_secrets: list[Annotated[str, Field(max_length=NAME_MAX)]] | None = Field(default=None, max_length=LIST_MAX)
     service_account_name: str | None = Field(default=None, max_length=NAME_MAX)
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
     env: list[EnvVar] | None = Field(default=None, max_length=64)

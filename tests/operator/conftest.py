@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import copy
-import pathlib
 import uuid
 
 import pytest
-import yaml
 
 from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.tts_service import TTSService
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SAMPLES = sorted((REPO / "samples").glob("*.yaml"))
-
-
-def load_yaml(path: pathlib.Path) -> dict:
-    return yaml.safe_load(path.read_text())
-
 
 @pytest.fixture
 def make_service():

@@ -1,0 +1,52 @@
+"""The `ttsfleet` command line: render, crd, and the operator's arguments."""
+
+import pathlib
+import subprocess
+import sys
+
+import yaml
+
+from ttsfleet_operator import crd
+from ttsfleet_operator.cli import build_parser, main
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_crd_prints_the_generated_crd(capsys):
+    assert main(["crd"]) == 0
+    assert capsys.readouterr().out == crd.to_yaml()
+
+
+def test_render_replicas_shows_the_split(capsys):
+    assert main(["render", "-f", str(REPO / "samples" / "spot.yaml"), "--replicas", "10"]) == 0
+    deployments = {
+        m["metadata"]["name"]: m["spec"]["replicas"]
+        for m in yaml.safe_load_all(capsys.readouterr().out)
+        if m and m["kind"] == "Deployment"
+    }
+    assert deployments == {"tts-spot-on-demand": 3, "tts-spot-spot": 7}
+
+
+def test_render_refuses_an_invalid_service_with_the_rule_message(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: bad}\n"
+        "spec: {model: {size: 0.6B, variant: VoiceDesign}}\n"
+    )
+    assert main(["render", "-f", str(bad)]) == 1
+    assert "VoiceDesign is only released at size 1.7B" in capsys.readouterr().err
+
+
+def test_operator_run_arguments():
+    args = build_parser().parse_args(["operator", "run", "-n", "a", "-n", "b", "--resync-seconds", "5"])
+    assert args.namespace == ["a", "b"] and args.resync_seconds == 5.0 and not args.all_namespaces
+    args = build_parser().parse_args(["operator", "run", "--all-namespaces", "--kubeconfig", "/k"])
+    assert args.all_namespaces and args.kubeconfig == "/k" and args.namespace is None
+
+
+def test_the_cli_starts_without_torch():
+    # The operator image has no torch: the CLI (with the runtime's subcommands
+    # registered) must not import it.
+    code = "import sys; from ttsfleet_operator.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
