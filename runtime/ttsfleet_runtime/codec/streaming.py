@@ -1,0 +1,132 @@
+"""StreamingCodec: incremental decode of many audio streams in one batch.
+
+Each stream owns a slot: one row in preallocated per-slot state buffers (every conv's
+left context, the transformer's sliding-window keys/values and the next frame position,
+see `CodecDecoder.state_spec`). A decode call gathers the rows of the slots it serves,
+runs `CodecDecoder.step` and scatters the new state back, so any mix of streams and any
+chunk sizes give the samples that decoding each stream offline gives.
+
+Shapes depend only on (batch, frames), never on the stream's age, so a decode call can
+be captured as a CUDA graph per (batch, frames) bucket (`capture`); eager calls (CPU,
+or shapes not captured) run the very same `_step`.
+
+Engine usage:
+    codec = StreamingCodec(decoder, max_streams, device)
+    slot = codec.open()                                # fresh state: silence before frame 0
+    pcm = codec.decode([slot, ...], codes)             # codes [B, n, 16] -> float32 [B, n*1920]
+    codec.close(slot)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .decoder import CodecDecoder
+
+
+class StreamingCodec:
+    def __init__(self, decoder: CodecDecoder, max_streams: int,
+                 device: str | torch.device | None = None):
+        self.decoder = decoder
+        self.device = torch.device(device) if device is not None else decoder._device()
+        self.max_streams = max_streams
+        self.samples_per_frame = decoder.samples_per_frame
+        self.num_quantizers = decoder.config.num_quantizers
+        dtype = decoder._dtype()
+        # One extra row: the scratch slot that pads a batch up to a captured bucket.
+        self._scratch = max_streams
+        self._state = {
+            key: torch.zeros((max_streams + 1, *shape), dtype=kind or dtype, device=self.device)
+            for key, (shape, kind) in decoder.state_spec().items()}
+        self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
+        self._open: set[int] = set()
+        self._graphs: dict[tuple[int, int], _CapturedStep] = {}
+
+    # ---------------------------------------------------------------- slots
+    def open(self) -> int:
+        """A slot for a new stream, its state reset to the start of a stream."""
+        if not self._free:
+            raise RuntimeError(f"all {self.max_streams} codec slots are in use")
+        slot = self._free.pop()
+        for buffer in self._state.values():
+            buffer[slot].zero_()
+        self._open.add(slot)
+        return slot
+
+    def close(self, slot: int) -> None:
+        self._open.remove(slot)
+        self._free.append(slot)
+
+    @property
+    def active(self) -> int:
+        return len(self._open)
+
+    # ---------------------------------------------------------------- decode
+    def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """Next frames of the streams in `slots`: codes [B, n, 16] -> float32 [B, n*1920]."""
+        if len(set(slots)) != len(slots) or not self._open.issuperset(slots):
+            raise ValueError(f"slots must be distinct open slots, got {slots}")
+        if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[2] != self.num_quantizers:
+            raise ValueError(f"codes must be [{len(slots)}, n, {self.num_quantizers}], "
+                             f"got {tuple(codes.shape)}")
+        batch, frames = codes.shape[0], codes.shape[1]
+        graph = self._graph_for(batch, frames)
+        if graph is not None:
+            return graph.run(slots, codes)
+        index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            return self._step(index, codes.to(self.device, torch.long))
+
+    def _step(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        state = {key: buffer.index_select(0, index) for key, buffer in self._state.items()}
+        pcm = self.decoder.step(codes, state)
+        for key, buffer in self._state.items():
+            buffer.index_copy_(0, index, state[key])
+        return pcm
+
+    # ---------------------------------------------------------------- CUDA graphs
+    def capture(self, batch_sizes: list[int], frame_counts: list[int]) -> None:
+        """Capture one CUDA graph per (batch, frames); later calls with a batch up to a
+        captured size (padded with the scratch slot) and the same frame count replay it."""
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        pool = None
+        for frames in sorted(frame_counts, reverse=True):
+            for batch in sorted(batch_sizes, reverse=True):  # largest first: shares the pool
+                step = _CapturedStep(self, batch, frames, pool)
+                pool = step.graph.pool()
+                self._graphs[(batch, frames)] = step
+
+    def _graph_for(self, batch: int, frames: int) -> _CapturedStep | None:
+        sizes = [b for (b, n) in self._graphs if n == frames and b >= batch]
+        return self._graphs[(min(sizes), frames)] if sizes else None
+
+
+class _CapturedStep:
+    """One CUDA graph of `StreamingCodec._step` for a fixed (batch, frames)."""
+
+    def __init__(self, codec: StreamingCodec, batch: int, frames: int, pool):
+        self.codec = codec
+        self.batch = batch
+        device = codec.device
+        self.index = torch.full((batch,), codec._scratch, dtype=torch.long, device=device)
+        self.codes = torch.zeros((batch, frames, codec.num_quantizers), dtype=torch.long,
+                                 device=device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
+                codec._step(self.index, self.codes)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self.graph, pool=pool):
+            self.pcm = codec._step(self.index, self.codes)
+
+    def run(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        n = len(slots)
+        self.index.fill_(self.codec._scratch)
+        self.index[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        self.codes[:n].copy_(codes, non_blocking=True)
+        self.graph.replay()
+        # The graph's output buffer is overwritten by the next replay.
+        return self.pcm[:n].clone()

@@ -1,0 +1,124 @@
+"""StreamingCodec: pushing frames in any chunks, for any mix of streams, gives the offline
+waveform of each stream."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ttsfleet_runtime.codec.streaming import StreamingCodec
+
+# Offline decode runs as one pass; streaming sums the same terms in other groupings.
+TOL = dict(atol=1e-5, rtol=1e-4)
+FRAMES = 20  # over twice the tiny sliding window (8 frames)
+
+
+def stream(codec: StreamingCodec, slot: int, codes: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+    out, start = [], 0
+    for n in chunks:
+        out.append(codec.decode([slot], codes[None, start:start + n])[0])
+        start += n
+    assert start == codes.shape[0]
+    return torch.cat(out)
+
+
+def random_chunks(total: int, seed: int) -> list[int]:
+    rng, chunks = random.Random(seed), []
+    while sum(chunks) < total:
+        chunks.append(min(rng.randint(1, 9), total - sum(chunks)))
+    return chunks
+
+
+@pytest.mark.parametrize("chunks", [
+    [1] * FRAMES,
+    [1, 1, 2, 4, 8, 4],
+    [7, 1, 12],
+    [FRAMES],
+    random_chunks(FRAMES, seed=3),
+    random_chunks(FRAMES, seed=4),
+], ids=["ones", "doubling", "uneven", "whole", "random-a", "random-b"])
+def test_any_chunk_schedule_gives_the_offline_waveform(tiny_decoder, random_codes, chunks):
+    codes = random_codes(1, FRAMES, seed=10)[0]
+    offline = tiny_decoder.decode(codes[None])[0]
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    streamed = stream(codec, codec.open(), codes, chunks)
+    assert streamed.shape == (FRAMES * 1920,)
+    torch.testing.assert_close(streamed, offline, **TOL)
+
+
+def test_streams_batched_together_each_get_their_own_waveform(tiny_decoder, random_codes):
+    codes = random_codes(3, FRAMES, seed=11)
+    offline = tiny_decoder.decode(codes)
+    codec = StreamingCodec(tiny_decoder, max_streams=3, device="cpu")
+    a, b, c = codec.open(), codec.open(), codec.open()
+    parts = {a: [], b: [], c: []}
+    row = {a: 0, b: 1, c: 2}
+    done = {a: 0, b: 0, c: 0}
+
+    def push(slots, n):
+        pcm = codec.decode(slots, torch.stack([codes[row[s], done[s]:done[s] + n] for s in slots]))
+        for s, p in zip(slots, pcm):
+            parts[s].append(p)
+            done[s] += n
+
+    # Streams start at different times and are batched in changing groups and orders.
+    push([a], 5)
+    push([b, a], 3)
+    push([c, a, b], 2)
+    push([a, c], 1)
+    push([b], 10)
+    push([a, b, c], 4)
+    push([c, a], FRAMES - done[c] - 10)
+    push([c], 10)
+    push([a], FRAMES - done[a])
+    push([b], FRAMES - done[b])
+    for s in (a, b, c):
+        torch.testing.assert_close(torch.cat(parts[s]), offline[row[s]], **TOL)
+
+
+def test_a_reopened_slot_starts_a_fresh_stream(tiny_decoder, random_codes):
+    first, second = random_codes(2, 12, seed=12)
+    codec = StreamingCodec(tiny_decoder, max_streams=1, device="cpu")
+    slot = codec.open()
+    codec.decode([slot], first[None])
+    codec.close(slot)
+    again = codec.open()
+    assert again == slot  # the only slot, so its old state must have been cleared
+    torch.testing.assert_close(codec.decode([again], second[None])[0],
+                               tiny_decoder.decode(second[None])[0], **TOL)
+
+
+def test_closing_one_stream_leaves_the_others_untouched(tiny_decoder, random_codes):
+    codes = random_codes(2, 16, seed=13)
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    keep, leave = codec.open(), codec.open()
+    head = codec.decode([keep, leave], codes[:, :8])[0]
+    codec.close(leave)
+    newcomer = codec.open()  # takes the freed slot
+    codec.decode([newcomer], random_codes(1, 5, seed=14))
+    tail = codec.decode([keep], codes[:1, 8:])[0]
+    torch.testing.assert_close(torch.cat([head, tail]), tiny_decoder.decode(codes[:1])[0], **TOL)
+
+
+def test_slots_run_out_and_come_back(tiny_decoder):
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    slots = [codec.open(), codec.open()]
+    assert sorted(slots) == [0, 1] and codec.active == 2
+    with pytest.raises(RuntimeError, match="in use"):
+        codec.open()
+    codec.close(slots[0])
+    assert codec.open() == slots[0]
+
+
+def test_decoding_a_slot_that_is_not_open_is_refused(tiny_decoder, random_codes):
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    slot = codec.open()
+    codes = random_codes(1, 1, seed=0)
+    with pytest.raises(ValueError, match="open slots"):
+        codec.decode([slot + 1], codes)
+    with pytest.raises(ValueError, match="open slots"):
+        codec.decode([slot, slot], torch.cat([codes, codes]))
+    with pytest.raises(ValueError, match="codes must be"):
+        codec.decode([slot], codes[..., :15])
