@@ -1,0 +1,63 @@
+{{/* Full name of the release's objects, at most 63 characters. */}}
+{{- define "ttsfleet.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ttsfleet.selectorLabels" -}}
+app.kubernetes.io/name: ttsfleet-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ttsfleet.labels" -}}
+{{ include "ttsfleet.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ttsfleet
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "ttsfleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ttsfleet.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The operator's permissions: exactly the requests it makes.
+- ttsservices: kopf lists and watches them and patches its annotations
+  (last-handled configuration); the reconciler patches status.
+- children: listed to compare, created and patched by server-side apply
+  (apply of a new object needs create), deleted when no longer rendered.
+- events: the reconciler creates one per change or failure.
+No get (the operator only lists), no scale (the HPA controller has its own),
+no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
+*/}}
+{{- define "ttsfleet.rules" -}}
+- apiGroups: ["ttsfleet.io"]
+  resources: ["ttsservices"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["ttsfleet.io"]
+  resources: ["ttsservices/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["configmaps", "services"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}

@@ -1,0 +1,134 @@
+"""The Helm chart: lint, render, validate, and RBAC that is exactly what the operator uses.
+
+Runs the real `helm` binary (installed by hack/install-tools.sh into
+$TTSFLEET_CACHE/tools/bin, which `make unit` puts on PATH).
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from ttsfleet_operator.kube_cluster import PLURALS
+from ttsfleet_operator.reconcile import CHILD_KINDS
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "ttsfleet"
+KUBERNETES_VERSIONS = ["1.35", "1.36", "1.37"]
+
+
+def helm_binary() -> str:
+    found = shutil.which("helm")
+    if found:
+        return found
+    cached = pathlib.Path(os.environ.get("TTSFLEET_CACHE", pathlib.Path.home() / ".cache/ttsfleet")) / "tools/bin/helm"
+    if cached.exists():
+        return str(cached)
+    pytest.skip("helm is not installed: run `make tools` (hack/install-tools.sh builds it)")
+
+
+def helm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=120)
+
+
+def template(*args: str) -> list[dict]:
+    result = helm("template", "ttsfleet", str(CHART), "--namespace", "ttsfleet-system", *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def test_helm_lint_strict_passes():
+    result = helm("lint", "--strict", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", [[], ["--set", "watchNamespaces={voice,music}", "--set", "verbose=true"]])
+def test_every_rendered_manifest_is_valid_kubernetes(values):
+    manifests = template(*values)
+    assert {m["kind"] for m in manifests} >= {"ServiceAccount", "Deployment"}
+    for manifest in manifests:
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def test_crds_ship_with_the_chart_and_match_the_generated_one():
+    manifests = template("--include-crds")
+    (crd,) = [m for m in manifests if m["kind"] == "CustomResourceDefinition"]
+    assert crd == yaml.safe_load((REPO / "crds" / "ttsservices.ttsfleet.io.yaml").read_text())
+
+
+def rules_by_resource(rules: list[dict]) -> dict[str, set[str]]:
+    granted: dict[str, set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault(f"{group}/{resource}", set()).update(rule["verbs"])
+    return granted
+
+
+def expected_rules() -> dict[str, set[str]]:
+    expected = {
+        "ttsfleet.io/ttsservices": {"list", "watch", "patch"},
+        "ttsfleet.io/ttsservices/status": {"patch"},
+        "/events": {"create"},
+    }
+    for api_version, kind in CHILD_KINDS:
+        group = api_version.split("/")[0] if "/" in api_version else ""
+        expected[f"{group}/{PLURALS[kind]}"] = {"list", "create", "patch", "delete"}
+    return expected
+
+
+def test_cluster_role_grants_exactly_what_the_operator_requests():
+    (role,) = [m for m in template() if m["kind"] == "ClusterRole"]
+    assert rules_by_resource(role["rules"]) == expected_rules()
+    (binding,) = [m for m in template() if m["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ttsfleet", "namespace": "ttsfleet-system"}]
+
+
+def test_watching_namespaces_uses_namespaced_roles_only():
+    manifests = template("--set", "watchNamespaces={voice,music}")
+    kinds = [m["kind"] for m in manifests]
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    roles = [m for m in manifests if m["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["music", "voice"]
+    assert all(rules_by_resource(r["rules"]) == expected_rules() for r in roles)
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=voice" in args and "--namespace=music" in args and "--all-namespaces" not in args
+
+
+def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
+    (deployment,) = [m for m in template() if m["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/ttsfleet/operator:0.1.0"
+    assert container["command"] == ["ttsfleet"] and container["args"][:2] == ["operator", "run"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+
+
+@pytest.mark.parametrize(
+    "bad", [["--set", "resyncSeconds=0"], ["--set", "image.pullPolicy=Sometimes"], ["--set", "watchNamespaces={Bad_NS}"],
+            ["--set", "unknownValue=1"]]
+)
+def test_values_schema_refuses_bad_values(bad):
+    result = helm("template", "ttsfleet", str(CHART), *bad)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr or "schema" in result.stderr
+
+
+def test_default_values_satisfy_the_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
