@@ -1,0 +1,74 @@
+"""The resync loop: every known TTSService again each period, one pass at a time per object."""
+
+import asyncio
+
+from ttsfleet_operator.resync import Resync
+
+
+def body(name, deleting=False):
+    metadata = {"name": name, "namespace": "voice"}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-21T16:00:00Z"
+    return {"metadata": metadata}
+
+
+async def test_a_pass_reconciles_what_the_watch_delivered_and_skips_deleted_ones():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+
+    resync = Resync(reconcile, period_seconds=30)
+    resync.remember(body("a"))
+    resync.remember(body("b"))
+    resync.remember(body("c", deleting=True))
+    resync.forget(body("b"))
+    assert await resync.pass_once() == 1
+    assert seen == ["a"]
+
+
+async def test_one_failing_object_does_not_stop_the_others():
+    seen = []
+
+    async def reconcile(obj):
+        if obj["metadata"]["name"] == "a":
+            raise RuntimeError("boom")
+        seen.append(obj["metadata"]["name"])
+
+    resync = Resync(reconcile, period_seconds=30)
+    resync.remember(body("a"))
+    resync.remember(body("b"))
+    await resync.pass_once()
+    assert seen == ["b"]
+
+
+async def test_passes_over_one_object_never_overlap():
+    running, overlaps = 0, 0
+
+    async def reconcile(obj):
+        nonlocal running, overlaps
+        running += 1
+        overlaps += running > 1
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    resync = Resync(reconcile, period_seconds=30)
+    await asyncio.gather(*(resync.reconcile_locked(body("a")) for _ in range(5)))
+    assert overlaps == 0
+
+
+async def test_the_latest_body_wins_and_is_a_copy():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"].get("generation"))
+
+    resync = Resync(reconcile, period_seconds=30)
+    first = body("a")
+    resync.remember(first)
+    first["metadata"]["generation"] = 99  # the caller's later mutation must not leak in
+    newer = body("a")
+    newer["metadata"]["generation"] = 2
+    resync.remember(newer)
+    await resync.pass_once()
+    assert seen == [2]
