@@ -30,7 +30,6 @@ PLURALS = {
     "Event": "events",
     tts_service.KIND: tts_service.PLURAL,
 }
-REPORTING_CONTROLLER = "ttsfleet.io/operator"
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -39,9 +38,8 @@ def collection_path(api_version: str, kind: str, namespace: str) -> str:
 
 
 class KubeCluster:
-    def __init__(self, api: client.ApiClient, reporting_instance: str = "ttsfleet-operator"):
+    def __init__(self, api: client.ApiClient):
         self.api = api
-        self.reporting_instance = reporting_instance
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeCluster:
@@ -128,8 +126,6 @@ class KubeCluster:
             "reason": reason,
             "message": message[:1024],
             "source": {"component": "ttsfleet-operator"},
-            "reportingComponent": REPORTING_CONTROLLER,
-            "reportingInstance": self.reporting_instance,
             "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "count": 1,

@@ -1,0 +1,108 @@
+"""KubeCluster's HTTP requests: paths, verbs, content types, query parameters.
+
+A small aiohttp server stands in for the API server (none runs in unit tests;
+e2e/ drives a real one) and records what arrives.
+"""
+
+import json
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client
+
+from ttsfleet_operator.cluster import ApiError
+from ttsfleet_operator.kube_cluster import KubeCluster
+
+
+@pytest.fixture
+async def api():
+    received = []
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.text()
+        received.append(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": dict(request.query),
+                "content_type": request.headers.get("Content-Type"),
+                "body": json.loads(body) if body else None,
+            }
+        )
+        if request.path.endswith("/missing"):
+            return web.json_response({"kind": "Status", "message": "not found"}, status=404)
+        if request.path.endswith("/refused"):
+            return web.json_response({"kind": "Status", "message": "spec.replicas: Invalid value"}, status=422)
+        if request.method == "GET":
+            return web.json_response({"items": [{"metadata": {"name": "x"}}]})
+        return web.json_response(json.loads(body) if body else {})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    server = TestServer(app)
+    await server.start_server()
+    configuration = client.Configuration(host=str(server.make_url("")).rstrip("/"))
+    cluster = KubeCluster(client.ApiClient(configuration))
+    yield cluster, received
+    await cluster.close()
+    await server.close()
+
+
+async def test_apply_is_a_forced_server_side_apply_with_our_field_manager(api):
+    cluster, received = api
+    manifest = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "voice"}}
+    await cluster.apply(manifest)
+    (request,) = received
+    assert request["method"] == "PATCH"
+    assert request["path"] == "/apis/apps/v1/namespaces/voice/deployments/d"
+    assert request["content_type"] == "application/apply-patch+yaml"
+    assert request["query"] == {"fieldManager": "ttsfleet-operator", "force": "true"}
+    assert request["body"] == manifest
+
+
+async def test_list_uses_a_label_selector_and_core_paths(api):
+    cluster, received = api
+    items = await cluster.list("v1", "ConfigMap", "voice", {"b": "2", "a": "1"})
+    assert items == [{"metadata": {"name": "x"}}]
+    assert received[0]["path"] == "/api/v1/namespaces/voice/configmaps"
+    assert received[0]["query"] == {"labelSelector": "a=1,b=2"}
+
+
+async def test_delete_carries_a_uid_precondition_and_tolerates_missing(api):
+    cluster, received = api
+    await cluster.delete("autoscaling/v2", "HorizontalPodAutoscaler", "voice", "missing", "uid-7")
+    (request,) = received
+    assert request["method"] == "DELETE"
+    assert request["path"] == "/apis/autoscaling/v2/namespaces/voice/horizontalpodautoscalers/missing"
+    assert request["body"]["preconditions"] == {"uid": "uid-7"}
+    assert request["body"]["propagationPolicy"] == "Background"
+
+
+async def test_status_is_a_merge_patch_of_the_subresource(api):
+    cluster, received = api
+    await cluster.patch_status("ttsfleet.io/v1alpha1", "TTSService", "voice", "demo", {"readyReplicas": 2})
+    (request,) = received
+    assert request["path"] == "/apis/ttsfleet.io/v1alpha1/namespaces/voice/ttsservices/demo/status"
+    assert request["content_type"] == "application/merge-patch+json"
+    assert request["body"] == {"status": {"readyReplicas": 2}}
+
+
+async def test_a_refusal_raises_with_the_api_servers_message(api):
+    cluster, _ = api
+    manifest = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "refused", "namespace": "voice"}}
+    with pytest.raises(ApiError) as caught:
+        await cluster.apply(manifest)
+    assert caught.value.status == 422 and "Invalid value" in caught.value.message
+
+
+async def test_events_point_at_the_service(api):
+    cluster, received = api
+    owner = {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService",
+             "metadata": {"name": "demo", "namespace": "voice", "uid": "u1"}}
+    await cluster.emit_event(owner, "Normal", "Created", "Created Deployment demo-on-demand")
+    (request,) = received
+    assert request["method"] == "POST" and request["path"] == "/api/v1/namespaces/voice/events"
+    event = request["body"]
+    assert event["involvedObject"]["uid"] == "u1" and event["involvedObject"]["kind"] == "TTSService"
+    assert (event["type"], event["reason"]) == ("Normal", "Created")
