@@ -32,6 +32,9 @@ def _add_serve(subparsers) -> None:
     p.add_argument("--voices-dir", type=Path, default=_env("VOICES_DIR"), help="where uploaded voices live (a PVC); unset disables uploads [TTSFLEET_VOICES_DIR]")
     p.add_argument("--max-batch", type=int, default=int(_env("MAX_BATCH", "16")), help="[TTSFLEET_MAX_BATCH]")
     p.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "64")), help="waiting requests before 429 [TTSFLEET_MAX_QUEUE]")
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=_env("DTYPE"), help="default: bfloat16 on cuda, float32 on cpu [TTSFLEET_DTYPE]")
+    p.add_argument("--cuda-graphs", choices=["on", "off"], default=_env("CUDA_GRAPHS", "on"), help="[TTSFLEET_CUDA_GRAPHS]")
+    p.add_argument("--max-audio-seconds", type=float, default=float(_env("MAX_AUDIO_SECONDS", "120")), help="longest utterance one request may generate [TTSFLEET_MAX_AUDIO_SECONDS]")
     p.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")), help="seconds in-flight streams get after SIGTERM [TTSFLEET_DRAIN_TIMEOUT]")
     p.add_argument("--rate-limit", type=float, default=float(_env("RATE_LIMIT", "0")), help="requests per second per API key, 0 = off [TTSFLEET_RATE_LIMIT]")
     p.add_argument("--rate-limit-burst", type=int, default=int(_env("RATE_LIMIT_BURST", "10")), help="[TTSFLEET_RATE_LIMIT_BURST]")
@@ -59,6 +62,9 @@ def _serve(args: argparse.Namespace) -> int:
         voices_dir=args.voices_dir,
         max_batch=args.max_batch,
         max_queue=args.max_queue,
+        dtype=args.dtype,
+        cuda_graphs=args.cuda_graphs == "on",
+        max_audio_seconds=args.max_audio_seconds,
         drain_timeout_s=args.drain_timeout,
         rate_limit_per_s=args.rate_limit,
         rate_limit_burst=args.rate_limit_burst,

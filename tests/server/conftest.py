@@ -1,13 +1,12 @@
-"""Fixtures for the server tests: real uvicorn servers on loopback.
+"""Fixtures for the server tests: real uvicorn servers on loopback over the
+real engine on CPU, with a tiny random checkpoint written once per session.
 
-The engine under the server is the real tiny CPU engine when
-`ttsfleet_runtime.engine.tts_engine` exists (a tiny random checkpoint is
-written once per session), else the TEMPORARY stand-in (see stand_in_engine.py).
+Random weights never say EOS, so every utterance runs to the server's
+`max_audio_seconds`: that is how tests choose short or long generations.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -16,19 +15,36 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from live_server import LiveServer  # noqa: E402
-from stand_in_engine import StandInEngine  # noqa: E402
-
 from ttsfleet_runtime.server.auth import ApiKeys  # noqa: E402
 from ttsfleet_runtime.server.settings import ServerSettings  # noqa: E402
 
 API_KEY = "test-key-alice"
 OTHER_KEY = "test-key-bob"
-REAL_ENGINE = importlib.util.find_spec("ttsfleet_runtime.engine.tts_engine") is not None
+# 20 frames at 12.5 Hz: about half a second of CPU per utterance.
+SHORT_AUDIO_S = 1.6
 
 
-def make_engine(**overrides):
-    """A fresh engine (real tiny CPU engine once it exists)."""
-    return StandInEngine(**overrides)
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+    out = tmp_path_factory.mktemp("tiny-custom-voice")
+    write_random_checkpoint(out, "tiny", "CustomVoice", seed=0, progress=lambda *_: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def make_engine(tiny_checkpoint):
+    """A fresh real engine on CPU over the tiny checkpoint."""
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+    def make(max_batch: int = 4, max_queue: int = 8):
+        return TTSEngine.from_pretrained(
+            str(tiny_checkpoint), device="cpu", max_batch=max_batch, max_queue=max_queue,
+            dtype="float32", cuda_graphs=False,
+        )
+
+    return make
 
 
 def auth(key: str = API_KEY) -> dict:
@@ -41,10 +57,10 @@ def voices_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(voices_root):
+def server(voices_root, make_engine):
     """The default server: two keys, voice uploads on, no rate limit."""
     settings = ServerSettings(voices_dir=voices_root, max_body_bytes=16 * 1024, max_input_chars=500,
-                              max_voice_upload_bytes=400 * 1024)
+                              max_voice_upload_bytes=400 * 1024, max_audio_seconds=SHORT_AUDIO_S)
     with LiveServer(make_engine(), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
         yield live
 

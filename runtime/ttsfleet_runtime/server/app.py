@@ -65,7 +65,9 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
         metrics=runtime_metrics,
         drain=drain,
         voices=voices,
-        synthesizer=Synthesizer(engine, runtime_metrics, drain, voices, settings.max_input_chars),
+        synthesizer=Synthesizer(
+            engine, runtime_metrics, drain, voices, settings.max_input_chars, settings.max_audio_seconds
+        ),
         served_models=tuple(dict.fromkeys(n for n in (settings.served_model_name, engine.info.name) if n)),
         formats=audio_encoding.supported_formats(),
     )

@@ -46,8 +46,14 @@ def load_api_keys(settings: ServerSettings) -> ApiKeys:
 def build_engine(settings: ServerSettings):
     from ..engine.tts_engine import TTSEngine  # torch: imported only when serving
 
+    dtype = settings.dtype or ("float32" if settings.device == "cpu" else "bfloat16")
     return TTSEngine.from_pretrained(
-        settings.model, device=settings.device, max_batch=settings.max_batch, max_queue=settings.max_queue
+        settings.model,
+        device=settings.device,
+        max_batch=settings.max_batch,
+        max_queue=settings.max_queue,
+        dtype=dtype,
+        cuda_graphs=settings.cuda_graphs,
     )
 
 

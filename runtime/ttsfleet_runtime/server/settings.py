@@ -27,6 +27,12 @@ class ServerSettings:
     # Engine sizing, passed through to the engine factory.
     max_batch: int = 16
     max_queue: int = 64
+    # None: bfloat16 on CUDA, float32 on CPU.
+    dtype: str | None = None
+    cuda_graphs: bool = True
+    # Longest utterance one request may generate: bounds the GPU time a single
+    # request can hold a slot (and random-weight models never stop by themselves).
+    max_audio_seconds: float = 120.0
     # SIGTERM: how long in-flight streams get to finish before they are cut.
     drain_timeout_s: float = 30.0
     # Per-key token bucket; rate 0 turns rate limiting off.

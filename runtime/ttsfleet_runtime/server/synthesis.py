@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 
@@ -116,17 +117,32 @@ class Utterance:
 
 
 class Synthesizer:
-    def __init__(self, engine: api.Engine, metrics, drain: Drain, voices: VoiceStore | None, max_input_chars: int):
+    def __init__(
+        self,
+        engine: api.Engine,
+        metrics,
+        drain: Drain,
+        voices: VoiceStore | None,
+        max_input_chars: int,
+        max_audio_seconds: float,
+    ):
         self.engine = engine
         self.metrics = metrics
         self.drain = drain
         self.voices = voices
         self.max_input_chars = max_input_chars
+        # 12 Hz tokenizers make 12.5 frames per second, 25 Hz ones 25.
+        frames_per_s = 12.5 if engine.info.tokenizer_rate_hz == 12 else float(engine.info.tokenizer_rate_hz)
+        self.max_frames = max(1, math.ceil(max_audio_seconds * frames_per_s))
         self._speakers = {s.lower(): s for s in engine.info.speakers}
 
     def resolve_voice(self, voice: str | None, caller: str) -> str | None:
         """Canonical speaker name, or an uploaded voice id the caller owns."""
         if voice is None:
+            return None
+        if not self._speakers and not self.engine.info.supports_voice_clone:
+            # VoiceDesign: the instructions describe the voice; OpenAI clients
+            # must still send some `voice`, so it is ignored rather than refused.
             return None
         if voice.lower() in self._speakers:
             return self._speakers[voice.lower()]
@@ -158,7 +174,7 @@ class Synthesizer:
     ) -> api.SynthesisRequest:
         if isinstance(text, str) and len(text) > self.max_input_chars:
             raise errors.invalid_request(f"input is longer than {self.max_input_chars} characters", param="input")
-        params = api.SamplingParams(**sampling)
+        params = api.SamplingParams(**sampling, max_frames=self.max_frames)
         try:
             params.validate()
         except api.InvalidRequest as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import API_KEY, OTHER_KEY, auth, make_engine
+from conftest import API_KEY, OTHER_KEY, SHORT_AUDIO_S, auth
 from live_server import LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.rate_limit import TokenBucketLimiter
@@ -13,8 +13,8 @@ from ttsfleet_runtime.server.settings import ServerSettings
 
 
 @pytest.fixture(scope="module")
-def limited_server():
-    settings = ServerSettings(rate_limit_per_s=0.5, rate_limit_burst=2)
+def limited_server(make_engine):
+    settings = ServerSettings(rate_limit_per_s=0.5, rate_limit_burst=2, max_audio_seconds=SHORT_AUDIO_S)
     with LiveServer(make_engine(), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
         yield live
 

@@ -10,17 +10,17 @@ import time
 import httpx
 import pytest
 
-from conftest import API_KEY, auth, make_engine, metric_value
+from conftest import API_KEY, auth, metric_value
 from live_server import LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 
 
 @pytest.fixture(scope="module")
-def slow_server():
-    """One batch slot, one queue place, utterances of ~8 s of generation."""
-    engine = make_engine(max_batch=1, max_queue=1, frames=400, frame_s=0.02)
-    with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as live:
+def slow_server(make_engine):
+    """One batch slot, one queue place, utterances of 40 s of audio (~15 s of CPU)."""
+    engine = make_engine(max_batch=1, max_queue=1)
+    with LiveServer(engine, ServerSettings(max_audio_seconds=40), ApiKeys((API_KEY,))) as live:
         yield live
 
 
@@ -70,9 +70,10 @@ def test_full_queue_is_429_with_retry_after_and_leaving_clients_free_their_slots
     assert metric_value(
         slow_server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "499"}
     ) == 2
-    # The slot really is free: the next request is served in full.
-    ok = httpx.post(url, json=body(slow_server), headers=auth(), timeout=30)
-    assert ok.status_code == 200
+    # The slot really is free: the next request is admitted and generating.
+    with httpx.stream("POST", url, json=body(slow_server, stream_format="audio"), headers=auth(), timeout=30) as again:
+        assert again.status_code == 200
+        assert next(again.iter_bytes())
 
 
 def test_client_leaving_a_whole_file_request_cancels_generation(slow_server):
