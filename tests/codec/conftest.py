@@ -38,7 +38,7 @@ def random_codes():
     return _random_codes
 
 
-def reference_tokenizer_modules():
+def _reference_tokenizer_modules():
     """The reference 12 Hz tokenizer modules from the installed `qwen-tts` package.
 
     Imported as a stand-alone package so that `qwen_tts/__init__` (which pulls in
@@ -63,16 +63,26 @@ def reference_tokenizer_modules():
 
 
 @pytest.fixture(scope="session")
-def reference_tokenizer(tiny_tokenizer_dir):
-    """The reference Qwen3TTSTokenizerV2Model holding the folder's weights (strict load)."""
+def build_reference_tokenizer():
+    """build(config.json as a dict) -> the reference Qwen3TTSTokenizerV2Model (random init;
+    under `torch.device("meta")` it costs no memory)."""
+    config_module, modeling = _reference_tokenizer_modules()
+
+    def build(raw: dict):
+        cfg = config_module.Qwen3TTSTokenizerV2Config(**{
+            k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+        for sub in (cfg, cfg.encoder_config, cfg.decoder_config):
+            sub._attn_implementation = "eager"
+        return modeling.Qwen3TTSTokenizerV2Model(cfg)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer(tiny_tokenizer_dir, build_reference_tokenizer):
+    """The reference model holding the tiny folder's weights (strict load)."""
     from safetensors.torch import load_file
 
-    config_module, modeling = reference_tokenizer_modules()
-    raw = json.loads((tiny_tokenizer_dir / "config.json").read_text())
-    cfg = config_module.Qwen3TTSTokenizerV2Config(**{
-        k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
-    for sub in (cfg, cfg.encoder_config, cfg.decoder_config):
-        sub._attn_implementation = "eager"
-    model = modeling.Qwen3TTSTokenizerV2Model(cfg)
+    model = build_reference_tokenizer(json.loads((tiny_tokenizer_dir / "config.json").read_text()))
     model.load_state_dict(load_file(str(tiny_tokenizer_dir / "model.safetensors")), strict=True)
     return model.float().eval()
