@@ -33,9 +33,21 @@ PRINTER_COLUMNS = [
 
 # JSON schema keywords a structural schema keeps as they are.
 _KEPT = {
-    "type", "description", "default", "enum", "format", "pattern",
-    "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
-    "minProperties", "maxProperties", "nullable",
+    "type",
+    "description",
+    "default",
+    "enum",
+    "format",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "nullable",
 }
 
 

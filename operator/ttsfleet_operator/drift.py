@@ -19,9 +19,22 @@ from ttsfleet_operator import labels
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
 _SUFFIX = {
-    "": 1, "n": decimal.Decimal("1e-9"), "u": decimal.Decimal("1e-6"), "m": decimal.Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "": 1,
+    "n": decimal.Decimal("1e-9"),
+    "u": decimal.Decimal("1e-6"),
+    "m": decimal.Decimal("1e-3"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
 }
 
 
@@ -59,7 +72,9 @@ def parse_quantity(text: str) -> decimal.Decimal | None:
 def is_subset(desired: Any, live: Any) -> bool:
     """Every field of `desired` is in `live` with an equal value; lists match item by item."""
     if isinstance(desired, dict):
-        return isinstance(live, dict) and all(key in live and is_subset(value, live[key]) for key, value in desired.items())
+        return isinstance(live, dict) and all(
+            key in live and is_subset(value, live[key]) for key, value in desired.items()
+        )
     if isinstance(desired, list):
         return isinstance(live, list) and len(desired) == len(live) and all(map(is_subset, desired, live))
     if desired == live:

@@ -58,7 +58,12 @@ class KubeCluster:
         await self.api.close()
 
     async def _request(
-        self, method: str, path: str, *, query: list[tuple[str, str]] | None = None, body: Any = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
         content_type: str = "application/json",
     ) -> dict | None:
         response = await self.api.call_api(
@@ -84,10 +89,13 @@ class KubeCluster:
         return (result or {}).get("items", [])
 
     async def apply(self, manifest: dict) -> dict:
-        path = f"{collection_path(manifest['apiVersion'], manifest['kind'], manifest['metadata']['namespace'])}/{manifest['metadata']['name']}"
+        metadata = manifest["metadata"]
+        path = f"{collection_path(manifest['apiVersion'], manifest['kind'], metadata['namespace'])}/{metadata['name']}"
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         # JSON is YAML: the apply content type accepts the dict as serialised JSON.
-        return await self._request("PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml")
+        return await self._request(
+            "PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml"
+        )
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
         body = {
@@ -107,7 +115,7 @@ class KubeCluster:
         return await self._request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
 
     async def emit_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         metadata = owner["metadata"]
         namespace = metadata.get("namespace", "default")
         event = {

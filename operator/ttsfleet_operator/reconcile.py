@@ -72,11 +72,13 @@ def _describe(obj: dict) -> str:
 
 
 def _is_ours(obj: dict, owner_uid: str) -> bool:
-    return any(ref.get("uid") == owner_uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences", []))
+    return any(
+        ref.get("uid") == owner_uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences", [])
+    )
 
 
 def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Reconciler:
@@ -117,7 +119,11 @@ class Reconciler:
             for stale in live.values():
                 try:
                     await self.cluster.delete(
-                        stale["apiVersion"], stale["kind"], namespace, stale["metadata"]["name"], stale["metadata"]["uid"]
+                        stale["apiVersion"],
+                        stale["kind"],
+                        namespace,
+                        stale["metadata"]["name"],
+                        stale["metadata"]["uid"],
                     )
                 except ApiError as error:
                     outcome.problem = Problem("DeleteFailed", f"{_describe(stale)}: {error.message}"[:1000])
@@ -158,8 +164,11 @@ class Reconciler:
         if any(previous.get(key) != value for key, value in status.items()):
             try:
                 await self.cluster.patch_status(
-                    tts_service.API_VERSION, tts_service.KIND, body["metadata"].get("namespace", "default"),
-                    body["metadata"]["name"], status,
+                    tts_service.API_VERSION,
+                    tts_service.KIND,
+                    body["metadata"].get("namespace", "default"),
+                    body["metadata"]["name"],
+                    status,
                 )
                 outcome.status_written = True
             except ApiError as error:
@@ -179,7 +188,11 @@ def _invalid_spec_status(body: dict, previous: dict, problem: Problem, now: str)
     return {
         "observedGeneration": generation,
         "conditions": [
-            conditions.condition(old, conditions.READY, conditions.FALSE, problem.reason, problem.message, generation, now),
-            conditions.condition(old, conditions.DEGRADED, conditions.TRUE, problem.reason, problem.message, generation, now),
+            conditions.condition(
+                old, conditions.READY, conditions.FALSE, problem.reason, problem.message, generation, now
+            ),
+            conditions.condition(
+                old, conditions.DEGRADED, conditions.TRUE, problem.reason, problem.message, generation, now
+            ),
         ],
     }

@@ -25,8 +25,12 @@ class Problem:
 
 def stable_revision(service: TTSService) -> str:
     """Identity of what the stable track serves: image, checkpoint, engine settings."""
-    identity = [service.spec.runtime.image, model_location(service), service.spec.model.revision or "",
-                configmap.engine_config_hash(service)]
+    identity = [
+        service.spec.runtime.image,
+        model_location(service),
+        service.spec.model.revision or "",
+        configmap.engine_config_hash(service),
+    ]
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:10]
 
 

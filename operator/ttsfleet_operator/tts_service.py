@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from ttsfleet_operator import cel
+from ttsfleet_operator import cel, gpu_classes
 
 GROUP = "ttsfleet.io"
 VERSION = "v1alpha1"
@@ -33,7 +33,8 @@ LIST_MAX = 16
 LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX)]
 Size = Literal["0.6B", "1.7B"]
 Variant = Literal["Base", "CustomVoice", "VoiceDesign"]
-GpuClassName = Literal["h100", "h200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g"]
+# The GPU table is the one list of classes; the schema's enum comes from it.
+GpuClassName = Literal[tuple(gpu_classes.GPU_CLASSES)]
 
 
 def section(model: type[BaseModel], description: str) -> Any:
@@ -191,7 +192,9 @@ class SpotSpec(SpecModel):
     """How much of the fleet runs on spot (preemptible) capacity."""
 
     cel_rules: ClassVar[list[dict]] = [
-        cel.rule("self.ratio >= 0.0 && self.ratio <= 1.0", "spot.ratio is a fraction between 0 and 1", field_path=".ratio"),
+        cel.rule(
+            "self.ratio >= 0.0 && self.ratio <= 1.0", "spot.ratio is a fraction between 0 and 1", field_path=".ratio"
+        ),
     ]
     ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Share of replicas on spot nodes, 0..1.")
     min_on_demand: int = Field(
@@ -274,7 +277,9 @@ class RuntimeSpec(SpecModel):
 
     image: str = Field(default=DEFAULT_RUNTIME_IMAGE, max_length=512, min_length=1)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    image_pull_secrets: list[Annotated[str, Field(max_length=NAME_MAX)]] | None = Field(default=None, max_length=LIST_MAX)
+    image_pull_secrets: list[Annotated[str, Field(max_length=NAME_MAX)]] | None = Field(
+        default=None, max_length=LIST_MAX
+    )
     service_account_name: str | None = Field(default=None, max_length=NAME_MAX)
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
     env: list[EnvVar] | None = Field(default=None, max_length=64)

@@ -14,7 +14,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
 from ttsfleet_operator.kube_cluster import PLURALS
 from ttsfleet_operator.reconcile import CHILD_KINDS
 
@@ -115,12 +114,19 @@ def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
     context = container["securityContext"]
     assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
     assert context["capabilities"] == {"drop": ["ALL"]}
-    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert (
+        pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    )
 
 
 @pytest.mark.parametrize(
-    "bad", [["--set", "resyncSeconds=0"], ["--set", "image.pullPolicy=Sometimes"], ["--set", "watchNamespaces={Bad_NS}"],
-            ["--set", "unknownValue=1"]]
+    "bad",
+    [
+        ["--set", "resyncSeconds=0"],
+        ["--set", "image.pullPolicy=Sometimes"],
+        ["--set", "watchNamespaces={Bad_NS}"],
+        ["--set", "unknownValue=1"],
+    ],
 )
 def test_values_schema_refuses_bad_values(bad):
     result = helm("template", "ttsfleet", str(CHART), *bad)

@@ -6,9 +6,9 @@ import copy
 import uuid
 
 import pytest
-
 from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.tts_service import TTSService
+
 
 @pytest.fixture
 def make_service():
@@ -52,7 +52,8 @@ class FakeCluster:
         return [
             copy.deepcopy(obj)
             for (k, ns, _), obj in sorted(self.objects.items())
-            if k == kind and ns == namespace
+            if k == kind
+            and ns == namespace
             and all(obj["metadata"].get("labels", {}).get(key) == value for key, value in selector.items())
         ]
 

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import yaml
-
 from ttsfleet_operator import crd
 from ttsfleet_operator.cli import build_parser, main
 

@@ -8,7 +8,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
 from ttsfleet_operator import cel, crd
 from ttsfleet_operator.tts_service import TTSService
 
@@ -149,8 +148,12 @@ def lookup(document: dict, path: str):
 
 
 def test_crd_defaults_equal_the_model_defaults(make_service):
-    document = {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService", "metadata": {"name": "d"},
-                "spec": {"model": {"size": "1.7B", "variant": "Base"}}}
+    document = {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "metadata": {"name": "d"},
+        "spec": {"model": {"size": "1.7B", "variant": "Base"}},
+    }
     from_crd = with_defaults(schema(), document)["spec"]
     from_model = make_service(model={"size": "1.7B", "variant": "Base"}).spec.wire()
     assert from_crd == from_model

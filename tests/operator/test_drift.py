@@ -1,7 +1,6 @@
 """When is a live child different from what we rendered?"""
 
 import pytest
-
 from ttsfleet_operator import drift
 
 
@@ -20,8 +19,13 @@ def test_different_quantities_and_words_differ():
 
 def test_fields_the_server_adds_are_ignored_but_changed_fields_are_not():
     desired = {"spec": {"replicas": 2, "template": {"containers": [{"name": "a"}]}}}
-    live = {"spec": {"replicas": 2, "progressDeadlineSeconds": 600,
-                     "template": {"containers": [{"name": "a", "terminationMessagePath": "/dev/x"}]}}}
+    live = {
+        "spec": {
+            "replicas": 2,
+            "progressDeadlineSeconds": 600,
+            "template": {"containers": [{"name": "a", "terminationMessagePath": "/dev/x"}]},
+        }
+    }
     assert drift.is_subset(desired, live)
     live["spec"]["replicas"] = 3
     assert not drift.is_subset(desired, live)

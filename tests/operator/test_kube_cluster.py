@@ -10,7 +10,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
-
 from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.kube_cluster import KubeCluster
 
@@ -98,8 +97,11 @@ async def test_a_refusal_raises_with_the_api_servers_message(api):
 
 async def test_events_point_at_the_service(api):
     cluster, received = api
-    owner = {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService",
-             "metadata": {"name": "demo", "namespace": "voice", "uid": "u1"}}
+    owner = {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "metadata": {"name": "demo", "namespace": "voice", "uid": "u1"},
+    }
     await cluster.emit_event(owner, "Normal", "Created", "Created Deployment demo-on-demand")
     (request,) = received
     assert request["method"] == "POST" and request["path"] == "/api/v1/namespaces/voice/events"

@@ -6,7 +6,6 @@ import pathlib
 import kubernetes_validate
 import pytest
 import yaml
-
 from ttsfleet_operator.cli import main
 
 SAMPLES = sorted((pathlib.Path(__file__).resolve().parents[2] / "samples").glob("*.yaml"))

@@ -4,8 +4,8 @@ runs in unit tests; e2e/ runs the operator against a real one)."""
 import copy
 
 import pytest
-
 from ttsfleet_operator.reconcile import Reconciler
+
 
 def body(name="demo", generation=1, status=None, **spec):
     spec.setdefault("model", {"size": "1.7B", "variant": "CustomVoice"})
@@ -51,8 +51,12 @@ async def test_first_pass_creates_every_child_owned_by_the_service(reconciler, f
     for (_, _, _), obj in fake_cluster.objects.items():
         (owner,) = obj["metadata"]["ownerReferences"]
         assert owner == {
-            "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService", "name": "demo", "uid": "uid-1",
-            "controller": True, "blockOwnerDeletion": True,
+            "apiVersion": "ttsfleet.io/v1alpha1",
+            "kind": "TTSService",
+            "name": "demo",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
         }
     assert ("Normal", "Created", "Created Deployment demo-spot") in fake_cluster.events
 
@@ -114,10 +118,15 @@ async def test_children_no_longer_rendered_are_deleted(reconciler, fake_cluster)
 
 async def test_objects_of_another_owner_are_left_alone(reconciler, fake_cluster):
     stranger = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "demo-old", "namespace": "voice", "uid": "x",
-                     "labels": {"ttsfleet.io/service": "demo", "app.kubernetes.io/managed-by": "ttsfleet-operator"},
-                     "ownerReferences": [{"uid": "someone-else", "controller": True}]},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "demo-old",
+            "namespace": "voice",
+            "uid": "x",
+            "labels": {"ttsfleet.io/service": "demo", "app.kubernetes.io/managed-by": "ttsfleet-operator"},
+            "ownerReferences": [{"uid": "someone-else", "controller": True}],
+        },
         "spec": {},
     }
     fake_cluster.objects[("Deployment", "voice", "demo-old")] = stranger
@@ -173,8 +182,11 @@ async def test_a_stuck_rollout_is_degraded(reconciler, fake_cluster):
     obj = body()
     await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     deployment = fake_cluster.get("Deployment", "voice", "demo-on-demand")
-    deployment["status"] = {"conditions": [{"type": "Progressing", "status": "False",
-                                             "reason": "ProgressDeadlineExceeded", "message": "timed out"}]}
+    deployment["status"] = {
+        "conditions": [
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "timed out"}
+        ]
+    }
     await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     degraded = next(c for c in obj["status"]["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "ProgressDeadlineExceeded"

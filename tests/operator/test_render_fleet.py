@@ -69,7 +69,13 @@ def test_pods_carry_track_and_pool_and_the_service_selects_them_all(make_service
 
 def test_the_hpa_scales_the_tts_service_on_queue_depth_and_gpu_utilisation(make_service):
     service = make_service(
-        autoscaling={"enabled": True, "minReplicas": 2, "maxReplicas": 9, "targetQueueDepth": 3, "targetGPUUtilization": 70}
+        autoscaling={
+            "enabled": True,
+            "minReplicas": 2,
+            "maxReplicas": 9,
+            "targetQueueDepth": 3,
+            "targetGPUUtilization": 70,
+        }
     )
     hpa = next(m for m in render_fleet(service) if m["kind"] == "HorizontalPodAutoscaler")
     spec = hpa["spec"]
@@ -83,7 +89,8 @@ def test_the_hpa_scales_the_tts_service_on_queue_depth_and_gpu_utilisation(make_
 
 def test_the_hpa_adds_fast_and_removes_slowly(make_service):
     hpa = next(
-        m for m in render_fleet(make_service(autoscaling={"enabled": True, "scaleDownStabilizationSeconds": 600}))
+        m
+        for m in render_fleet(make_service(autoscaling={"enabled": True, "scaleDownStabilizationSeconds": 600}))
         if m["kind"] == "HorizontalPodAutoscaler"
     )
     behavior = hpa["spec"]["behavior"]
@@ -105,7 +112,10 @@ def test_the_pdb_lets_one_pod_go_at_a_time_even_for_a_single_replica(make_servic
     pdb = next(m for m in render_fleet(make_service(replicas=1)) if m["kind"] == "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert "minAvailable" not in pdb["spec"]
-    assert pdb["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "ttsfleet-runtime", "ttsfleet.io/service": "demo"}
+    assert pdb["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "ttsfleet-runtime",
+        "ttsfleet.io/service": "demo",
+    }
 
 
 def test_rendering_is_deterministic(make_service):

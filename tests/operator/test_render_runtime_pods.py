@@ -25,7 +25,9 @@ def test_gpu_limit_and_request_follow_the_spec(make_service):
 
 
 def test_gpu_pods_tolerate_the_gpu_taint(make_service):
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_of(make_service())["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_of(make_service())[
+        "tolerations"
+    ]
 
 
 def test_startup_probe_waits_for_the_model_load(make_service):

@@ -9,7 +9,6 @@ import pathlib
 
 import pytest
 import yaml
-
 from ttsfleet_operator.render import render_fleet
 
 NODES_FILE = pathlib.Path(__file__).resolve().parents[2] / "e2e" / "cluster" / "nodes.yaml"
@@ -56,7 +55,8 @@ def fits(pod: dict, node: dict) -> bool:
         return False
     required = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
     if required and not any(
-        all(expression_holds(e, node_labels) for e in term["matchExpressions"]) for term in required["nodeSelectorTerms"]
+        all(expression_holds(e, node_labels) for e in term["matchExpressions"])
+        for term in required["nodeSelectorTerms"]
     ):
         return False
     for taint in node["spec"].get("taints") or []:
@@ -117,10 +117,14 @@ def test_a_user_spot_selector_replaces_the_cloud_defaults(make_service):
     by_name = {m["metadata"]["name"]: m for m in render_fleet(service)}
     spot_pod = by_name["demo-spot"]["spec"]["template"]["spec"]
     on_demand_pod = by_name["demo-on-demand"]["spec"]["template"]["spec"]
-    spot_terms = spot_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    spot_terms = spot_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert spot_terms == [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cheap"]}]}]
     assert {"key": "cheap", "operator": "Exists"} in spot_pod["tolerations"]
-    od_terms = on_demand_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    od_terms = on_demand_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert od_terms == [{"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["cheap"]}]}]
 
 

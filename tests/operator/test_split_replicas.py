@@ -1,10 +1,8 @@
 """split_replicas: the one place that divides replicas between spot and on-demand."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pytest
-
 from ttsfleet_operator.replicas import ReplicaSplit, split_replicas
 
 replicas = st.integers(min_value=0, max_value=1000)

@@ -46,7 +46,9 @@ def test_25_hz_needs_an_explicit_checkpoint(make_service):
 
 def test_source_is_hub_or_pvc_not_both_nor_neither(make_service):
     both = {"hub": "a/b", "pvc": {"claimName": "models"}}
-    assert "exactly one of hub or pvc" in refusal(make_service, model={"size": "1.7B", "variant": "Base", "source": both})
+    assert "exactly one of hub or pvc" in refusal(
+        make_service, model={"size": "1.7B", "variant": "Base", "source": both}
+    )
     assert "exactly one of hub or pvc" in refusal(make_service, model={"size": "1.7B", "variant": "Base", "source": {}})
 
 

@@ -32,7 +32,10 @@ def render_deployment(service: TTSService, track: str, pool: str, replicas: int)
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": child_metadata(
-            service, names.deployment_name(service.name, track, pool), "runtime", {labels.TRACK: track, labels.POOL: pool}
+            service,
+            names.deployment_name(service.name, track, pool),
+            "runtime",
+            {labels.TRACK: track, labels.POOL: pool},
         ),
         "spec": {
             "replicas": replicas,
