@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Micro-benchmark of the streaming codec decoder (12 Hz speech tokenizer) on a GPU.
+
+Writes a real-size random speech tokenizer (official layout) unless --tokenizer is
+given, then measures, per dtype:
+  - offline decode of --frames frames at batch 1,
+  - one streaming decode step per (batch, frames) bucket, eager and CUDA-graphed,
+    as latency and audio seconds produced per second,
+  - correctness on the device: streamed == offline, graphed == eager,
+  - state memory per stream.
+Writes JSON (machine, versions, config, raw samples) to --out/codec_bench.json.
+
+    PYTHONPATH=runtime python3 bench/bench_codec.py --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ttsfleet_runtime.codec import load_speech_tokenizer
+from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.codec.writer import write_random_speech_tokenizer
+
+SECONDS_PER_FRAME = 0.08
+
+
+def timed(fn, iters: int) -> list[float]:
+    """Milliseconds per call, one CUDA-event pair per call."""
+    samples = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return samples
+
+
+def summary(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    return {"median_ms": statistics.median(ordered), "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
+            "min_ms": ordered[0], "samples_ms": [round(s, 4) for s in samples]}
+
+
+def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
+    device = torch.device("cuda")
+    decoder = load_speech_tokenizer(folder, device=device, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    result: dict = {"dtype": str(dtype).removeprefix("torch.")}
+
+    # Offline decode, batch 1.
+    codes = torch.randint(0, 2048, (1, args.frames, 16), generator=gen).to(device)
+    offline = decoder.decode(codes)
+    result["offline_b1"] = {"frames": args.frames, **summary(timed(lambda: decoder.decode(codes), 5))}
+
+    # Streaming == offline on the device (chunks 1, 2, 4, ... then the rest).
+    codec = StreamingCodec(decoder, max_streams=max(args.batches), device=device)
+    slot, pieces, start, n = codec.open(), [], 0, 1
+    while start < args.frames:
+        pieces.append(codec.decode([slot], codes[:, start:start + n]))
+        start, n = start + n, n * 2
+    codec.close(slot)
+    result["stream_vs_offline_max_abs"] = float((torch.cat(pieces, 1) - offline).abs().max())
+    state_bytes = sum(b[0].numel() * b.element_size() for b in codec._state.values())
+    result["state_bytes_per_stream"] = state_bytes
+
+    steps = []
+    for frames in args.chunk_frames:
+        for batch in args.batches:
+            row = {"batch": batch, "frames": frames}
+            chunk = torch.randint(0, 2048, (batch, frames, 16), generator=gen).to(device)
+            for mode in ("eager", "graph"):
+                codec = StreamingCodec(decoder, max_streams=batch, device=device)
+                slots = [codec.open() for _ in range(batch)]
+                if mode == "graph":
+                    t0 = time.perf_counter()
+                    codec.capture([batch], [frames])
+                    row["capture_s"] = time.perf_counter() - t0
+                for _ in range(3):
+                    codec.decode(slots, chunk)
+                stats = summary(timed(lambda: codec.decode(slots, chunk), args.iters))
+                stats["audio_s_per_s"] = batch * frames * SECONDS_PER_FRAME / (stats["median_ms"] / 1e3)
+                row[mode] = stats
+                if mode == "graph":  # graphed replay == eager on the same state history
+                    eager = StreamingCodec(decoder, max_streams=batch, device=device)
+                    e_slots = [eager.open() for _ in range(batch)]
+                    g = StreamingCodec(decoder, max_streams=batch, device=device)
+                    g.capture([batch], [frames])
+                    g_slots = [g.open() for _ in range(batch)]
+                    diff = 0.0
+                    for _ in range(3):
+                        diff = max(diff, float((eager.decode(e_slots, chunk)
+                                                - g.decode(g_slots, chunk)).abs().max()))
+                    row["graph_vs_eager_max_abs"] = diff
+                del codec
+            torch.cuda.synchronize()
+            row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            print(json.dumps({k: v for k, v in row.items() if k not in ("eager", "graph")}
+                             | {"eager_ms": row["eager"]["median_ms"],
+                                "graph_ms": row["graph"]["median_ms"],
+                                "graph_audio_s_per_s": row["graph"]["audio_s_per_s"]}), flush=True)
+            steps.append(row)
+    result["steps"] = steps
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tokenizer", type=Path, help="existing speech_tokenizer/ folder")
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
+    parser.add_argument("--chunk-frames", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cudnn.benchmark = True
+
+    folder = args.tokenizer
+    if folder is None:
+        folder = write_random_speech_tokenizer(Path(tempfile.mkdtemp()) / "speech_tokenizer", "real")
+    report = {
+        "benchmark": "codec",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "machine": {"gpu": torch.cuda.get_device_name(), "host": platform.node(),
+                    "python": platform.python_version()},
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
+                     "cudnn": torch.backends.cudnn.version()},
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "results": [],
+    }
+    for name in args.dtypes:
+        report["results"].append(bench_dtype(folder, getattr(torch, name), args))
+        (args.out / "codec_bench.json").write_text(json.dumps(report, indent=1))
+    print("wrote", args.out / "codec_bench.json")
+
+
+if __name__ == "__main__":
+    main()
