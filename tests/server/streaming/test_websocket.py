@@ -1,0 +1,125 @@
+"""WebSocket: text deltas in (as an LLM writes), audio chunks out with timing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from conftest import API_KEY, metric_value
+
+
+def open_session(server, key=API_KEY, via="header"):
+    url = server.ws_url + "/v1/audio/speech/stream"
+    if via == "query":
+        return connect(url + f"?api_key={key}", open_timeout=10)
+    return connect(url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=10)
+
+
+def receive_until_closed(ws):
+    """All messages (JSON as dicts, binary as bytes) until the server closes."""
+    messages = []
+    try:
+        while True:
+            message = ws.recv(timeout=30)
+            messages.append(message if isinstance(message, bytes) else json.loads(message))
+    except ConnectionClosed:
+        pass
+    return messages
+
+
+def test_incremental_text_becomes_ordered_utterances_of_audio(server):
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "Vivian", "seed": 7}))
+        ready = json.loads(ws.recv(timeout=10))
+        assert ready["type"] == "session.ready" and ready["sample_rate"] == 24000
+        for delta in ["Hel", "lo ", "there."]:
+            ws.send(json.dumps({"type": "text.delta", "text": delta}))
+        ws.send(json.dumps({"type": "flush"}))
+        for delta in ["And ", "again."]:
+            ws.send(json.dumps({"type": "text.delta", "text": delta}))
+        ws.send(json.dumps({"type": "end"}))
+        messages = receive_until_closed(ws)
+        assert ws.close_code == 1000
+
+    events = [m for m in messages if isinstance(m, dict)]
+    assert events[-1] == {"type": "session.done", "utterances": 2}
+    done = [e for e in events if e["type"] == "utterance.done"]
+    assert [d["utterance"] for d in done] == [0, 1]
+    # Every audio header is followed by exactly its samples as s16le.
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message["type"] == "audio":
+            assert isinstance(messages[i + 1], bytes)
+            assert len(messages[i + 1]) == 2 * message["samples"]
+    for utterance in (0, 1):
+        headers = [e for e in events if e["type"] == "audio" and e["utterance"] == utterance]
+        assert [h["index"] for h in headers] == list(range(len(headers)))
+        samples = sum(h["samples"] for h in headers)
+        assert samples / 24000 == pytest.approx(done[utterance]["audio_seconds"], abs=1e-3)
+        assert done[utterance]["ttfa_ms"] <= done[utterance]["total_ms"]
+    pcm = np.frombuffer(b"".join(m for m in messages if isinstance(m, bytes)), dtype="<i2")
+    assert np.abs(pcm).max() > 100
+
+
+def test_browser_style_key_in_the_query_string_works(server):
+    with open_session(server, via="query") as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.ready"
+        ws.send(json.dumps({"type": "end"}))
+        assert receive_until_closed(ws)[-1] == {"type": "session.done", "utterances": 0}
+
+
+@pytest.mark.parametrize(
+    ("config", "code", "close_code"),
+    [
+        ({"type": "session.config", "voice": "nobody"}, "invalid_request", 1008),
+        ({"type": "session.config", "temperature": -3}, "invalid_request", 1008),
+        ({"type": "session.config", "model": "tts-1"}, "model_not_found", 1008),
+        ({"type": "hello"}, "invalid_request", 1008),
+    ],
+)
+def test_bad_config_gets_an_error_message_and_a_close(server, config, code, close_code):
+    with open_session(server) as ws:
+        ws.send(json.dumps(config))
+        messages = receive_until_closed(ws)
+        assert messages[0]["type"] == "error" and messages[0]["code"] == code
+        assert ws.close_code == close_code
+
+
+def test_wrong_key_is_refused_with_a_reason(server):
+    with open_session(server, key="wrong") as ws:
+        messages = receive_until_closed(ws)
+        assert messages == [{"type": "error", "code": "invalid_api_key", "message": "invalid API key"}]
+        assert ws.close_code == 1008
+
+
+def test_protocol_errors_are_named(server):
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.recv(timeout=10)
+        ws.send(json.dumps({"type": "text.delta", "text": 42}))
+        messages = receive_until_closed(ws)
+        assert messages[-1]["code"] == "protocol_error"
+        assert "text.delta needs a string" in messages[-1]["message"]
+
+
+def test_leaving_mid_utterance_frees_the_slot(server):
+    before = metric_value(server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"})
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "Vivian"}))
+        ws.recv(timeout=10)
+        ws.send(json.dumps({"type": "text.delta", "text": "A sentence that is cut short"}))
+        ws.send(json.dumps({"type": "flush"}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "audio"
+    # closed after the first chunk
+    deadline = time.monotonic() + 20
+    while metric_value(server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"}) < before + 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    while metric_value(server.base_url, "ttsfleet_active_streams") != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

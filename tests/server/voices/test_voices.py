@@ -1,0 +1,109 @@
+"""Uploaded voices: consent, checks with reasons, per-caller visibility, erasure."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+
+from conftest import OTHER_KEY, auth
+
+
+def recording(seconds=2.0, rate=16000, fmt="WAV", amplitude=0.3) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    out = io.BytesIO()
+    soundfile.write(out, (amplitude * np.sin(2 * np.pi * 180 * t)).astype(np.float32), rate, format=fmt)
+    return out.getvalue()
+
+
+def upload(server, audio: bytes, key=None, filename="me.wav", **fields):
+    form = {"transcript": "Hello, this is my voice.", "consent": "true", "name": "Alice", **fields}
+    return httpx.post(
+        server.base_url + "/v1/audio/voices",
+        files={"audio": (filename, audio, "application/octet-stream")},
+        data=form,
+        headers=auth(key) if key else auth(),
+    )
+
+
+def voice_ids(server, key=None) -> list[str]:
+    data = httpx.get(server.base_url + "/v1/audio/voices", headers=auth(key) if key else auth()).json()["data"]
+    return [v["id"] for v in data if v["type"] == "uploaded"]
+
+
+def test_upload_list_and_erase_a_voice(server, voices_root):
+    created = upload(server, recording(fmt="FLAC"), filename="me.flac")
+    assert created.status_code == 201, created.text
+    voice = created.json()
+    assert voice["id"].startswith("voice_") and voice["duration_s"] == pytest.approx(2.0)
+    folder = voices_root / voice["id"]
+    assert sorted(p.name for p in folder.iterdir()) == ["consent.json", "profile.json", "reference.wav"]
+    consent = json.loads((folder / "consent.json").read_text())
+    assert consent["consent"] is True and consent["given_by"].startswith("key_")
+    assert voice["id"] in voice_ids(server)
+    # Another key neither sees nor deletes it.
+    assert voice["id"] not in voice_ids(server, OTHER_KEY)
+    assert httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth(OTHER_KEY)).status_code == 404
+
+    deleted = httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth())
+    assert deleted.json() == {"id": voice["id"], "object": "voice", "deleted": True}
+    assert not folder.exists()
+    assert voice["id"] not in voice_ids(server)
+    assert httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth()).status_code == 404
+
+
+def test_builtin_speakers_are_listed(server):
+    data = httpx.get(server.base_url + "/v1/audio/voices", headers=auth()).json()["data"]
+    builtin = [v["id"] for v in data if v["type"] == "builtin"]
+    assert builtin == list(server.engine.info.speakers)
+
+
+def test_a_model_that_cannot_clone_refuses_uploaded_voices_by_name(server, model_id):
+    voice = upload(server, recording()).json()
+    response = httpx.post(
+        server.base_url + "/v1/audio/speech",
+        json={"model": model_id, "input": "Hi", "voice": voice["id"]},
+        headers=auth(),
+    )
+    assert response.status_code == 400
+    assert "cannot speak uploaded voices" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("audio", "fields", "fragment"),
+    [
+        (b"RIFF\x00\x00garbage", {}, "could not decode the audio"),
+        (b"", {}, "empty"),
+        (recording(seconds=0.3), {}, "must last 1 to 30 seconds"),
+        (recording(seconds=31, rate=8000, fmt="FLAC"), {}, "must last 1 to 30 seconds"),
+        (recording(amplitude=0.0), {}, "silent"),
+        (recording(), {"consent": "false"}, "consent must be true"),
+        (recording(), {"transcript": ""}, "transcript"),
+    ],
+)
+def test_bad_uploads_are_refused_with_a_reason_and_leave_nothing(server, voices_root, audio, fields, fragment):
+    before = sorted(voices_root.iterdir())
+    response = upload(server, audio, **fields)
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["error"]["message"]
+    assert sorted(voices_root.iterdir()) == before
+
+
+def test_upload_over_the_size_limit_is_413(server):
+    response = upload(server, recording(seconds=20, rate=48000))  # ~1.9 MB of WAV
+    assert response.status_code == 413
+
+
+def test_consent_field_is_required(server):
+    response = httpx.post(
+        server.base_url + "/v1/audio/voices",
+        files={"audio": ("me.wav", recording(), "audio/wav")},
+        data={"transcript": "Hello"},
+        headers=auth(),
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "consent"
