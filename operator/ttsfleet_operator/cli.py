@@ -40,9 +40,9 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from ttsfleet_operator import crd
+    from ttsfleet_operator import crd, reference
 
-    sys.stdout.write(crd.to_yaml())
+    sys.stdout.write(reference.markdown() if args.reference else crd.to_yaml())
     return 0
 
 
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(handler=_render)
 
     crd = commands.add_parser("crd", help="print the TTSService CustomResourceDefinition")
+    crd.add_argument("--reference", action="store_true", help="print the field reference (Markdown) instead")
     crd.set_defaults(handler=_crd)
 
     operator = commands.add_parser("operator", help="the Kubernetes operator")

@@ -166,9 +166,9 @@ class AutoscalingSpec(SpecModel):
             field_path=".minReplicas",
         ),
     ]
-    enabled: bool = False
-    min_replicas: int = Field(default=1, ge=1, le=1000)
-    max_replicas: int = Field(default=4, ge=1, le=1000)
+    enabled: bool = Field(default=False, description="Create an HPA that writes spec.replicas through /scale.")
+    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest pods the HPA keeps.")
+    max_replicas: int = Field(default=4, ge=1, le=1000, description="Most pods the HPA asks for.")
     target_gpu_utilization: int = Field(
         default=80, ge=1, le=100, alias="targetGPUUtilization", description="Average GPU utilisation, percent."
     )
@@ -219,8 +219,10 @@ class CanaryCandidate(SpecModel):
             "canary.candidate needs an image or a modelRevision",
         ),
     ]
-    image: str | None = Field(default=None, max_length=512, min_length=1)
-    model_revision: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9._/-]+$")
+    image: str | None = Field(default=None, max_length=512, min_length=1, description="Runtime image of the candidate.")
+    model_revision: str | None = Field(
+        default=None, max_length=64, pattern=r"^[A-Za-z0-9._/-]+$", description="Hub revision the candidate serves."
+    )
 
 
 class CanaryAnalysis(SpecModel):
@@ -251,7 +253,9 @@ class EngineSpec(SpecModel):
     max_queue: int = Field(default=256, ge=0, le=100000, description="Requests waiting before 429s.")
     cuda_graphs: bool = Field(default=True, description="Capture decode steps as CUDA graphs.")
     first_chunk_frames: int = Field(default=2, ge=1, le=32, description="Codec frames in the first audio chunk.")
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="Weight and activation type."
+    )
 
 
 class RuntimeResources(SpecModel):
@@ -275,14 +279,20 @@ class EnvVar(SpecModel):
 class RuntimeSpec(SpecModel):
     """The runtime container: image, resources and lifecycle."""
 
-    image: str = Field(default=DEFAULT_RUNTIME_IMAGE, max_length=512, min_length=1)
+    image: str = Field(
+        default=DEFAULT_RUNTIME_IMAGE, max_length=512, min_length=1, description="Runtime image (stable)."
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     image_pull_secrets: list[Annotated[str, Field(max_length=NAME_MAX)]] | None = Field(
         default=None, max_length=LIST_MAX
     )
-    service_account_name: str | None = Field(default=None, max_length=NAME_MAX)
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=NAME_MAX,
+        description="Pods' ServiceAccount (e.g. for a hub token via workload identity).",
+    )
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
-    env: list[EnvVar] | None = Field(default=None, max_length=64)
+    env: list[EnvVar] | None = Field(default=None, max_length=64, description="Extra environment of the server.")
     startup_timeout_seconds: int = Field(
         default=900, ge=60, le=7200, description="Longest model download + load + CUDA graph capture."
     )
@@ -347,19 +357,19 @@ class PoolReplicas(SpecModel):
 
 
 class TTSServiceStatus(SpecModel):
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(default=None, description="metadata.generation last reconciled.")
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=8,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int | None = Field(default=None, description="Pods the child Deployments want (the /scale status).")
-    ready_replicas: int | None = None
+    ready_replicas: int | None = Field(default=None, description="Pods passing their readiness probe.")
     selector: str | None = Field(default=None, description="Label selector of all pods, as a string (for the HPA).")
-    pools: PoolReplicas | None = None
-    stable_revision: str | None = None
-    canary_revision: str | None = None
-    canary_weight: int | None = None
+    pools: PoolReplicas | None = Field(default=None, description="Desired replicas per capacity pool.")
+    stable_revision: str | None = Field(default=None, description="Hash of what the stable track serves.")
+    canary_revision: str | None = Field(default=None, description="Hash of what the canary track serves.")
+    canary_weight: int | None = Field(default=None, description="Share of traffic on the canary, percent.")
     endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
 
 

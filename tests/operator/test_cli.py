@@ -49,3 +49,31 @@ def test_the_cli_starts_without_torch():
     code = "import sys; from ttsfleet_operator.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_reference_lists_every_spec_field_and_every_rule_message(capsys):
+    assert main(["crd", "--reference"]) == 0
+    text = capsys.readouterr().out
+    for field in (
+        "model.variant",
+        "gpu.class",
+        "spot.minOnDemand",
+        "autoscaling.targetGPUUtilization",
+        "canary.analysis.ttfaP95Milliseconds",
+        "engine.cudaGraphs",
+        "runtime.image",
+    ):
+        assert f"| `{field}`" in text
+    for message in rule_messages(crd.build()):
+        assert message in text
+
+
+def rule_messages(node):
+    if isinstance(node, dict):
+        for entry in node.get("x-kubernetes-validations", []):
+            yield entry["message"]
+        for value in node.values():
+            yield from rule_messages(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from rule_messages(value)
