@@ -17,13 +17,20 @@ _EPSILON = 1e-5
 
 
 class Codebook(nn.Module):
+    """`vectors` is derived from the statistics whenever they are loaded (not per call)."""
+
     def __init__(self, size: int, dim: int):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+        self.register_buffer("vectors", torch.empty(size, dim), persistent=False)
+        self.derive_vectors()
+        self.register_load_state_dict_post_hook(lambda module, _: module.derive_vectors())
 
-    def vectors(self) -> torch.Tensor:
-        return self.embedding_sum / self.cluster_usage.clamp(min=_EPSILON)[:, None]
+    @torch.no_grad()
+    def derive_vectors(self) -> None:
+        self.vectors = self.embedding_sum.detach() / self.cluster_usage.detach().clamp(
+            min=_EPSILON)[:, None]
 
 
 class CodebookLayer(nn.Module):
@@ -47,7 +54,7 @@ class ResidualQuantizer(nn.Module):
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, n, q] -> [B, outer_dim, n]"""
-        summed = sum(F.embedding(codes[..., i], layer._codebook.vectors())
+        summed = sum(F.embedding(codes[..., i], layer._codebook.vectors)
                      for i, layer in enumerate(self.vq.layers))
         return self.output_proj(summed.transpose(1, 2))
 
