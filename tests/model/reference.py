@@ -8,6 +8,7 @@ replaced by empty stand-ins so the reference modules import. Nothing the parity 
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import json
 import sys
@@ -40,6 +41,7 @@ def _stub_audio_io() -> None:
                 setattr(sys.modules[parent], child, stub)
 
 
+@functools.lru_cache(maxsize=4)
 def reference_model(checkpoint: Path):
     """The reference Qwen3TTSForConditionalGeneration, float32, eager attention,
     with the checkpoint's weights."""

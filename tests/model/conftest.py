@@ -1,0 +1,31 @@
+"""Tiny random checkpoints in the official layout, one per variant, written once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# Import mode is importlib: make this folder's helpers (reference.py, greedy.py)
+# importable by the tests beside them.
+sys.path.insert(0, str(Path(__file__).parent))
+
+# Tiny models on a shared 2-core machine: more than one intra-op thread makes
+# every small matmul wait on busy cores (10x slower steps).
+torch.set_num_threads(1)
+
+from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tiny_custom_voice(tmp_path_factory) -> Path:
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_voice_design(tmp_path_factory) -> Path:
+    # No speech tokenizer: these tests stop at codes.
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-vd"), "tiny", "VoiceDesign", seed=1,
+                                   with_speech_tokenizer=False)

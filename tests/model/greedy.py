@@ -1,0 +1,37 @@
+"""Our model generating codes offline through the model runner (no engine
+thread, no codec): the counterpart of the reference's `generate`."""
+
+from __future__ import annotations
+
+import torch
+
+from ttsfleet_runtime.engine.model_runner import ModelRunner, SlotParams
+from ttsfleet_runtime.model.prompt import PromptBuilder
+from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
+from ttsfleet_runtime.model.weights import load_model
+
+GREEDY = SlotParams(temperature=0.0, top_k=50, top_p=1.0, repetition_penalty=1.05,
+                    subtalker_temperature=0.0, subtalker_top_k=50, subtalker_top_p=1.0,
+                    seed=0, min_frames=0)
+
+
+def our_codes(checkpoint, text: str, voice, instructions, language: str, frames: int,
+              params: SlotParams = GREEDY) -> torch.Tensor:
+    """-> codes [n <= frames, 16], stopping at EOS like the reference."""
+    model = load_model(checkpoint, "cpu", "float32", max_positions=512)
+    builder = PromptBuilder(model.config, TextTokenizer.from_checkpoint(checkpoint))
+    runner = ModelRunner(model, max_batch=2, max_len=512, max_text=256, device="cpu", cuda_graphs=False)
+    prompt = builder.voice(voice, instructions, language)
+    ids = builder.text_ids(text)
+    embeds = builder.prefill_embeds(model.talker, prompt, ids[0])
+    runner.prefill(0, embeds, params)
+    runner.set_text(0, ids[1:] + [model.config.tts_eos_token_id], 0)
+    out = []
+    position = embeds.shape[0]
+    for _ in range(frames):
+        codes, nxt = runner.decode(1, [True], position + 1)
+        position += 1
+        out.append(codes[0])
+        if int(nxt[0]) == model.config.talker.codec_eos_token_id:
+            break
+    return torch.stack(out)
