@@ -56,6 +56,7 @@ def _operator_run(args: argparse.Namespace) -> int:
         resync_seconds=args.resync_seconds,
         kubeconfig=args.kubeconfig,
         verbose=args.verbose,
+        metrics_port=args.metrics_port,
     )
 
 
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
         help="liveness endpoint URL ('' disables it)",
+    )
+    run.add_argument(
+        "--metrics-port", type=int, default=8081, help="serve Prometheus /metrics on this port (0 disables it)"
     )
     run.add_argument("--resync-seconds", type=float, default=30.0, help="period of the drift-correcting timer")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")

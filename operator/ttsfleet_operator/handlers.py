@@ -14,6 +14,7 @@ import kopf
 
 from ttsfleet_operator import tts_service
 from ttsfleet_operator.kube_cluster import KubeCluster
+from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.resync import Resync
 
@@ -27,7 +28,14 @@ def _plain(body: kopf.Body) -> dict:
     return copy.deepcopy(dict(body))
 
 
-def register(registry: kopf.OperatorRegistry, resync_seconds: float, kubeconfig: str | None) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    resync_seconds: float,
+    kubeconfig: str | None,
+    metrics: OperatorMetrics | None = None,
+) -> None:
+    metrics = metrics or OperatorMetrics()
+
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         # kopf would post an Event for every handler run (writes on every pass);
@@ -43,7 +51,7 @@ def register(registry: kopf.OperatorRegistry, resync_seconds: float, kubeconfig:
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
         memo.cluster = await KubeCluster.connect(kubeconfig)
-        memo.resync = Resync(Reconciler(memo.cluster).reconcile, resync_seconds)
+        memo.resync = Resync(metrics.instrument(Reconciler(memo.cluster).reconcile), resync_seconds)
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
         log.info("operator started", extra={"resync_seconds": resync_seconds})
 
@@ -57,6 +65,7 @@ def register(registry: kopf.OperatorRegistry, resync_seconds: float, kubeconfig:
     def remember(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
         if event.get("type") == "DELETED":
             memo.resync.forget(_plain(body))
+            metrics.forget(body["metadata"].get("namespace", "default"), body["metadata"]["name"])
         else:
             memo.resync.remember(_plain(body))
 

@@ -9,6 +9,7 @@ import kopf
 
 from ttsfleet_operator import handlers
 from ttsfleet_operator.log_format import configure_logging
+from ttsfleet_operator.metrics import OperatorMetrics
 
 
 def run(
@@ -18,13 +19,17 @@ def run(
     resync_seconds: float,
     kubeconfig: str | None,
     verbose: bool,
+    metrics_port: int = 0,
 ) -> int:
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     if kubeconfig:
         # kopf's own login reads $KUBECONFIG; our client gets the path directly.
         os.environ["KUBECONFIG"] = kubeconfig
+    metrics = OperatorMetrics()
+    if metrics_port:
+        metrics.serve(metrics_port)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, resync_seconds=resync_seconds, kubeconfig=kubeconfig)
+    handlers.register(registry, resync_seconds=resync_seconds, kubeconfig=kubeconfig, metrics=metrics)
     kopf.run(
         registry=registry,
         standalone=True,

@@ -44,6 +44,8 @@ class Outcome:
     status_written: bool = False
     problem: Problem | None = None
     permanent: bool = False
+    # Kind of the child whose apply or delete failed (the operator's error metric).
+    failed_kind: str | None = None
 
 
 def owner_reference(owner: dict) -> dict:
@@ -110,6 +112,7 @@ class Reconciler:
                     result = await self.cluster.apply(desired)
                 except ApiError as error:
                     outcome.problem = Problem("ApplyFailed", f"{_describe(desired)}: {error.message}"[:1000])
+                    outcome.failed_kind = desired["kind"]
                     break
                 (outcome.updated if current else outcome.created).append(_describe(desired))
             if desired["kind"] == "Deployment":
@@ -127,6 +130,7 @@ class Reconciler:
                     )
                 except ApiError as error:
                     outcome.problem = Problem("DeleteFailed", f"{_describe(stale)}: {error.message}"[:1000])
+                    outcome.failed_kind = stale["kind"]
                     break
                 outcome.deleted.append(_describe(stale))
 
