@@ -17,20 +17,13 @@ _EPSILON = 1e-5
 
 
 class Codebook(nn.Module):
-    """`vectors` is derived from the statistics whenever they are loaded (not per call)."""
-
     def __init__(self, size: int, dim: int):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
-        self.register_buffer("vectors", torch.empty(size, dim), persistent=False)
-        self.derive_vectors()
-        self.register_load_state_dict_post_hook(lambda module, _: module.derive_vectors())
 
-    @torch.no_grad()
-    def derive_vectors(self) -> None:
-        self.vectors = self.embedding_sum.detach() / self.cluster_usage.detach().clamp(
-            min=_EPSILON)[:, None]
+    def vectors(self) -> torch.Tensor:
+        return self.embedding_sum / self.cluster_usage.clamp(min=_EPSILON)[:, None]
 
 
 class CodebookLayer(nn.Module):
@@ -46,16 +39,32 @@ class _CodebookLayers(nn.Module):
 
 
 class ResidualQuantizer(nn.Module):
+    """Sum of n_q codebook lookups, projected to the outer width.
+
+    The codebooks are stacked into one table whenever they are loaded, so a lookup of
+    all groups is one gather (a streaming step is launch-bound).
+    """
+
     def __init__(self, n_q: int, size: int, dim: int, outer_dim: int):
         super().__init__()
         self.input_proj = nn.Conv1d(outer_dim, dim, 1, bias=False)
         self.output_proj = nn.Conv1d(dim, outer_dim, 1, bias=False)
         self.vq = _CodebookLayers(n_q, size, dim)
+        self.codebook_size = size
+        self.register_buffer("offsets", torch.empty(n_q, dtype=torch.long), persistent=False)
+        self.register_buffer("table", torch.empty(n_q * size, dim), persistent=False)
+        self.derive_table()
+        self.register_load_state_dict_post_hook(lambda module, _: module.derive_table())
+
+    @torch.no_grad()
+    def derive_table(self) -> None:
+        self.table = torch.cat([layer._codebook.vectors() for layer in self.vq.layers]).detach()
+        n_q = len(self.vq.layers)
+        self.offsets = torch.arange(n_q, device=self.table.device) * self.codebook_size
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [B, n, q] -> [B, outer_dim, n]"""
-        summed = sum(F.embedding(codes[..., i], layer._codebook.vectors)
-                     for i, layer in enumerate(self.vq.layers))
+        """codes [B, n, n_q] -> [B, outer_dim, n]"""
+        summed = F.embedding(codes + self.offsets, self.table).sum(dim=2)
         return self.output_proj(summed.transpose(1, 2))
 
 
