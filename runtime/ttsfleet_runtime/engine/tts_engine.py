@@ -105,7 +105,7 @@ class TTSEngine:
         dtype: str = "bfloat16",
         first_chunk_frames: int = 2,
         chunk_frames: int = 8,
-        max_len: int = 2048,
+        max_len: int = 4608,  # KV positions per slot: prompt + up to ~6 min of audio
         max_text_tokens: int = 1024,
         progress: Callable[[str], None] | None = None,
     ):
@@ -217,8 +217,6 @@ class TTSEngine:
             voice = self.builder.voice(request.voice, request.instructions, request.language)
         except PromptError as e:
             raise InvalidRequest(str(e)) from e
-        if params.max_frames > self.max_len:
-            raise InvalidRequest(f"max_frames must be <= {self.max_len} on this server")
         loop = asyncio.get_running_loop()
         request_id = request.request_id or uuid.uuid4().hex
         stream = _Stream(self, request_id, loop)

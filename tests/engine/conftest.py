@@ -1,0 +1,41 @@
+"""A tiny random CustomVoice checkpoint and engines over it (CPU, float32)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+# Import mode is importlib: make helpers.py importable by the tests beside it.
+sys.path.insert(0, str(Path(__file__).parent))
+
+# Tiny models on a shared 2-core machine: more than one intra-op thread makes
+# every small matmul wait on busy cores (10x slower steps).
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-engine"), "tiny", "CustomVoice", seed=3)
+
+
+@pytest.fixture
+async def make_engine(tiny_checkpoint):
+    """make_engine(**kwargs) -> a started TTSEngine; all are stopped after the test."""
+    engines: list[TTSEngine] = []
+
+    async def make(**kwargs) -> TTSEngine:
+        kwargs.setdefault("dtype", "float32")
+        engine = TTSEngine.from_pretrained(str(tiny_checkpoint), "cpu", **kwargs)
+        await engine.start()
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        await engine.stop(drain_timeout_s=0)

@@ -1,0 +1,61 @@
+"""Admission is decided at submit: queued, or refused with a reason, holding nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from helpers import collect, request
+from ttsfleet_runtime.engine.api import EngineStopped, InvalidRequest, QueueFull, SamplingParams, SynthesisRequest
+
+
+async def test_queue_bound_refuses_with_a_retry_hint(make_engine):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    running = engine.submit(request(frames=30, seed=1))
+    await running.__aiter__().__anext__()  # it holds the only slot now
+    queued = engine.submit(request(frames=2, seed=2))
+    with pytest.raises(QueueFull) as refused:
+        engine.submit(request(frames=2, seed=3))
+    assert refused.value.retry_after_s > 0
+    assert engine.stats().queue_depth == 1
+    running.cancel()
+    _, pcm = await collect(queued)
+    assert queued.finish_reason == "length" and len(pcm) == 2 * 1920
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(voice="nobody"), "unknown voice"),
+    (dict(voice=None), "voice is required"),
+    (dict(language="klingon"), "unknown language"),
+    (dict(text="   "), "text is empty"),
+    (dict(params=SamplingParams(top_p=0)), "top_p"),
+    (dict(params=SamplingParams(max_frames=4, min_frames=5)), "min_frames"),
+])
+async def test_invalid_requests_are_refused_with_a_reason(make_engine, change, message):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    base = SynthesisRequest(text="Hello.", voice="ryan", language="english")
+    with pytest.raises(InvalidRequest, match=message):
+        engine.submit(dataclasses.replace(base, **change))
+    assert engine.stats().queue_depth == 0 and engine.stats().active == 0
+
+
+async def test_stop_drains_running_streams_then_refuses(make_engine):
+    engine = await make_engine(max_batch=2)
+    stream = engine.submit(request(frames=3, seed=5))
+    result = asyncio.ensure_future(collect(stream))
+    await engine.stop(drain_timeout_s=30)
+    _, pcm = await result
+    assert stream.finish_reason == "length" and len(pcm) == 3 * 1920
+    assert not engine.ready
+    with pytest.raises(EngineStopped):
+        engine.submit(request(frames=1, seed=1))
+
+
+async def test_stop_cancels_what_outlives_the_drain_deadline(make_engine):
+    engine = await make_engine(max_batch=1)
+    stream = engine.submit(request(frames=500, seed=5))
+    await stream.__aiter__().__anext__()
+    await engine.stop(drain_timeout_s=0)
+    assert stream.finish_reason == "shutdown"

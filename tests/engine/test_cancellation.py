@@ -1,0 +1,41 @@
+"""Cancelling a stream frees its slot at once and ends the iteration."""
+
+from __future__ import annotations
+
+from helpers import collect, request
+
+
+async def test_cancel_frees_the_slot_immediately(make_engine):
+    engine = await make_engine(max_batch=1, max_queue=4)
+    stream = engine.submit(request(frames=200, seed=1))
+    chunks = stream.__aiter__()
+    await chunks.__anext__()
+    assert engine.stats().active == 1
+    stream.cancel()
+    assert engine.stats().active == 0  # no step needed
+    rest = [c async for c in chunks]
+    assert stream.finish_reason == "cancelled"
+    assert len(rest) <= 1  # at most a chunk already in flight
+
+
+async def test_the_freed_slot_serves_the_next_request(make_engine):
+    engine = await make_engine(max_batch=1, max_queue=4)
+    first = engine.submit(request(frames=200, seed=1))
+    await first.__aiter__().__anext__()
+    second = engine.submit(request(frames=2, seed=2))
+    first.cancel()
+    _, pcm = await collect(second)
+    assert second.finish_reason == "length" and len(pcm) == 2 * 1920
+
+
+async def test_cancel_while_waiting_removes_it_from_the_queue(make_engine):
+    engine = await make_engine(max_batch=1, max_queue=4)
+    running = engine.submit(request(frames=100, seed=1))
+    await running.__aiter__().__anext__()
+    waiting = engine.submit(request(frames=2, seed=2))
+    assert engine.stats().queue_depth == 1
+    waiting.cancel()
+    assert engine.stats().queue_depth == 0
+    assert [c async for c in waiting] == []
+    assert waiting.finish_reason == "cancelled"
+    running.cancel()
