@@ -13,7 +13,7 @@ import logging
 import kopf
 
 from ttsfleet_operator import tts_service
-from ttsfleet_operator.kube_cluster import KubeCluster
+from ttsfleet_operator.kube_cluster import KubeCluster, connection_info, load_configuration
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.resync import Resync
@@ -35,6 +35,12 @@ def register(
     metrics: OperatorMetrics | None = None,
 ) -> None:
     metrics = metrics or OperatorMetrics()
+
+    @kopf.on.login(registry=registry)
+    async def login(**_) -> kopf.ConnectionInfo:
+        # A registry of our own has none of kopf's default login handlers; use
+        # the credentials our API client loads, so both authenticate alike.
+        return kopf.ConnectionInfo(**connection_info(await load_configuration(kubeconfig)))
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:

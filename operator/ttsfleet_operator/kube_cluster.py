@@ -32,6 +32,38 @@ PLURALS = {
 }
 
 
+async def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """In-cluster service account first, then the kubeconfig (explicit, $KUBECONFIG, ~/.kube/config)."""
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            await config.load_kube_config(client_configuration=configuration)
+    else:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
+
+
+def connection_info(configuration: client.Configuration) -> dict:
+    """kopf's login fields for the same credentials, so kopf's watches and our
+    requests authenticate alike (exec plugins included, which kopf cannot run)."""
+    scheme, token = None, None
+    header = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
+    if header:
+        parts = header.split(" ", 1)
+        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else ("Bearer", parts[0])
+    return {
+        "server": configuration.host,
+        "ca_path": configuration.ssl_ca_cert,
+        "insecure": not configuration.verify_ssl,
+        "scheme": scheme,
+        "token": token,
+        "certificate_path": configuration.cert_file,
+        "private_key_path": configuration.key_file,
+    }
+
+
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}"
@@ -43,16 +75,7 @@ class KubeCluster:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeCluster:
-        """In-cluster service account first, then the kubeconfig (explicit, $KUBECONFIG, ~/.kube/config)."""
-        configuration = client.Configuration()
-        if kubeconfig is None:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException:
-                await config.load_kube_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(client.ApiClient(await load_configuration(kubeconfig)))
 
     async def close(self) -> None:
         await self.api.close()

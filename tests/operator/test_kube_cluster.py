@@ -108,3 +108,17 @@ async def test_events_point_at_the_service(api):
     event = request["body"]
     assert event["involvedObject"]["uid"] == "u1" and event["involvedObject"]["kind"] == "TTSService"
     assert (event["type"], event["reason"]) == ("Normal", "Created")
+
+
+def test_kopf_logs_in_with_the_credentials_our_client_loaded():
+    from ttsfleet_operator.kube_cluster import connection_info
+
+    configuration = client.Configuration(host="https://10.0.0.1:6443")
+    configuration.api_key["BearerToken"] = "Bearer s3cret"
+    configuration.ssl_ca_cert = "/ca.crt"
+    configuration.cert_file, configuration.key_file = "/c.crt", "/c.key"
+    info = connection_info(configuration)
+    assert info["server"] == "https://10.0.0.1:6443"
+    assert (info["scheme"], info["token"]) == ("Bearer", "s3cret")
+    assert (info["ca_path"], info["certificate_path"], info["private_key_path"]) == ("/ca.crt", "/c.crt", "/c.key")
+    assert info["insecure"] is False
