@@ -122,3 +122,20 @@ def test_decoding_a_slot_that_is_not_open_is_refused(tiny_decoder, random_codes)
         codec.decode([slot, slot], torch.cat([codes, codes]))
     with pytest.raises(ValueError, match="codes must be"):
         codec.decode([slot], codes[..., :15])
+
+
+def test_bfloat16_streaming_stays_close_to_the_float32_waveform(tiny_tokenizer_dir, tiny_decoder,
+                                                                 random_codes):
+    # bf16 is what the GPU runs; it differs from float32 by rounding only, so the error
+    # stays a small fraction of the signal (a dtype mix-up would be of the signal's size).
+    from ttsfleet_runtime.codec import load_speech_tokenizer
+
+    codes = random_codes(1, 12, seed=15)
+    reference = tiny_decoder.decode(codes)[0]
+    codec = StreamingCodec(load_speech_tokenizer(tiny_tokenizer_dir, dtype=torch.bfloat16),
+                           max_streams=1, device="cpu")
+    streamed = stream(codec, codec.open(), codes[0], [1, 2, 4, 5])
+    assert streamed.dtype == torch.float32
+    error = (streamed - reference).abs()
+    assert error.mean() < 0.05 * reference.abs().mean()
+    assert error.max() < 0.1
