@@ -1,0 +1,202 @@
+"""What the monitoring tests share: where things are, the names we export, PromQL
+walking, and a real Prometheus process."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import time
+import types
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import promql_parser
+import pytest
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "ttsfleet"
+RULE_FILES = sorted((CHART / "rules").glob("*.yaml"))
+DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+
+# Names from outside this project that our queries read, each on purpose:
+# the DCGM exporter's GPU utilisation (percent) is the HPA's GPU signal where
+# it runs; the rules fall back to it when the runtime has no NVML reading.
+EXTERNAL_METRICS = frozenset({"DCGM_FI_DEV_GPU_UTIL"})
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    cached = pathlib.Path(os.environ.get("TTSFLEET_CACHE", pathlib.Path.home() / ".cache/ttsfleet")) / "tools/bin" / name
+    if cached.exists():
+        return str(cached)
+    pytest.skip(f"{name} is not installed: run `make tools` (hack/install-tools.sh)")
+
+
+def _exposed_names(registry) -> set[str]:
+    """Series names a registry exposes, from its own exposition (also for
+    labelled metrics that have no child yet)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = set()
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+        else:
+            names.add(family.name)
+    return names
+
+
+class _OneGpu:
+    def read(self):
+        return [(0.5, 1, 2)]
+
+
+def runtime_metric_names() -> set[str]:
+    """Every series name the runtime server exposes (GPU gauges included)."""
+    from ttsfleet_runtime.metrics import RuntimeMetrics
+
+    stats = types.SimpleNamespace(queue_depth=0, active=0, frames_total=0)
+    return _exposed_names(RuntimeMetrics(lambda: stats, lambda: True, gpu=_OneGpu()).registry)
+
+
+def operator_metric_names() -> set[str]:
+    """Every series name the operator exposes (with a service and a canary state set)."""
+    from ttsfleet_operator.metrics import OperatorMetrics
+
+    m = OperatorMetrics()
+    m.observe_fleet(
+        {
+            "apiVersion": "ttsfleet.io/v1alpha1",
+            "kind": "TTSService",
+            "metadata": {"name": "demo", "namespace": "voice", "uid": "u"},
+            "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}},
+        }
+    )
+    m.set_canary_state("voice", "demo", "none")
+    return _exposed_names(m.registry)
+
+
+def rule_groups() -> list[dict]:
+    groups = []
+    for path in RULE_FILES:
+        groups += yaml.safe_load(path.read_text())["groups"]
+    return groups
+
+
+def recorded_names() -> set[str]:
+    return {rule["record"] for group in rule_groups() for rule in group["rules"] if "record" in rule}
+
+
+def alerts() -> list[dict]:
+    return [rule for group in rule_groups() for rule in group["rules"] if "alert" in rule]
+
+
+def exported_names() -> set[str]:
+    return runtime_metric_names() | operator_metric_names() | recorded_names() | EXTERNAL_METRICS
+
+
+# Grafana's template variables, as a query sees them on the server.
+GRAFANA_SUBSTITUTIONS = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "${namespace}": ".*",
+    "${service}": ".*",
+    "$namespace": ".*",
+    "$service": ".*",
+}
+
+
+def grafana_to_promql(expr: str) -> str:
+    for variable, value in GRAFANA_SUBSTITUTIONS.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def selectors(expr: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
+    """(metric name, {label: (op, value)}) of every vector selector in `expr`."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector):
+            matchers = {m.name: (str(m.op).rsplit(".", 1)[-1], m.value) for m in node.matchers.matchers}
+            found.append((node.name, matchers))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    """A real Prometheus server on loopback, with its own config and storage."""
+
+    def __init__(self, workdir: pathlib.Path, config: dict, rule_files: list[pathlib.Path] = ()):
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {**config, "rule_files": [str(p) for p in rule_files]}
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.log = open(workdir / "prometheus.log", "w")
+        self.process = subprocess.Popen(
+            [
+                tool("prometheus"),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("prometheus exited:\n" + (self.workdir / "prometheus.log").read_text())
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("prometheus did not become ready")
+
+    def api(self, path: str, **params) -> tuple[int, dict]:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    def query(self, expr: str) -> list[dict]:
+        status, body = self.api("query", query=expr)
+        assert status == 200, body
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.log.close()
