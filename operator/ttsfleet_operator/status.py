@@ -9,8 +9,8 @@ import json
 from ttsfleet_operator import conditions, labels
 from ttsfleet_operator.conditions import DEGRADED, FALSE, PROGRESSING, READY, TRUE
 from ttsfleet_operator.render import configmap, names
-from ttsfleet_operator.render.deployment import model_location
 from ttsfleet_operator.render.fleet import stable_split
+from ttsfleet_operator.render.model_source import model_location
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
 

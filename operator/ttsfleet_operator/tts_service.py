@@ -291,6 +291,11 @@ class RuntimeSpec(SpecModel):
         max_length=NAME_MAX,
         description="Pods' ServiceAccount (e.g. for a hub token via workload identity).",
     )
+    api_keys_secret: str | None = Field(
+        default=None,
+        max_length=NAME_MAX,
+        description="Secret whose key `keys` lists the API keys clients must send, one a line; unset turns auth off.",
+    )
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
     env: list[EnvVar] | None = Field(default=None, max_length=64, description="Extra environment of the server.")
     startup_timeout_seconds: int = Field(

@@ -1,4 +1,9 @@
-"""The engine ConfigMap each runtime pod mounts at /etc/ttsfleet."""
+"""The engine ConfigMap: the runtime server's settings as `TTSFLEET_*` variables.
+
+`ttsfleet serve` reads every flag's default from a `TTSFLEET_*` variable, so the
+pods take this ConfigMap whole (`envFrom`) and run `ttsfleet serve` without
+arguments. Pods carry the ConfigMap's hash, so a change rolls them.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +12,45 @@ import json
 
 from ttsfleet_operator.render import names
 from ttsfleet_operator.render.metadata import child_metadata
+from ttsfleet_operator.render.model_source import model_location
+from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
 
-ENGINE_CONFIG_KEY = "engine.json"
-MOUNT_PATH = "/etc/ttsfleet"
-ENGINE_CONFIG_PATH = f"{MOUNT_PATH}/{ENGINE_CONFIG_KEY}"
+# Where a runtime.apiKeysSecret is mounted; its key `keys` holds one API key a line.
+API_KEYS_DIR = "/etc/ttsfleet/api-keys"
+API_KEYS_SECRET_KEY = "keys"
 
 
-def engine_config(service: TTSService) -> dict:
-    """What `ttsfleet serve --engine-config` reads: the model identity and engine knobs."""
-    model = service.spec.model
-    return {
-        "model": {"size": model.size, "variant": model.variant, "tokenizerRateHz": model.tokenizer_rate_hz},
-        "engine": service.spec.engine.wire(),
+def engine_environment(service: TTSService) -> dict[str, str]:
+    spec = service.spec
+    engine, runtime, model = spec.engine, spec.runtime, spec.model
+    environment = {
+        "TTSFLEET_MODEL": model_location(service),
+        "TTSFLEET_DEVICE": "cuda",
+        "TTSFLEET_HOST": "0.0.0.0",
+        "TTSFLEET_PORT": str(HTTP_PORT),
+        "TTSFLEET_MAX_BATCH": str(engine.max_batch),
+        "TTSFLEET_MAX_QUEUE": str(engine.max_queue),
+        "TTSFLEET_DTYPE": engine.dtype,
+        "TTSFLEET_CUDA_GRAPHS": "on" if engine.cuda_graphs else "off",
+        "TTSFLEET_FIRST_CHUNK_FRAMES": str(engine.first_chunk_frames),
+        # The server drains streams for this long after SIGTERM; the pod's grace
+        # period adds the preStop pause on top.
+        "TTSFLEET_DRAIN_TIMEOUT": str(runtime.termination_grace_seconds),
     }
-
-
-def engine_config_text(service: TTSService) -> str:
-    return json.dumps(engine_config(service), indent=2, sort_keys=True) + "\n"
+    if model.revision:
+        environment["TTSFLEET_MODEL_REVISION"] = model.revision
+    if runtime.api_keys_secret:
+        environment["TTSFLEET_API_KEYS_FILE"] = f"{API_KEYS_DIR}/{API_KEYS_SECRET_KEY}"
+    else:
+        # No keys given: the Service is in-cluster only; say so explicitly.
+        environment["TTSFLEET_AUTH"] = "disabled"
+    return environment
 
 
 def engine_config_hash(service: TTSService) -> str:
-    """Pods carry it as an annotation, so a config change rolls them."""
-    return hashlib.sha256(engine_config_text(service).encode()).hexdigest()[:16]
+    text = json.dumps(engine_environment(service), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def render_configmap(service: TTSService) -> dict:
@@ -37,5 +58,5 @@ def render_configmap(service: TTSService) -> dict:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(service, names.engine_config_name(service.name), "engine-config"),
-        "data": {ENGINE_CONFIG_KEY: engine_config_text(service)},
+        "data": engine_environment(service),
     }

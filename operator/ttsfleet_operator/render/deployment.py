@@ -10,13 +10,13 @@ from __future__ import annotations
 from ttsfleet_operator import gpu_classes, labels
 from ttsfleet_operator.render import configmap, names, scheduling
 from ttsfleet_operator.render.metadata import child_metadata
+from ttsfleet_operator.render.model_source import PVC_MOUNT, uses_pvc
 from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
 from ttsfleet_operator.tts_service import TTSService
 
 # The runtime image's user (Dockerfile.runtime); fixed so runAsNonRoot can be verified.
 RUNTIME_UID = 10001
 CACHE_DIR = "/var/cache/ttsfleet"
-PVC_MOUNT = "/models"
 STARTUP_PROBE_PERIOD_SECONDS = 10
 # Time for endpoints to drop the pod before the server starts draining.
 PRE_STOP_SLEEP_SECONDS = 10
@@ -88,22 +88,6 @@ def _pod_spec(service: TTSService, pool: str, pod_labels: dict[str, str]) -> dic
     return spec
 
 
-def model_location(service: TTSService) -> str:
-    """What `--model` names: a hub id, or the checkpoint directory on the PVC."""
-    hub_id = service.spec.model.hub_id()
-    if hub_id is not None:
-        return hub_id
-    path = service.spec.model.source.pvc.path.strip("/")
-    return f"{PVC_MOUNT}/{path}" if path else PVC_MOUNT
-
-
-def serve_args(service: TTSService) -> list[str]:
-    args = ["serve", "--model", model_location(service)]
-    if service.spec.model.revision:
-        args += ["--revision", service.spec.model.revision]
-    return args + ["--host", "0.0.0.0", "--port", str(HTTP_PORT), "--engine-config", configmap.ENGINE_CONFIG_PATH]
-
-
 def _runtime_container(service: TTSService) -> dict:
     runtime = service.spec.runtime
     resources = runtime.resources
@@ -120,8 +104,10 @@ def _runtime_container(service: TTSService) -> dict:
         "name": "runtime",
         "image": runtime.image,
         "imagePullPolicy": runtime.image_pull_policy,
+        # Every setting comes from the engine ConfigMap as TTSFLEET_* variables.
         "command": ["ttsfleet"],
-        "args": serve_args(service),
+        "args": ["serve"],
+        "envFrom": [{"configMapRef": {"name": names.engine_config_name(service.name)}}],
         "env": env,
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {
@@ -169,12 +155,19 @@ def _volumes(service: TTSService) -> list[dict]:
         {"name": "model-cache", "emptyDir": {"sizeLimit": resources.cache_size}},
         # PyTorch and NCCL use /dev/shm; the container default (64 MiB) is too small.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
-        {"name": "engine-config", "configMap": {"name": names.engine_config_name(service.name)}},
     ]
-    source = service.spec.model.source
-    if source is not None and source.pvc is not None:
+    if uses_pvc(service):
+        claim = service.spec.model.source.pvc.claim_name
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+    if service.spec.runtime.api_keys_secret:
         volumes.append(
-            {"name": "model", "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True}}
+            {
+                "name": "api-keys",
+                "secret": {
+                    "secretName": service.spec.runtime.api_keys_secret,
+                    "items": [{"key": configmap.API_KEYS_SECRET_KEY, "path": configmap.API_KEYS_SECRET_KEY}],
+                },
+            }
         )
     return volumes
 
@@ -184,9 +177,9 @@ def _volume_mounts(service: TTSService) -> list[dict]:
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "model-cache", "mountPath": CACHE_DIR},
         {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "engine-config", "mountPath": configmap.MOUNT_PATH, "readOnly": True},
     ]
-    source = service.spec.model.source
-    if source is not None and source.pvc is not None:
+    if uses_pvc(service):
         mounts.append({"name": "model", "mountPath": PVC_MOUNT, "readOnly": True})
+    if service.spec.runtime.api_keys_secret:
+        mounts.append({"name": "api-keys", "mountPath": configmap.API_KEYS_DIR, "readOnly": True})
     return mounts
