@@ -88,3 +88,4 @@ def metric_value(base_url: str, name: str, labels: dict | None = None) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
                 return sample.value
     return 0.0
+

@@ -1,0 +1,58 @@
+"""A generation that fails: a proper status before any audio, a cut stream after.
+
+Uses the stand-in engine (stand_in_engine.py) because the real CPU engine
+cannot be made to run out of CUDA memory on demand.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from conftest import API_KEY, auth, metric_value
+from live_server import LiveServer
+from stand_in_engine import StandInEngine
+from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.server.settings import ServerSettings
+
+
+def oom_server(fail_after_chunks: int):
+    engine = StandInEngine(frames=20, fail_after_chunks=fail_after_chunks)
+    return LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,)))
+
+
+def body(server, **fields):
+    return {"model": server.runtime.served_models[0], "voice": "Vivian", "input": "Hi", "response_format": "pcm", **fields}
+
+
+@pytest.mark.parametrize("stream_format", [None, "audio"])
+def test_oom_before_any_audio_is_503_with_retry_after(stream_format):
+    with oom_server(fail_after_chunks=0) as server:
+        fields = {"stream_format": stream_format} if stream_format else {}
+        response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server, **fields), headers=auth())
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "cuda_oom"
+        assert response.headers["retry-after"] == "1"
+        assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "cuda_oom"}) == 1
+        assert server.runtime.drain.inflight == 0
+
+
+def test_oom_mid_stream_cuts_the_response_and_is_counted():
+    with oom_server(fail_after_chunks=2) as server:
+        with pytest.raises(httpx.RemoteProtocolError):
+            with httpx.stream(
+                "POST", server.base_url + "/v1/audio/speech", json=body(server, stream_format="audio"), headers=auth()
+            ) as response:
+                assert response.status_code == 200
+                b"".join(response.iter_bytes())
+        assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "cuda_oom"}) == 1
+        assert server.runtime.drain.inflight == 0
+
+
+def test_oom_mid_sse_stream_ends_with_an_error_event():
+    with oom_server(fail_after_chunks=2) as server:
+        with httpx.stream(
+            "POST", server.base_url + "/v1/audio/speech", json=body(server, stream_format="sse"), headers=auth()
+        ) as response:
+            lines = [line for line in response.iter_lines() if line]
+        assert '"type": "error"' in lines[-1] and "cuda_oom" in lines[-1]
