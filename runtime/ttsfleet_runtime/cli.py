@@ -23,6 +23,7 @@ def _add_serve(subparsers) -> None:
         description="Serve a Qwen3-TTS checkpoint over HTTP. Each flag defaults to the env var in brackets.",
     )
     p.add_argument("--model", default=_env("MODEL"), required=_env("MODEL") is None, help="checkpoint dir or hub id [TTSFLEET_MODEL]")
+    p.add_argument("--model-revision", default=_env("MODEL_REVISION"), help="hub branch, tag or commit [TTSFLEET_MODEL_REVISION]")
     p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"), help="model id clients send [TTSFLEET_SERVED_MODEL_NAME]")
     p.add_argument("--device", default=_env("DEVICE", "cuda"), help="cpu or cuda [TTSFLEET_DEVICE]")
     p.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="[TTSFLEET_HOST]")
@@ -34,6 +35,7 @@ def _add_serve(subparsers) -> None:
     p.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "64")), help="waiting requests before 429 [TTSFLEET_MAX_QUEUE]")
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=_env("DTYPE"), help="default: bfloat16 on cuda, float32 on cpu [TTSFLEET_DTYPE]")
     p.add_argument("--cuda-graphs", choices=["on", "off"], default=_env("CUDA_GRAPHS", "on"), help="[TTSFLEET_CUDA_GRAPHS]")
+    p.add_argument("--first-chunk-frames", type=int, default=int(_env("FIRST_CHUNK_FRAMES", "2")), help="codec frames in the first audio chunk [TTSFLEET_FIRST_CHUNK_FRAMES]")
     p.add_argument("--max-audio-seconds", type=float, default=float(_env("MAX_AUDIO_SECONDS", "120")), help="longest utterance one request may generate [TTSFLEET_MAX_AUDIO_SECONDS]")
     p.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")), help="seconds in-flight streams get after SIGTERM [TTSFLEET_DRAIN_TIMEOUT]")
     p.add_argument("--rate-limit", type=float, default=float(_env("RATE_LIMIT", "0")), help="requests per second per API key, 0 = off [TTSFLEET_RATE_LIMIT]")
@@ -52,6 +54,7 @@ def _serve(args: argparse.Namespace) -> int:
     env_keys = tuple(k.strip() for k in _env("API_KEYS", "").split(",") if k.strip())
     settings = ServerSettings(
         model=args.model,
+        model_revision=args.model_revision,
         served_model_name=args.served_model_name,
         device=args.device,
         host=args.host,
@@ -64,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         dtype=args.dtype,
         cuda_graphs=args.cuda_graphs == "on",
+        first_chunk_frames=args.first_chunk_frames,
         max_audio_seconds=args.max_audio_seconds,
         drain_timeout_s=args.drain_timeout,
         rate_limit_per_s=args.rate_limit,

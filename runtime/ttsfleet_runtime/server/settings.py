@@ -13,6 +13,8 @@ from pathlib import Path
 @dataclasses.dataclass(frozen=True)
 class ServerSettings:
     model: str = ""
+    # Hub revision (branch, tag or commit) when `model` is a hub id.
+    model_revision: str | None = None
     device: str = "cpu"
     host: str = "0.0.0.0"
     port: int = 8000
@@ -30,6 +32,8 @@ class ServerSettings:
     # None: bfloat16 on CUDA, float32 on CPU.
     dtype: str | None = None
     cuda_graphs: bool = True
+    # Codec frames in the first audio chunk (time to first audio vs. overhead).
+    first_chunk_frames: int = 2
     # Longest utterance one request may generate: bounds the GPU time a single
     # request can hold a slot (and random-weight models never stop by themselves).
     max_audio_seconds: float = 120.0

@@ -1,0 +1,59 @@
+"""The playground, used in headless Chromium as a person would: enter a key,
+pick a voice, type text, press Speak, hear it stream, see the time to first audio."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from chromium import Browser, chromium_missing  # noqa: E402
+from conftest import API_KEY, SHORT_AUDIO_S, metric_value  # noqa: E402
+
+
+def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
+    missing = chromium_missing()
+    if missing:
+        pytest.fail(missing)
+    speech_before = metric_value(server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"})
+    with Browser() as browser:
+        page = browser.open(server.base_url + "/")
+        assert page.evaluate("location.pathname") == "/playground/"
+        assert page.evaluate("document.getElementById('model').textContent") == "enter an API key"
+
+        page.click("#api-key")
+        page.type(API_KEY)
+        page.press("Tab", "Tab", 9)  # leaving the field saves the key and loads the voices
+        page.wait_for("document.getElementById('status').dataset.state === 'ready'")
+        voices = page.evaluate("[...document.querySelectorAll('#voice option')].map(o => o.value)")
+        assert voices[: len(server.engine.info.speakers)] == list(server.engine.info.speakers)
+
+        page.evaluate("document.getElementById('voice').focus()")
+        page.press("ArrowDown", "ArrowDown", 40)
+        assert page.evaluate("document.getElementById('voice').value") == voices[1]
+        page.click("#text")
+        page.select_all()
+        page.type("Good morning from the playground.")
+        page.click("#instructions")
+        page.type("calm and warm")
+        page.click("#speak")
+
+        page.wait_for("document.getElementById('status').dataset.state === 'done'", timeout_s=60)
+        ttfa = page.evaluate("document.getElementById('ttfa').textContent")
+        samples = int(page.evaluate("document.getElementById('audio-seconds').dataset.samples"))
+        server_timing = page.evaluate("document.getElementById('server-timing').textContent")
+        shot = page.screenshot(tmp_path / "playground.png")
+        if os.environ.get("TTSFLEET_SCREENSHOT_DIR"):
+            (Path(os.environ["TTSFLEET_SCREENSHOT_DIR"]) / "playground.png").write_bytes(shot)
+        assert page.exceptions == []
+
+    assert ttfa.endswith(" ms") and float(ttfa.split()[0]) > 0
+    assert "NaN" not in server_timing
+    assert samples == round(SHORT_AUDIO_S * 12.5) * 1920
+    assert shot.startswith(b"\x89PNG") and len(shot) > 10_000
+    after = metric_value(server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"})
+    assert after == speech_before + 1
