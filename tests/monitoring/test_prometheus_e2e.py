@@ -1,0 +1,200 @@
+"""A real Prometheus scrapes a real runtime (`ttsfleet serve`, the tiny random
+checkpoint on CPU) with our rule files loaded, and the recorded series the
+dashboards, alerts and HPA read come out with sane values.
+
+No cluster is needed: a static scrape config gives the target the labels the
+chart's runtime PodMonitor gives real pods (namespace, service, track, pool, pod).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from monitoring_support import REPO, RULE_FILES, Prometheus, free_port
+
+pytestmark = pytest.mark.slow
+
+TARGET_LABELS = {"namespace": "voice", "service": "e2e", "track": "stable", "pool": "on-demand", "pod": "e2e-0"}
+SEL = 'namespace="voice", service="e2e", track="stable"'
+
+
+def ttsfleet(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ttsfleet_operator.cli", *args]
+
+
+def wait_until(check, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    """`ttsfleet serve` on the tiny CPU checkpoint, as a separate process."""
+    workdir = tmp_path_factory.mktemp("runtime")
+    checkpoint = workdir / "tiny"
+    subprocess.run(
+        ttsfleet("checkpoint", "--random", "--size", "tiny", "--variant", "CustomVoice", "--out", str(checkpoint)),
+        check=True, capture_output=True, timeout=300,
+    )
+    port = free_port()
+    log = open(workdir / "serve.log", "w")
+    env = {**os.environ, "TTSFLEET_LOG_LEVEL": "warning"}
+    # Random weights never say EOS: every utterance runs to --max-audio-seconds (5 frames).
+    process = subprocess.Popen(
+        ttsfleet("serve", "--model", str(checkpoint), "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
+                 "--auth", "disabled", "--max-audio-seconds", "0.4", "--max-batch", "4"),
+        stdout=log, stderr=subprocess.STDOUT, env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready():
+        if process.poll() is not None:
+            raise RuntimeError("ttsfleet serve exited:\n" + (workdir / "serve.log").read_text())
+        try:
+            return httpx.get(base + "/health/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, 240, "the runtime to be ready")
+        yield base, port
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(runtime, tmp_path_factory):
+    _, port = runtime
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [
+            {"job_name": "ttsfleet-runtime", "static_configs": [{"targets": [f"127.0.0.1:{port}"],
+                                                                 "labels": TARGET_LABELS}]}
+        ],
+    }
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"), config, RULE_FILES)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+class Traffic:
+    """Speech requests (streamed and whole-file) plus requests the client gets
+    wrong, sent from a thread until stopped, so counters move across scrapes."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self.stop = threading.Event()
+        self.sent = {"ok": 0, "invalid": 0}
+        self.failures: list[str] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        with httpx.Client(base_url=self.base, timeout=60) as client:
+            model = client.get("/v1/models").json()["data"][0]["id"]
+            i = 0
+            while not self.stop.is_set():
+                body = {"model": model, "voice": "Vivian", "input": f"Sentence number {i}.", "response_format": "pcm"}
+                if i % 2:
+                    body["stream_format"] = "audio"
+                response = client.post("/v1/audio/speech", json=body)
+                if response.status_code == 200 and response.content:
+                    self.sent["ok"] += 1
+                else:
+                    self.failures.append(f"{response.status_code} {response.text[:200]}")
+                if i % 3 == 0:
+                    # The client's fault (empty input): counted as invalid_request, never as a server error.
+                    bad = client.post("/v1/audio/speech", json={**body, "input": ""})
+                    assert 400 <= bad.status_code < 500
+                    self.sent["invalid"] += 1
+                i += 1
+                time.sleep(0.2)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=90)
+
+
+def value(result: list[dict]) -> float:
+    (sample,) = result
+    return float(sample["value"][1])
+
+
+def test_recording_rules_produce_the_series_dashboards_alerts_and_hpa_read(runtime, prometheus, tmp_path):
+    base, _ = runtime
+    with Traffic(base) as traffic:
+        # Every recorded series needs a counter to move between two scrapes.
+        wait_until(lambda: prometheus.query(f"namespace_service_track:ttsfleet_speech_requests:rate1m{{{SEL}}} > 0")
+                   and prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")
+                   and len(prometheus.query(
+                       f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}"
+                       " >= 0")) == 3,
+                   120, "the recorded series")
+        time.sleep(3)  # a few more evaluations with traffic flowing
+    assert traffic.failures == []
+    assert traffic.sent["ok"] >= 3 and traffic.sent["invalid"] >= 1
+
+    # Latency: three quantiles, ordered, finite and within the histogram's range.
+    ttfa = {s["metric"]["quantile"]: float(s["value"][1]) for s in prometheus.query(
+        f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}")}
+    assert set(ttfa) == {"0.5", "0.95", "0.99"}
+    assert 0 < ttfa["0.5"] <= ttfa["0.95"] <= ttfa["0.99"] <= 10, ttfa
+    rtf = {s["metric"]["quantile"]: float(s["value"][1]) for s in prometheus.query(
+        f"namespace_service_track:ttsfleet_real_time_factor:histogram_quantile5m{{{SEL}}}")}
+    assert set(rtf) == {"0.5", "0.95"} and 0 < rtf["0.5"] <= rtf["0.95"], rtf
+
+    # Traffic: speech requests and audio flowed; client errors happened...
+    assert value(prometheus.query(f"namespace_service_track:ttsfleet_audio_seconds:rate1m{{{SEL}}}")) > 0
+    assert value(prometheus.query(f'sum(ttsfleet_errors_total{{{SEL}, type="invalid_request"}})')) >= 1
+    # ...and none is the server's fault: the ratio is exactly 0, present, not absent.
+    assert value(prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")) == 0
+
+    # Capacity: the pod counts as one ready on-demand pod; the HPA's per-pod
+    # queue depth has the labels prometheus-adapter maps to the pod.
+    assert value(prometheus.query(
+        'namespace_service_pool:ttsfleet_ready_pods:sum{namespace="voice", service="e2e", pool="on-demand"}')) == 1
+    (queue,) = prometheus.query('ttsfleet_queue_depth{service="e2e"}')
+    assert queue["metric"]["namespace"] == "voice" and queue["metric"]["pod"] == "e2e-0"
+    assert value(prometheus.query(f"namespace_service_track:ttsfleet_queue_depth:avg{{{SEL}}}")) >= 0
+
+    # Every rule evaluated without error on real data (no many-to-many matches).
+    status, body = prometheus.api("rules")
+    rules = [rule for group in body["data"]["groups"] for rule in group["rules"]]
+    assert status == 200 and len(rules) == 28
+    assert [r["name"] for r in rules if r["health"] != "ok"] == []
+
+    # The picture: the dashboard's own panels, rendered from this Prometheus.
+    spec = importlib.util.spec_from_file_location("render_dashboard", REPO / "hack" / "render-dashboard.py")
+    render_dashboard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render_dashboard)
+    data = render_dashboard.collect(prometheus.url, "voice", "e2e", minutes=2, step=1, rate_interval="1m")
+    ttfa_panel = data["panels"][0]
+    assert ttfa_panel["title"] == "Time to first audio"
+    assert {s["name"] for s in ttfa_panel["series"]} >= {"e2e stable p0.5", "e2e stable p0.95", "e2e stable p0.99"}
+    png = render_dashboard.render(data, tmp_path / "panel.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
