@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 import torch
 
+from . import fusion
 from ..model.layers import decode_mask
 from ..model.weights import LoadedModel
 from .kv_cache import KVCache
-from .sampling import apply_repetition_penalty, sample
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ class ModelRunner:
         max_text: int,
         device: str,
         cuda_graphs: bool,
+        compile_kernels: bool | None = None,
     ):
         self.model = model
         self.talker = model.talker
@@ -98,6 +99,10 @@ class ModelRunner:
         self.max_len = max_len
         self.max_text = max_text
         self.use_graphs = cuda_graphs and self.device.type == "cuda"
+        if compile_kernels if compile_kernels is not None else self.use_graphs:
+            # Fewer, fused kernels: inside a graph, time goes to the number of
+            # kernels (thousands per step), not to launching them.
+            fusion.enable()
         self.cache = KVCache.allocate(cfg, max_batch, max_len, self.dtype, self.device)
         assert cfg.code_predictor is not None
         self.predictor_cache = KVCache.allocate(cfg.code_predictor, max_batch, self.groups, self.dtype, self.device)
@@ -167,11 +172,9 @@ class ModelRunner:
 
     def _sample_first_code(self, logits: torch.Tensor, rows: slice, frame: torch.Tensor) -> torch.Tensor:
         s = self.state
-        logits = apply_repetition_penalty(logits.float(), s.seen[rows], s.repetition_penalty[rows])
-        logits = logits.masked_fill(self.suppressed, float("-inf"))
-        too_early = frame < s.min_frames[rows]
-        logits = logits.masked_fill(too_early[:, None] & self.eos_only[None], float("-inf"))
-        return sample(logits, s.temperature[rows], s.top_k[rows], s.top_p[rows], s.seed[rows],
+        logits = fusion.first_code_logits(logits, s.seen[rows], s.repetition_penalty[rows], self.suppressed,
+                                          self.eos_only, frame < s.min_frames[rows])
+        return fusion.sample(logits, s.temperature[rows], s.top_k[rows], s.top_p[rows], s.seed[rows],
                       frame * self.groups)
 
     # ------------------------------------------------------------ decode step
@@ -195,7 +198,7 @@ class ModelRunner:
                 pos = torch.full((B, 1), g, device=self.device, dtype=torch.int64)
                 mask = decode_mask(pos[:, 0], self.groups, self.dtype)
                 out = p(p.embed_projected(g - 1, codes[-1])[:, None], pos, pk, pv, mask)[:, 0]
-            code = sample(p.logits(g, out), s.sub_temperature[rows], s.sub_top_k[rows],
+            code = fusion.sample(p.logits(g, out), s.sub_temperature[rows], s.sub_top_k[rows],
                           s.sub_top_p[rows], s.seed[rows], counter + g)
             codes.append(code)
             embed_sum = embed_sum + p.embed(g, code)
@@ -221,7 +224,9 @@ class ModelRunner:
         s.code0[rows] = torch.where(act, nxt, c0)
         s.frame[rows] = frame + act.long()
         s.position[rows] = position + act.long()
-        s.seen[rows] = s.seen[rows] | (act[:, None] & torch.nn.functional.one_hot(nxt, self.cfg.vocab_size).bool())
+        # scatter, not one_hot: one_hot checks its input on the host (a sync).
+        newly = torch.zeros_like(s.seen[rows]).scatter_(1, nxt[:, None], act[:, None])
+        s.seen[rows] = s.seen[rows] | newly
 
     def bucket(self, batch: int, live_len: int) -> tuple[int, int]:
         B = next(b for b in self.batch_buckets if b >= batch)

@@ -61,9 +61,19 @@ def sample(
     return order.gather(1, score.argmax(dim=-1, keepdim=True)).squeeze(1)
 
 
-def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
-    """Like the reference (HF's processor): seen tokens' positive logits are
-    divided by the penalty, negative ones multiplied."""
-    p = penalty[:, None].to(logits.dtype)
-    penalised = torch.where(logits > 0, logits / p, logits * p)
-    return torch.where(seen, penalised, logits)
+def first_code_logits(
+    logits: torch.Tensor,  # [B, V] talker logits
+    seen: torch.Tensor,  # [B, V] bool: first codes generated so far
+    penalty: torch.Tensor,  # [B] repetition penalty
+    suppressed: torch.Tensor,  # [V] bool: ids never sampled
+    eos_only: torch.Tensor,  # [V] bool: the EOS id
+    too_early: torch.Tensor,  # [B] bool: EOS not allowed yet
+) -> torch.Tensor:
+    """The reference's logits processors, in its order: repetition penalty
+    (seen ids' positive logits divided, negative multiplied), suppressed ids,
+    minimum length."""
+    x = logits.float()
+    p = penalty[:, None].float()
+    x = torch.where(seen, torch.where(x > 0, x / p, x * p), x)
+    x = x.masked_fill(suppressed[None], float("-inf"))
+    return x.masked_fill(too_early[:, None] & eos_only[None], float("-inf"))

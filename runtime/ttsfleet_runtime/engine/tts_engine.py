@@ -44,6 +44,9 @@ from .sequence import Sequence, Status, TextFeed
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
+# Streams per codec call: bounds the decoder's activations (its upsampling
+# makes them large) and the number of codec graphs.
+CODEC_BATCH = 32
 _SIZE_NAMES = {"0b6": "0.6B", "1b7": "1.7B", "tiny": "tiny"}
 _VARIANT_NAMES = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 
@@ -107,6 +110,7 @@ class TTSEngine:
         chunk_frames: int = 8,
         max_len: int = 4608,  # KV positions per slot: prompt + up to ~6 min of audio
         max_text_tokens: int = 1024,
+        capture_all_graphs: bool = True,
         progress: Callable[[str], None] | None = None,
     ):
         self.model_ref = model
@@ -119,6 +123,9 @@ class TTSEngine:
         self.chunk_frames = chunk_frames
         self.max_len = max_len
         self.max_text_tokens = max_text_tokens
+        # False: decode graphs are captured on first use of a bucket (quicker
+        # start; the first step of each new bucket pays the capture).
+        self.capture_all_graphs = capture_all_graphs
         self._progress = progress or (lambda msg: log.info(msg))
         self.scheduler: Scheduler[Sequence] = Scheduler(max_batch, max_queue)
         self._lock = threading.RLock()  # scheduler + sequence status
@@ -179,8 +186,9 @@ class TTSEngine:
         decoder = load_speech_tokenizer(self._path / "speech_tokenizer", self.device, codec_dtype)
         self.codec = StreamingCodec(decoder, self.max_batch, self.device)
         if self.runner.use_graphs:
-            self.runner.capture_all(say)
-            buckets = sorted({b for b in self.runner.batch_buckets})
+            if self.capture_all_graphs:
+                self.runner.capture_all(say)
+            buckets = [b for b in self.runner.batch_buckets if b <= CODEC_BATCH] or [self.max_batch]
             self.codec.capture(buckets, sorted({self.first_chunk_frames, self.chunk_frames}))
             say("captured codec graphs")
         say(f"engine ready in {time.monotonic() - t0:.1f}s")
@@ -415,7 +423,9 @@ class TTSEngine:
         for seq in ready:
             if seq.pending:
                 by_len.setdefault(len(seq.pending), []).append(seq)
-        for n, seqs in by_len.items():
+        groups = [(n, seqs[i:i + CODEC_BATCH]) for n, seqs in by_len.items()
+                  for i in range(0, len(seqs), CODEC_BATCH)]
+        for n, seqs in groups:
             codes = torch.from_numpy(np.stack([np.stack(s.pending) for s in seqs])).to(self.device)
             pcm = self.codec.decode([s.codec_slot for s in seqs], codes).float().cpu().numpy()
             now = time.monotonic()
