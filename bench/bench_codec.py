@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -34,9 +35,14 @@ SECONDS_PER_FRAME = 0.08
 
 
 def timed(fn, iters: int) -> list[float]:
-    """Milliseconds per call, one CUDA-event pair per call."""
+    """Milliseconds per call: a CUDA-event pair per call on the GPU, a clock on the CPU."""
     samples = []
     for _ in range(iters):
+        if not torch.cuda.is_available():
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+            continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -52,8 +58,38 @@ def summary(samples: list[float]) -> dict:
             "min_ms": ordered[0], "samples_ms": [round(s, 4) for s in samples]}
 
 
+def measure_step(decoder, batch: int, frames: int, gen, args, row: dict) -> None:
+    """One streaming step of `batch` streams x `frames` frames, eager and graphed."""
+    device = decoder._device()
+    chunk = torch.randint(0, 2048, (batch, frames, 16), generator=gen).to(device)
+    for mode in ("eager", "graph") if device.type == "cuda" else ("eager",):
+        codec = StreamingCodec(decoder, max_streams=batch, device=device)
+        slots = [codec.open() for _ in range(batch)]
+        if mode == "graph":
+            t0 = time.perf_counter()
+            codec.capture([batch], [frames])
+            row["capture_s"] = time.perf_counter() - t0
+        for _ in range(3):
+            codec.decode(slots, chunk)
+        stats = summary(timed(lambda: codec.decode(slots, chunk), args.iters))
+        stats["audio_s_per_s"] = batch * frames * SECONDS_PER_FRAME / (stats["median_ms"] / 1e3)
+        row[mode] = stats
+        del codec
+    if device.type != "cuda":
+        return
+    # Graph replay == eager, on the same history of chunks from fresh slots.
+    eager = StreamingCodec(decoder, max_streams=batch, device=device)
+    graphed = StreamingCodec(decoder, max_streams=batch, device=device)
+    graphed.capture([batch], [frames])
+    e_slots = [eager.open() for _ in range(batch)]
+    g_slots = [graphed.open() for _ in range(batch)]
+    row["graph_vs_eager_max_abs"] = max(
+        float((eager.decode(e_slots, chunk) - graphed.decode(g_slots, chunk)).abs().max())
+        for _ in range(3))
+
+
 def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     decoder = load_speech_tokenizer(folder, device=device, dtype=dtype)
     gen = torch.Generator().manual_seed(0)
     result: dict = {"dtype": str(dtype).removeprefix("torch.")}
@@ -77,38 +113,19 @@ def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
     steps = []
     for frames in args.chunk_frames:
         for batch in args.batches:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
             row = {"batch": batch, "frames": frames}
-            chunk = torch.randint(0, 2048, (batch, frames, 16), generator=gen).to(device)
-            for mode in ("eager", "graph"):
-                codec = StreamingCodec(decoder, max_streams=batch, device=device)
-                slots = [codec.open() for _ in range(batch)]
-                if mode == "graph":
-                    t0 = time.perf_counter()
-                    codec.capture([batch], [frames])
-                    row["capture_s"] = time.perf_counter() - t0
-                for _ in range(3):
-                    codec.decode(slots, chunk)
-                stats = summary(timed(lambda: codec.decode(slots, chunk), args.iters))
-                stats["audio_s_per_s"] = batch * frames * SECONDS_PER_FRAME / (stats["median_ms"] / 1e3)
-                row[mode] = stats
-                if mode == "graph":  # graphed replay == eager on the same state history
-                    eager = StreamingCodec(decoder, max_streams=batch, device=device)
-                    e_slots = [eager.open() for _ in range(batch)]
-                    g = StreamingCodec(decoder, max_streams=batch, device=device)
-                    g.capture([batch], [frames])
-                    g_slots = [g.open() for _ in range(batch)]
-                    diff = 0.0
-                    for _ in range(3):
-                        diff = max(diff, float((eager.decode(e_slots, chunk)
-                                                - g.decode(g_slots, chunk)).abs().max()))
-                    row["graph_vs_eager_max_abs"] = diff
-                del codec
-            torch.cuda.synchronize()
-            row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            try:
+                measure_step(decoder, batch, frames, gen, args, row)
+            except Exception as exc:  # keep the other buckets' numbers
+                row["error"] = repr(exc)
+            if device.type == "cuda":
+                row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
             print(json.dumps({k: v for k, v in row.items() if k not in ("eager", "graph")}
-                             | {"eager_ms": row["eager"]["median_ms"],
-                                "graph_ms": row["graph"]["median_ms"],
-                                "graph_audio_s_per_s": row["graph"]["audio_s_per_s"]}), flush=True)
+                             | {mode: {k: v for k, v in row.get(mode, {}).items() if k != "samples_ms"}
+                                for mode in ("eager", "graph")}), flush=True)
             steps.append(row)
     result["steps"] = steps
     return result
@@ -118,6 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tokenizer", type=Path, help="existing speech_tokenizer/ folder")
+    parser.add_argument("--size", default="real", choices=["real", "tiny"],
+                        help="size of the random tokenizer written when --tokenizer is not given")
+    parser.add_argument("--device", default="cuda", help="cpu only checks the script runs")
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     parser.add_argument("--chunk-frames", type=int, nargs="+", default=[1, 2, 4])
@@ -126,17 +146,19 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.backends.cudnn.benchmark = True
+    cuda = args.device.startswith("cuda")
 
     folder = args.tokenizer
     if folder is None:
-        folder = write_random_speech_tokenizer(Path(tempfile.mkdtemp()) / "speech_tokenizer", "real")
+        folder = write_random_speech_tokenizer(Path(tempfile.mkdtemp()) / "speech_tokenizer", args.size)
     report = {
         "benchmark": "codec",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "machine": {"gpu": torch.cuda.get_device_name(), "host": platform.node(),
-                    "python": platform.python_version()},
+        "machine": {"gpu": torch.cuda.get_device_name() if cuda else None,
+                    "host": platform.node(), "python": platform.python_version(),
+                    "cpus": os.cpu_count()},
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                     "cudnn": torch.backends.cudnn.version()},
+                     "cudnn": torch.backends.cudnn.version() if cuda else None},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "results": [],
     }
