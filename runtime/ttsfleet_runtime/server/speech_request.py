@@ -15,9 +15,26 @@ ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 StreamFormat = Literal["audio", "sse"]
 
 
-class SpeechRequest(BaseModel):
+class SamplingFields(BaseModel):
+    """The model's sampling knobs, shared by the HTTP body and the WebSocket config."""
+
     model_config = ConfigDict(extra="forbid")
 
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_k: int | None = Field(default=None, ge=0, le=1000)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    subtalker_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    subtalker_top_k: int | None = Field(default=None, ge=0, le=1000)
+    subtalker_top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+
+    def sampling_overrides(self) -> dict:
+        """The sampling fields the client set (the engine's defaults fill the rest)."""
+        return {name: value for name in SamplingFields.model_fields if (value := getattr(self, name)) is not None}
+
+
+class SpeechRequest(SamplingFields):
     model: str = Field(min_length=1, max_length=256, description="The served model id (see GET /v1/models).")
     input: str = Field(min_length=1, description="Text to speak (at most the server's max input characters).")
     voice: str | None = Field(
@@ -38,25 +55,3 @@ class SpeechRequest(BaseModel):
         "'sse': server-sent events speech.audio.delta (base64) and speech.audio.done.",
     )
     language: str = Field(default="auto", min_length=1, max_length=32)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_k: int | None = Field(default=None, ge=0, le=1000)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    subtalker_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    subtalker_top_k: int | None = Field(default=None, ge=0, le=1000)
-    subtalker_top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
-
-    def sampling_overrides(self) -> dict:
-        """The sampling fields the client set (the engine's defaults fill the rest)."""
-        names = (
-            "temperature",
-            "top_k",
-            "top_p",
-            "repetition_penalty",
-            "subtalker_temperature",
-            "subtalker_top_k",
-            "subtalker_top_p",
-            "seed",
-        )
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}

@@ -34,11 +34,11 @@ import logging
 import time
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from . import audio_encoding, errors
 from .http_guard import request_id_from
-from .speech_request import SpeechRequest
+from .speech_request import SamplingFields
 from .synthesis import error_type, generation_failure
 
 log = logging.getLogger(__name__)
@@ -48,25 +48,12 @@ ROUTE = "/v1/audio/speech/stream"
 _RETRY_LATER = {"queue_full", "draining", "engine_stopped", "cuda_oom"}
 
 
-class SessionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SessionConfig(SamplingFields):
     type: str = Field(pattern="^session\\.config$")
     model: str | None = None
     voice: str | None = Field(default=None, max_length=256)
     instructions: str | None = Field(default=None, max_length=4096)
     language: str = Field(default="auto", min_length=1, max_length=32)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_k: int | None = Field(default=None, ge=0, le=1000)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    subtalker_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    subtalker_top_k: int | None = Field(default=None, ge=0, le=1000)
-    subtalker_top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
-
-    def sampling_overrides(self) -> dict:
-        return SpeechRequest.sampling_overrides(self)
 
 
 def _close_code(code: str) -> int:
