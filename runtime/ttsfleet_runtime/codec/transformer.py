@@ -26,18 +26,17 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        # Normalised in float32 and cast back before the weight, as the reference does.
+        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
 
 
 class LayerScale(nn.Module):
+    """Per-channel scale of a residual branch; applied by TransformerLayer (fused)."""
+
     def __init__(self, dim: int, initial: float):
         super().__init__()
         self.scale = nn.Parameter(torch.full((dim,), initial))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
 
 
 class Mlp(nn.Module):
@@ -47,9 +46,18 @@ class Mlp(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.act = _ACTIVATIONS[cfg.hidden_act]
+        # gate and up as one matmul: derived from the checkpoint's two weights on load.
+        self.register_buffer("gate_up_weight", torch.empty(0), persistent=False)
+        self.fuse()
+        self.register_load_state_dict_post_hook(lambda module, _: module.fuse())
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        self.gate_up_weight = torch.cat([self.gate_proj.weight, self.up_proj.weight]).detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)
 
 
 def rope_inverse_frequencies(cfg: CodecDecoderConfig) -> torch.Tensor:
@@ -59,8 +67,8 @@ def rope_inverse_frequencies(cfg: CodecDecoderConfig) -> torch.Tensor:
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
 
 
 class SlidingWindowAttention(nn.Module):
@@ -77,6 +85,18 @@ class SlidingWindowAttention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        # q, k and v as one matmul: derived from the checkpoint's three weights on load.
+        self.register_buffer("qkv_weight", torch.empty(0), persistent=False)
+        self.register_buffer("qkv_bias", None, persistent=False)
+        self.fuse()
+        self.register_load_state_dict_post_hook(lambda module, _: module.fuse())
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_weight = torch.cat([p.weight for p in projections]).detach()
+        if self.q_proj.bias is not None:
+            self.qkv_bias = torch.cat([p.bias for p in projections]).detach()
 
     def state_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype | None]]:
         shape = (self.n_kv_heads, self.memory, self.head_dim)
@@ -85,11 +105,13 @@ class SlidingWindowAttention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor, state: State) -> torch.Tensor:
         b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(b, n, -1, self.head_dim)
+        qkv = qkv.transpose(1, 2)  # [B, heads + 2 * kv_heads, n, head_dim]
+        # Queries and keys side by side: one rotation for both.
+        qk = qkv[:, :self.n_heads + self.n_kv_heads]
+        qk = torch.addcmul(qk * cos, rotate_half(qk), sin)
+        q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)
+        v = qkv[:, self.n_heads + self.n_kv_heads:]
         k = torch.cat([state[f"{self.state_key}.key"], k], dim=2)
         v = torch.cat([state[f"{self.state_key}.value"], v], dim=2)
         state[f"{self.state_key}.key"] = k[:, :, k.shape[2] - self.memory:]
@@ -113,9 +135,11 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
     def forward(self, x, cos, sin, mask, state: State) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(
-            self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        # residual + scale * branch, one kernel each (LayerScale holds the official name).
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, mask, state)
+        x = torch.addcmul(x, self.self_attn_layer_scale.scale, attn)
+        mlp = self.mlp(self.post_attention_layernorm(x))
+        return torch.addcmul(x, self.mlp_layer_scale.scale, mlp)
 
 
 class PreTransformer(nn.Module):
