@@ -18,11 +18,13 @@ What each metric means, exactly:
 - ttsfleet_requests_total (counter, labels route, code): every finished API
   request by route template and HTTP status ("101" never appears: a WebSocket
   utterance is counted with the status an HTTP request would have had).
-- ttsfleet_errors_total (counter, label type): every refusal or failure. Types
-  that are the server's fault: internal, cuda_oom, engine_error. Types that are
-  the client's or load's: invalid_request, unauthorized, rate_limited,
-  body_too_large, queue_full, draining, engine_stopped, client_disconnect,
-  not_found. The canary analysis should count the server's-fault types.
+- ttsfleet_errors_total (counter, label type): every refusal or failure, by
+  the `code` of the error the client got. The server's fault: internal,
+  cuda_oom, engine_error (SERVER_FAULT_ERRORS). The client's or the load's:
+  invalid_request, invalid_api_key, model_not_found, not_found,
+  body_too_large, rate_limited, queue_full, draining, engine_stopped,
+  protocol_error (WebSocket), client_disconnect. The canary analysis and the
+  error-ratio alert count the server's-fault types only.
 - ttsfleet_audio_seconds_total (counter): seconds of audio sent to clients.
 - ttsfleet_frames_total (counter): codec frames the engine generated (engine count).
 - ttsfleet_time_to_first_audio_seconds (histogram): request received -> first

@@ -71,6 +71,9 @@ class _Stream:
                             self._finish = "shutdown"
                             return
                         if engine.fail_after_chunks is not None and index >= engine.fail_after_chunks:
+                            if engine.fail_quietly:
+                                self._finish = "error"
+                                return
                             raise CudaOutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
                         n = min(engine.frames_per_chunk, frames - done)
                         t = (np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME) / SAMPLE_RATE
@@ -110,6 +113,7 @@ class StandInEngine:
         frames_per_char: int = 1,
         frames_per_chunk: int = 2,
         fail_after_chunks: int | None = None,
+        fail_quietly: bool = False,
         variant: str = "CustomVoice",
     ):
         self.info = api.ModelInfo(
@@ -130,6 +134,9 @@ class StandInEngine:
         self.frames_per_char = frames_per_char
         self.frames_per_chunk = frames_per_chunk
         self.fail_after_chunks = fail_after_chunks
+        # Quietly: end the stream with finish_reason "error" instead of raising
+        # (what the real engine does when a batch step fails).
+        self.fail_quietly = fail_quietly
         self._ready = False
         self._stopped = False
         self._stopping_now = False

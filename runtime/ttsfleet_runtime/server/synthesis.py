@@ -25,6 +25,8 @@ def error_type(exc: BaseException) -> str:
     """Name the engine failure for `ttsfleet_errors_total{type}`, torch-free."""
     if "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower():
         return "cuda_oom"
+    if isinstance(exc, api.EngineStopped):
+        return "engine_stopped"
     if isinstance(exc, api.EngineError):
         return "engine_error"
     return "internal"
@@ -68,6 +70,11 @@ class Utterance:
     _done: bool = False
 
     async def chunks(self) -> AsyncIterator[api.AudioChunk]:
+        """The stream's chunks; raises when the engine ended it by failing.
+
+        An engine may end a failed stream quietly (finish_reason "error" or
+        "shutdown"); that must not look like a complete utterance.
+        """
         async for chunk in self.stream:
             now = time.monotonic()
             if self.first_audio_at is None:
@@ -76,6 +83,11 @@ class Utterance:
             self.last_audio_at = now
             self.audio_s += chunk.duration_s
             yield chunk
+        reason = self.stream.finish_reason
+        if reason == "error":
+            raise api.EngineError("the engine failed while generating")
+        if reason == "shutdown":
+            raise api.EngineStopped("the engine stopped before the utterance ended")
 
     def cancel(self) -> None:
         self.stream.cancel()

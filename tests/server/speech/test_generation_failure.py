@@ -1,7 +1,7 @@
 """A generation that fails: a proper status before any audio, a cut stream after.
 
 Uses the stand-in engine (stand_in_engine.py) because the real CPU engine
-cannot be made to run out of CUDA memory on demand.
+cannot be made to fail (run out of CUDA memory, or fail a batch step) on demand.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 
 
-def oom_server(fail_after_chunks: int):
-    engine = StandInEngine(frames=20, fail_after_chunks=fail_after_chunks)
+def oom_server(fail_after_chunks: int, quietly: bool = False):
+    engine = StandInEngine(frames=20, fail_after_chunks=fail_after_chunks, fail_quietly=quietly)
     return LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,)))
 
 
@@ -56,3 +56,16 @@ def test_oom_mid_sse_stream_ends_with_an_error_event():
         ) as response:
             lines = [line for line in response.iter_lines() if line]
         assert '"type": "error"' in lines[-1] and "cuda_oom" in lines[-1]
+
+
+def test_a_stream_the_engine_ends_with_error_is_not_passed_off_as_complete():
+    with oom_server(fail_after_chunks=2, quietly=True) as server:
+        response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server), headers=auth())
+        assert response.status_code == 500
+        assert response.json()["error"]["code"] == "engine_error"
+        with pytest.raises(httpx.RemoteProtocolError):
+            with httpx.stream(
+                "POST", server.base_url + "/v1/audio/speech", json=body(server, stream_format="audio"), headers=auth()
+            ) as streamed:
+                b"".join(streamed.iter_bytes())
+        assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "engine_error"}) == 2
