@@ -106,6 +106,7 @@ def uvicorn_server(app, settings: ServerSettings):
         lifespan="on",
         timeout_graceful_shutdown=5,
         ws_ping_interval=20,
+        ws_max_size=settings.max_body_bytes,  # one WebSocket message, like one HTTP body
     )
     return DrainingServer(config)
 
