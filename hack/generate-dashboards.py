@@ -164,7 +164,8 @@ def fleet() -> dict:
     s.add(stat("Speech requests/s", "Synthesis requests per second, all selected services.",
                f"sum(namespace_service_track:ttsfleet_speech_requests:rate1m{{{F}}})", "reqps"), 5, 4)
     s.add(stat("Worst TTFA p95", "Highest p95 time to first audio of any selected service and track.",
-               f'max(namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{F}, quantile="0.95"}})',
+               f"max(namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m"
+               f'{{{F}, quantile="0.95"}})',
                "s", red_above=0.5), 5, 4)
     s.add(stat("Worst server error ratio", "Highest share of API requests failing by the server's fault.",
                f"max(namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{F}}})", "percentunit",

@@ -35,7 +35,8 @@ def tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    cached = pathlib.Path(os.environ.get("TTSFLEET_CACHE", pathlib.Path.home() / ".cache/ttsfleet")) / "tools/bin" / name
+    cache = pathlib.Path(os.environ.get("TTSFLEET_CACHE", pathlib.Path.home() / ".cache/ttsfleet"))
+    cached = cache / "tools/bin" / name
     if cached.exists():
         return str(cached)
     pytest.skip(f"{name} is not installed: run `make tools` (hack/install-tools.sh)")

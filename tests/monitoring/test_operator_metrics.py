@@ -103,7 +103,8 @@ async def test_an_invalid_spec_counts_as_invalid_and_keeps_the_last_valid_fleet(
     await reconcile(broken)
 
     m = operator_metrics
-    assert sample(m, metrics.RECONCILE_ERRORS, namespace="voice", service="demo", reason="InvalidSpec", kind="TTSService") == 1
+    invalid = {"namespace": "voice", "service": "demo", "reason": "InvalidSpec", "kind": "TTSService"}
+    assert sample(m, metrics.RECONCILE_ERRORS, **invalid) == 1
     # The invalid spec was not applied: the Deployments of the last valid one still run.
     assert sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand") == 2
 
@@ -115,7 +116,8 @@ async def test_a_pass_that_raises_is_counted_and_the_exception_still_propagates(
     with pytest.raises(RuntimeError):
         await operator_metrics.instrument(broken)(body())
     m = operator_metrics
-    assert sample(m, metrics.RECONCILE_ERRORS, namespace="voice", service="demo", reason="Exception", kind="TTSService") == 1
+    raised = {"namespace": "voice", "service": "demo", "reason": "Exception", "kind": "TTSService"}
+    assert sample(m, metrics.RECONCILE_ERRORS, **raised) == 1
     assert sample(m, metrics.RECONCILE_DURATION + "_count", result="exception") == 1
 
 
