@@ -31,17 +31,22 @@ def random_chunks(total: int, seed: int) -> list[int]:
     return chunks
 
 
+@pytest.fixture(scope="module")
+def one_stream(tiny_decoder):
+    """(codes [FRAMES, 16], offline waveform) of one stream, decoded once for the module."""
+    codes = torch.randint(0, 2048, (FRAMES, 16), generator=torch.Generator().manual_seed(10))
+    return codes, tiny_decoder.decode(codes[None])[0]
+
+
 @pytest.mark.parametrize("chunks", [
     [1] * FRAMES,
     [1, 1, 2, 4, 8, 4],
     [7, 1, 12],
-    [FRAMES],
     random_chunks(FRAMES, seed=3),
     random_chunks(FRAMES, seed=4),
-], ids=["ones", "doubling", "uneven", "whole", "random-a", "random-b"])
-def test_any_chunk_schedule_gives_the_offline_waveform(tiny_decoder, random_codes, chunks):
-    codes = random_codes(1, FRAMES, seed=10)[0]
-    offline = tiny_decoder.decode(codes[None])[0]
+], ids=["ones", "doubling", "uneven", "random-a", "random-b"])
+def test_any_chunk_schedule_gives_the_offline_waveform(tiny_decoder, one_stream, chunks):
+    codes, offline = one_stream
     codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
     streamed = stream(codec, codec.open(), codes, chunks)
     assert streamed.shape == (FRAMES * 1920,)
@@ -130,11 +135,11 @@ def test_bfloat16_streaming_stays_close_to_the_float32_waveform(tiny_tokenizer_d
     # stays a small fraction of the signal (a dtype mix-up would be of the signal's size).
     from ttsfleet_runtime.codec import load_speech_tokenizer
 
-    codes = random_codes(1, 12, seed=15)
+    codes = random_codes(1, 8, seed=15)
     reference = tiny_decoder.decode(codes)[0]
     codec = StreamingCodec(load_speech_tokenizer(tiny_tokenizer_dir, dtype=torch.bfloat16),
                            max_streams=1, device="cpu")
-    streamed = stream(codec, codec.open(), codes[0], [1, 2, 4, 5])
+    streamed = stream(codec, codec.open(), codes[0], [1, 2, 5])
     assert streamed.dtype == torch.float32
     error = (streamed - reference).abs()
     assert error.mean() < 0.05 * reference.abs().mean()
