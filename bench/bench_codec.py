@@ -107,8 +107,7 @@ def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
         start, n = start + n, n * 2
     codec.close(slot)
     result["stream_vs_offline_max_abs"] = float((torch.cat(pieces, 1) - offline).abs().max())
-    state_bytes = sum(b[0].numel() * b.element_size() for b in codec._state.values())
-    result["state_bytes_per_stream"] = state_bytes
+    result["state_bytes_per_stream"] = codec.state_bytes_per_stream
 
     steps = []
     for frames in args.chunk_frames:

@@ -1,10 +1,11 @@
 """StreamingCodec: incremental decode of many audio streams in one batch.
 
-Each stream owns a slot: one row in preallocated per-slot state buffers (every conv's
-left context, the transformer's sliding-window keys/values and the next frame position,
-see `CodecDecoder.state_spec`). A decode call gathers the rows of the slots it serves,
-runs `CodecDecoder.step` and scatters the new state back, so any mix of streams and any
-chunk sizes give the samples that decoding each stream offline gives.
+Each stream owns a slot: one row of a preallocated state buffer per dtype, packing every
+conv's left context, the transformer's sliding-window keys/values and the next frame
+position (see `CodecDecoder.state_spec`). A decode call gathers the rows of the slots it
+serves (one gather per dtype), runs `CodecDecoder.step` on views of them and scatters the
+new state back, so any mix of streams and any chunk sizes give the samples that decoding
+each stream offline gives.
 
 Shapes depend only on (batch, frames), never on the stream's age, so a decode call can
 be captured as a CUDA graph per (batch, frames) bucket (`capture`); eager calls (CPU,
@@ -19,6 +20,8 @@ Engine usage:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .decoder import CodecDecoder
@@ -32,12 +35,17 @@ class StreamingCodec:
         self.max_streams = max_streams
         self.samples_per_frame = decoder.samples_per_frame
         self.num_quantizers = decoder.config.num_quantizers
-        dtype = decoder._dtype()
+        # Where each state tensor lives in its dtype's packed row: key -> (dtype, offset, shape).
+        self._layout: dict[str, tuple[torch.dtype, int, tuple[int, ...]]] = {}
+        widths: dict[torch.dtype, int] = {}
+        for key, (shape, kind) in decoder.state_spec().items():
+            dtype = kind or decoder._dtype()
+            self._layout[key] = (dtype, widths.get(dtype, 0), shape)
+            widths[dtype] = widths.get(dtype, 0) + math.prod(shape)
         # One extra row: the scratch slot that pads a batch up to a captured bucket.
         self._scratch = max_streams
-        self._state = {
-            key: torch.zeros((max_streams + 1, *shape), dtype=kind or dtype, device=self.device)
-            for key, (shape, kind) in decoder.state_spec().items()}
+        self._rows = {dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
+                      for dtype, width in widths.items()}
         self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
         self._open: set[int] = set()
         self._graphs: dict[tuple[int, int], _CapturedStep] = {}
@@ -48,8 +56,8 @@ class StreamingCodec:
         if not self._free:
             raise RuntimeError(f"all {self.max_streams} codec slots are in use")
         slot = self._free.pop()
-        for buffer in self._state.values():
-            buffer[slot].zero_()
+        for rows in self._rows.values():
+            rows[slot].zero_()
         self._open.add(slot)
         return slot
 
@@ -60,6 +68,10 @@ class StreamingCodec:
     @property
     def active(self) -> int:
         return len(self._open)
+
+    @property
+    def state_bytes_per_stream(self) -> int:
+        return sum(rows[0].numel() * rows.element_size() for rows in self._rows.values())
 
     # ---------------------------------------------------------------- decode
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
@@ -78,10 +90,16 @@ class StreamingCodec:
             return self._step(index, codes.to(self.device, torch.long))
 
     def _step(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        state = {key: buffer.index_select(0, index) for key, buffer in self._state.items()}
-        pcm = self.decoder.step(codes, state)
-        for key, buffer in self._state.items():
-            buffer.index_copy_(0, index, state[key])
+        gathered = {dtype: rows.index_select(0, index) for dtype, rows in self._rows.items()}
+        batch = index.shape[0]
+        views = {key: gathered[dtype][:, offset:offset + math.prod(shape)].view(batch, *shape)
+                 for key, (dtype, offset, shape) in self._layout.items()}
+        state = dict(views)
+        pcm = self.decoder.step(codes, state)  # replaces each entry with the next state
+        for key, view in views.items():
+            view.copy_(state[key])
+        for dtype, rows in self._rows.items():
+            rows.index_copy_(0, index, gathered[dtype])
         return pcm
 
     # ---------------------------------------------------------------- CUDA graphs
