@@ -54,7 +54,8 @@ def timed(fn, iters: int) -> list[float]:
 
 def summary(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    return {"median_ms": statistics.median(ordered), "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
+    return {"median_ms": statistics.median(ordered),
+            "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
             "min_ms": ordered[0], "samples_ms": [round(s, 4) for s in samples]}
 
 
@@ -74,7 +75,6 @@ def measure_step(decoder, batch: int, frames: int, gen, args, row: dict) -> None
         stats = summary(timed(lambda: codec.decode(slots, chunk), args.iters))
         stats["audio_s_per_s"] = batch * frames * SECONDS_PER_FRAME / (stats["median_ms"] / 1e3)
         row[mode] = stats
-        del codec
     if device.type != "cuda":
         return
     # Graph replay == eager, on the same history of chunks from fresh slots.
@@ -97,7 +97,8 @@ def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
     # Offline decode, batch 1.
     codes = torch.randint(0, 2048, (1, args.frames, 16), generator=gen).to(device)
     offline = decoder.decode(codes)
-    result["offline_b1"] = {"frames": args.frames, **summary(timed(lambda: decoder.decode(codes), 5))}
+    offline_ms = summary(timed(lambda: decoder.decode(codes), 5))
+    result["offline_b1"] = {"frames": args.frames, **offline_ms}
 
     # Streaming == offline on the device (chunks 1, 2, 4, ... then the rest).
     codec = StreamingCodec(decoder, max_streams=max(args.batches), device=device)
@@ -123,7 +124,8 @@ def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
             if device.type == "cuda":
                 row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
             print(json.dumps({k: v for k, v in row.items() if k not in ("eager", "graph")}
-                             | {mode: {k: v for k, v in row.get(mode, {}).items() if k != "samples_ms"}
+                             | {mode: {k: v for k, v in row.get(mode, {}).items()
+                                       if k != "samples_ms"}
                                 for mode in ("eager", "graph")}), flush=True)
             steps.append(row)
     result["steps"] = steps
@@ -149,7 +151,8 @@ def main() -> None:
 
     folder = args.tokenizer
     if folder is None:
-        folder = write_random_speech_tokenizer(Path(tempfile.mkdtemp()) / "speech_tokenizer", args.size)
+        scratch = Path(tempfile.mkdtemp())
+        folder = write_random_speech_tokenizer(scratch / "speech_tokenizer", args.size)
     report = {
         "benchmark": "codec",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),

@@ -152,11 +152,11 @@ async def bench_size(size: str, args) -> dict:
     r["gpu_memory_allocated_gb"] = round(torch.cuda.memory_allocated() / 1e9, 2)
     log(f"{size}: started in {r['start_s']}s, memory {r['memory_per_stream_bytes']}")
 
-    await run_one(engine, 8, seed=1)  # warm-up
-    singles = [await run_one(engine, args.frames, seed=s) for s in range(args.repeats)]
+    await asyncio.wait_for(run_one(engine, 8, seed=1), 120)  # warm-up
+    singles = [await asyncio.wait_for(run_one(engine, args.frames, seed=s), 60) for s in range(args.repeats)]
     r["single"] = singles
     log(f"{size}: batch 1: {singles[-1]}")
-    ttfa = [await run_one(engine, 4, seed=100 + s) for s in range(5)]
+    ttfa = [await asyncio.wait_for(run_one(engine, 4, seed=100 + s), 30) for s in range(5)]
     r["ttfa_runs"] = ttfa
     log(f"{size}: ttfa {[x['ttfa_ms'] for x in ttfa]}")
 
@@ -169,7 +169,7 @@ async def bench_size(size: str, args) -> dict:
     r["batch"] = []
     for b in batches:
         try:
-            res = await run_batch(engine, b, args.frames)
+            res = await asyncio.wait_for(run_batch(engine, b, args.frames), 120)
         except Exception as e:
             res = dict(batch=b, error=repr(e), traceback=traceback.format_exc()[-2000:])
         r["batch"].append(res)
@@ -203,6 +203,15 @@ async def main_async(args) -> None:
                           gpu=torch.cuda.get_device_name(0), python=platform.python_version(),
                           date=datetime.date.today().isoformat())
     RESULTS["command"] = " ".join(sys.argv)
+    if args.parity:
+        # Same process: the compiled kernels are shared with the runs below.
+        sys.path.insert(0, os.path.dirname(__file__))
+        from check_graph_parity import main as parity
+
+        try:
+            await asyncio.wait_for(parity(args.out), 240)
+        except Exception as e:
+            log("parity check FAILED", repr(e), traceback.format_exc()[-1500:])
     for size in args.sizes.split(","):
         try:
             RESULTS[size] = await bench_size(size, args)
@@ -227,6 +236,7 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
     ap.add_argument("--no-graphs", action="store_true")
+    ap.add_argument("--parity", action="store_true", help="first check graphed GPU == eager CPU codes")
     ap.add_argument("--budget-s", type=float, default=400)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

@@ -293,7 +293,9 @@ class TTSEngine:
     # ------------------------------------------------------------ engine thread
     def _run(self) -> None:
         if self.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(self.device))
+            # Work on the device the model was loaded to ("cuda" = the current one).
+            index = torch.device(self.device).index
+            torch.cuda.set_device(index if index is not None else torch.cuda.current_device())
         while not self._stopping:
             try:
                 did_work = self._iteration()
