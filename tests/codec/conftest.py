@@ -19,7 +19,8 @@ from ttsfleet_runtime.codec.writer import write_random_speech_tokenizer
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
-    return write_random_speech_tokenizer(tmp_path_factory.mktemp("speech_tokenizer"), "tiny", seed=0)
+    folder = tmp_path_factory.mktemp("speech_tokenizer")
+    return write_random_speech_tokenizer(folder, "tiny", seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,8 @@ TOL = dict(atol=1e-5, rtol=1e-4)
 FRAMES = 20  # over twice the tiny sliding window (8 frames)
 
 
-def stream(codec: StreamingCodec, slot: int, codes: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+def stream(codec: StreamingCodec, slot: int, codes: torch.Tensor,
+           chunks: list[int]) -> torch.Tensor:
     out, start = [], 0
     for n in chunks:
         out.append(codec.decode([slot], codes[None, start:start + n])[0])

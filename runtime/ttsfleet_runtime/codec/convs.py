@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 State = dict[str, torch.Tensor]
+# Per-stream state layout: key -> (shape, dtype); dtype None means the model's dtype.
+StateSpec = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
 
 
 class Stateful(nn.Module):
@@ -26,8 +27,7 @@ class Stateful(nn.Module):
     state_key: str = ""
     context: int = 0  # input samples remembered between calls
 
-    def state_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype | None]]:
-        """Per-stream state: key -> (shape, dtype); None means the model's dtype."""
+    def state_spec(self) -> StateSpec:
         if self.context == 0:
             return {}
         return {self.state_key: ((self.conv.in_channels, self.context), None)}

@@ -19,11 +19,9 @@ from torch import nn
 
 from .config import CodecDecoderConfig, SpeechTokenizerConfig
 from .convs import (CausalConv1d, CausalTransposeConv1d, ConvNeXtBlock, DecoderBlock,
-                    SnakeBeta, State, run_layer)
+                    SnakeBeta, State, StateSpec, run_layer)
 from .quantizer import SplitResidualQuantizer
 from .transformer import PreTransformer, rope_inverse_frequencies
-
-StateSpec = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
 
 # Prefix of the decoder's tensors in the speech tokenizer's safetensors.
 CHECKPOINT_PREFIX = "decoder."

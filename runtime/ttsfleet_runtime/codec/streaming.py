@@ -78,8 +78,9 @@ class StreamingCodec:
         """Next frames of the streams in `slots`: codes [B, n, 16] -> float32 [B, n*1920]."""
         if len(set(slots)) != len(slots) or not self._open.issuperset(slots):
             raise ValueError(f"slots must be distinct open slots, got {slots}")
-        if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[2] != self.num_quantizers:
-            raise ValueError(f"codes must be [{len(slots)}, n, {self.num_quantizers}], "
+        q = self.num_quantizers
+        if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[2] != q:
+            raise ValueError(f"codes must be [{len(slots)}, n, {q}], "
                              f"got {tuple(codes.shape)}")
         batch, frames = codes.shape[0], codes.shape[1]
         graph = self._graph_for(batch, frames)

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import CodecDecoderConfig
-from .convs import State
+from .convs import State, StateSpec
 
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
 
@@ -98,7 +98,7 @@ class SlidingWindowAttention(nn.Module):
         if self.q_proj.bias is not None:
             self.qkv_bias = torch.cat([p.bias for p in projections]).detach()
 
-    def state_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype | None]]:
+    def state_spec(self) -> StateSpec:
         shape = (self.n_kv_heads, self.memory, self.head_dim)
         return {f"{self.state_key}.key": (shape, None), f"{self.state_key}.value": (shape, None)}
 
@@ -156,7 +156,7 @@ class PreTransformer(nn.Module):
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
         self.register_buffer("inv_freq", rope_inverse_frequencies(cfg), persistent=False)
 
-    def state_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype | None]]:
+    def state_spec(self) -> StateSpec:
         return {f"{self.state_key}.position": ((), torch.int64)}
 
     def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
