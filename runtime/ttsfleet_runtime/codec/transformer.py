@@ -117,9 +117,12 @@ class SlidingWindowAttention(nn.Module):
         state[f"{self.state_key}.key"] = k[:, :, k.shape[2] - self.memory:]
         state[f"{self.state_key}.value"] = v[:, :, v.shape[2] - self.memory:]
         groups = self.n_heads // self.n_kv_heads
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
+        if groups > 1:  # expand, not repeat_interleave: no host sync inside a CUDA graph
+            length = k.shape[2]
+            k = k[:, :, None].expand(b, self.n_kv_heads, groups, length, self.head_dim)
+            v = v[:, :, None].expand(b, self.n_kv_heads, groups, length, self.head_dim)
+            k = k.reshape(b, self.n_heads, length, self.head_dim)
+            v = v.reshape(b, self.n_heads, length, self.head_dim)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
 
