@@ -44,7 +44,7 @@ class StreamingCodec:
             widths[dtype] = widths.get(dtype, 0) + math.prod(shape)
         # One extra row: the scratch slot that pads a batch up to a captured bucket.
         self._scratch = max_streams
-        self._rows = {dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
+        self._state = {dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
                       for dtype, width in widths.items()}
         self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
         self._open: set[int] = set()
@@ -56,7 +56,7 @@ class StreamingCodec:
         if not self._free:
             raise RuntimeError(f"all {self.max_streams} codec slots are in use")
         slot = self._free.pop()
-        for rows in self._rows.values():
+        for rows in self._state.values():
             rows[slot].zero_()
         self._open.add(slot)
         return slot
@@ -71,7 +71,7 @@ class StreamingCodec:
 
     @property
     def state_bytes_per_stream(self) -> int:
-        return sum(rows[0].numel() * rows.element_size() for rows in self._rows.values())
+        return sum(rows[0].numel() * rows.element_size() for rows in self._state.values())
 
     # ---------------------------------------------------------------- decode
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
@@ -91,7 +91,7 @@ class StreamingCodec:
             return self._step(index, codes.to(self.device, torch.long))
 
     def _step(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        gathered = {dtype: rows.index_select(0, index) for dtype, rows in self._rows.items()}
+        gathered = {dtype: rows.index_select(0, index) for dtype, rows in self._state.items()}
         batch = index.shape[0]
         views = {key: gathered[dtype][:, offset:offset + math.prod(shape)].view(batch, *shape)
                  for key, (dtype, offset, shape) in self._layout.items()}
@@ -99,7 +99,7 @@ class StreamingCodec:
         pcm = self.decoder.step(codes, state)  # replaces each entry with the next state
         for key, view in views.items():
             view.copy_(state[key])
-        for dtype, rows in self._rows.items():
+        for dtype, rows in self._state.items():
             rows.index_copy_(0, index, gathered[dtype])
         return pcm
 
