@@ -44,8 +44,9 @@ class StreamingCodec:
             widths[dtype] = widths.get(dtype, 0) + math.prod(shape)
         # One extra row: the scratch slot that pads a batch up to a captured bucket.
         self._scratch = max_streams
-        self._state = {dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
-                      for dtype, width in widths.items()}
+        self._state = {
+            dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
+            for dtype, width in widths.items()}
         self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
         self._open: set[int] = set()
         self._graphs: dict[tuple[int, int], _CapturedStep] = {}
