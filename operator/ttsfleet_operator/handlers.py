@@ -79,17 +79,6 @@ def register(
     @kopf.on.create(**RESOURCE, registry=registry)
     @kopf.on.update(**RESOURCE, registry=registry)
     async def reconcile(body: kopf.Body, memo: kopf.Memo, **_) -> None:
-        outcome = await memo.resync.reconcile_locked(_plain(body))
-        if outcome.created or outcome.updated or outcome.deleted:
-            log.info(
-                "reconciled",
-                extra={
-                    "namespace": body["metadata"].get("namespace"),
-                    "service": body["metadata"]["name"],
-                    "created": outcome.created,
-                    "updated": outcome.updated,
-                    "deleted": outcome.deleted,
-                },
-            )
+        await memo.resync.reconcile_locked(_plain(body))
         # A failed pass is not retried through kopf (that would write progress
         # annotations); the resync loop tries again next period.

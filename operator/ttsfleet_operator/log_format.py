@@ -6,6 +6,8 @@ import json
 import logging
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# kopf attaches its whole settings object and internal flags to every record.
+_DROPPED = {"settings", "k8s_skip"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -16,7 +18,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        entry.update({key: value for key, value in vars(record).items() if key not in _STANDARD})
+        entry.update(
+            {key: value for key, value in vars(record).items() if key not in _STANDARD and key not in _DROPPED}
+        )
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
@@ -28,3 +32,5 @@ def configure_logging(level: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # kopf reports every successful handler call at INFO: one line per watch event.
+    logging.getLogger("kopf.objects").setLevel(level if level <= logging.DEBUG else logging.WARNING)

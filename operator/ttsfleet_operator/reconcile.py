@@ -135,6 +135,18 @@ class Reconciler:
                 outcome.deleted.append(_describe(stale))
 
         await self._report(body, service, deployments, outcome)
+        if outcome.created or outcome.updated or outcome.deleted:
+            log.info(
+                "reconciled",
+                extra={
+                    "namespace": namespace,
+                    "service": name,
+                    # Not "created": LogRecord already has that attribute.
+                    "children_created": outcome.created,
+                    "children_updated": outcome.updated,
+                    "children_deleted": outcome.deleted,
+                },
+            )
         return outcome
 
     async def _live_children(self, namespace: str, name: str, owner_uid: str) -> dict[tuple[str, str], dict]:

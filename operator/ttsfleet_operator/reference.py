@@ -35,7 +35,7 @@ def _bounds(node: dict) -> str:
 def _rows(node: dict, path: str, required: bool) -> list[str]:
     rows = []
     if path:
-        default = f"`{json.dumps(node['default'])}`" if "default" in node and node["default"] != {} else ""
+        default = f"`{json.dumps(node['default'])}`" if "default" in node and node.get("type") != "object" else ""
         description = node.get("description", "").replace("\n", " ").replace("|", "\\|")
         bounds = _bounds(node)
         if bounds:

@@ -38,12 +38,17 @@ GpuClassName = Literal[tuple(gpu_classes.GPU_CLASSES)]
 
 
 def section(model: type[BaseModel], description: str) -> Any:
-    """A nested object that exists even when omitted, so its defaults apply.
+    """A nested object that exists even when omitted, with all its defaults.
 
-    `default: {}` in the CRD makes the API server create the object and then
-    fill in its own defaults, exactly as `default_factory` does here.
+    The CRD's `default` is the fully defaulted object (not `{}`): the API server
+    checks a default against the object's CEL rules as it stands, before nested
+    defaults would fill it in.
     """
-    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
+
+    def schema_default(schema: dict[str, Any]) -> None:
+        schema["default"] = model().wire()
+
+    return Field(default_factory=model, description=description, json_schema_extra=schema_default)
 
 
 def _schema_with_cel_rules(schema: dict[str, Any], model: type[BaseModel]) -> None:

@@ -2,6 +2,7 @@
 runs in unit tests; e2e/ runs the operator against a real one)."""
 
 import copy
+import logging
 
 import pytest
 from ttsfleet_operator.reconcile import Reconciler
@@ -199,3 +200,11 @@ async def test_an_invalid_spec_is_reported_not_applied(reconciler, fake_cluster)
     assert fake_cluster.objects == {}
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and "VoiceDesign" in ready["message"]
+
+
+async def test_changes_are_logged_as_structured_fields(reconciler, fake_cluster, caplog):
+    caplog.set_level(logging.INFO, logger="ttsfleet_operator.reconcile")
+    await reconciler.reconcile(body(replicas=2, spot={"ratio": 0.5}))
+    (record,) = [r for r in caplog.records if r.getMessage() == "reconciled"]
+    assert record.service == "demo" and record.namespace == "voice"
+    assert "Deployment demo-spot" in record.children_created
