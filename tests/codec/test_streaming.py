@@ -145,3 +145,38 @@ def test_bfloat16_streaming_stays_close_to_the_float32_waveform(tiny_tokenizer_d
     error = (streamed - reference).abs()
     assert error.mean() < 0.05 * reference.abs().mean()
     assert error.max() < 0.1
+
+
+class _EagerReplay:
+    """Stands in for torch.cuda.CUDAGraph (no GPU here): replay recomputes the captured
+    step eagerly from the same static input buffers into the same output buffer."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def replay(self):
+        self.step.pcm.copy_(self.step.codec._step(self.step.index, self.step.codes))
+
+
+def test_a_batch_padded_up_to_a_captured_bucket_decodes_only_its_own_streams(
+        tiny_decoder, random_codes):
+    from ttsfleet_runtime.codec.streaming import _CapturedStep
+
+    codec = StreamingCodec(tiny_decoder, max_streams=3, device="cpu")
+    bucket = _CapturedStep.__new__(_CapturedStep)  # its CUDA capture cannot run here
+    bucket.codec, bucket.batch = codec, 3
+    bucket.index = torch.full((3,), codec._scratch, dtype=torch.long)
+    bucket.codes = torch.zeros((3, 2, 16), dtype=torch.long)
+    bucket.pcm = torch.zeros((3, 2 * 1920))
+    bucket.graph = _EagerReplay(bucket)
+    codec._graphs[(3, 2)] = bucket
+
+    codes = random_codes(2, 6, seed=16)
+    offline = tiny_decoder.decode(codes)
+    a, b = codec.open(), codec.open()
+    head_a = codec.decode([a], codes[:1, :2])  # batch 1 padded to the 3-stream bucket
+    rest = codec.decode([b, a], torch.stack([codes[1, :2], codes[0, 2:4]]))
+    tail_b = codec.decode([b], codes[1:, 2:6])  # 4 frames: no bucket, eager
+    tail_a = codec.decode([a], codes[:1, 4:6])
+    torch.testing.assert_close(torch.cat([head_a[0], rest[1], tail_a[0]]), offline[0], **TOL)
+    torch.testing.assert_close(torch.cat([rest[0], tail_b[0]]), offline[1], **TOL)
