@@ -33,6 +33,10 @@ def enable() -> None:
 
     # A function that fails to compile runs eagerly instead of failing the engine.
     torch._dynamo.config.suppress_errors = True
+    # Sizes 1 (batch 1, one query position) are specialised by dynamo: each
+    # function sees a handful of shape families (talker/predictor, prefill/decode).
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.cache_size_limit = 64
     opts = dict(dynamic=True, fullgraph=False)
     sample = torch.compile(_sampling.sample, **opts)
     first_code_logits = torch.compile(_sampling.first_code_logits, **opts)
