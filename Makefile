@@ -24,6 +24,8 @@ $(VENV_STAMP): pyproject.toml
 	@test -x $(BIN)/python || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install --progress-bar off -e '.[operator,runtime,test]'
+	@echo "==> qwen-tts 0.1.1, the reference the parity tests compare against (its modules only: --no-deps)"
+	$(BIN)/python -m pip install -q --no-deps qwen-tts==0.1.1
 	@rm -f $(VENV)/.ttsfleet-* && touch $@
 
 .PHONY: tools
