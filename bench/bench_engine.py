@@ -145,7 +145,7 @@ async def bench_size(size: str, args) -> dict:
                        chunk_frames=args.chunk_frames, max_len=args.max_len, dtype="bfloat16",
                        cuda_graphs=not args.no_graphs, frames=args.frames)
     r["prompt_tokens"] = len(engine.builder.text_ids(TEXT))
-    codec_state = engine.codec.state_bytes_per_stream()
+    codec_state = engine.codec.state_bytes_per_stream  # a property of the codec
     r["memory_per_stream_bytes"] = dict(
         talker_kv=runner.cache.bytes_per_slot(), predictor_kv=runner.predictor_cache.bytes_per_slot(),
         codec_state=codec_state)
