@@ -39,3 +39,19 @@ async def test_cancel_while_waiting_removes_it_from_the_queue(make_engine):
     assert [c async for c in waiting] == []
     assert waiting.finish_reason == "cancelled"
     running.cancel()
+
+
+async def test_cancelled_streams_give_back_their_codec_state(make_engine):
+    import asyncio
+
+    engine = await make_engine(max_batch=2, max_queue=4)
+    streams = [engine.submit(request(frames=200, seed=i)) for i in range(2)]
+    for s in streams:
+        await s.__aiter__().__anext__()
+    for s in streams:
+        s.cancel()
+    for _ in range(200):  # the codec worker closes slots after in-flight chunks
+        if engine.codec.active == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.codec.active == 0

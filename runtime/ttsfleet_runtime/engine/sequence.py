@@ -90,7 +90,8 @@ class Sequence:
         self.text_final = False  # tts_eos handed to the runner
         self.pending: list[np.ndarray] = []  # frames awaiting the codec
         self.chunks = 0
-        self.codec_slot: int | None = None
+        self.codec_slot: int | None = None  # owned by the codec worker
+        self.codec_closed = False
         self.cancel_requested = False
         self.all_codes: list[np.ndarray] = []  # every frame, for tests and debugging
 

@@ -37,6 +37,7 @@ from .api import (
     QueueFull,
     SynthesisRequest,
 )
+from .codec_worker import CODEC_BATCH, CodecWorker
 from .model_runner import ModelRunner, SlotParams
 from .scheduler import QueueFullError, Scheduler
 from .sequence import Sequence, Status, TextFeed
@@ -44,9 +45,6 @@ from .sequence import Sequence, Status, TextFeed
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
-# Streams per codec call: bounds the decoder's activations (its upsampling
-# makes them large) and the number of codec graphs.
-CODEC_BATCH = 32
 _SIZE_NAMES = {"0b6": "0.6B", "1b7": "1.7B", "tiny": "tiny"}
 _VARIANT_NAMES = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 
@@ -61,7 +59,8 @@ class _Stream:
         self._queue: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._finish_reason: FinishReason | None = None
         self.seq: Sequence | None = None
-        self.error: str | None = None
+        self._end_lock = threading.Lock()
+        self._ended = False
 
     def __aiter__(self) -> AsyncIterator[AudioChunk]:
         return self._iterate()
@@ -86,6 +85,11 @@ class _Stream:
         self._loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
 
     def end(self, reason: FinishReason) -> None:
+        with self._end_lock:
+            if self._ended:
+                return
+            self._ended = True
+
         def _end():
             self._finish_reason = reason
             self._queue.put_nowait(None)
@@ -134,11 +138,12 @@ class TTSEngine:
         self._ready = False
         self._stopping = False
         self._draining = False
-        self._to_close: list[Sequence] = []  # finished off-thread; codec slots to release
+        self._to_release: list[Sequence] = []  # finished; their batch slots to reset
         self.frames_total = 0
         self.model: LoadedModel | None = None
         self.runner: ModelRunner | None = None
         self.codec: StreamingCodec | None = None
+        self.codec_worker: CodecWorker | None = None
         path = resolve_checkpoint(model)
         from ..model.config import TTSConfig
 
@@ -191,6 +196,7 @@ class TTSEngine:
             buckets = [b for b in self.runner.batch_buckets if b <= CODEC_BATCH] or [self.max_batch]
             self.codec.capture(buckets, sorted({self.first_chunk_frames, self.chunk_frames}))
             say("captured codec graphs")
+        self.codec_worker = CodecWorker(self.codec, self.device, SAMPLE_RATE)
         say(f"engine ready in {time.monotonic() - t0:.1f}s")
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
@@ -271,13 +277,19 @@ class TTSEngine:
         self._wake.set()
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
-        """Under the lock: take seq out of the scheduler and end its stream."""
+        """Under the lock: take seq out of the scheduler now. Its stream ends
+        after its last chunk (codec worker); a cancelled or failed one at once."""
         held = time.monotonic() - seq.t_admitted if seq.t_admitted else None
         self.scheduler.remove(seq, held)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
-        self._to_close.append(seq)
-        seq.stream.end(reason)
+        self._to_release.append(seq)
+        if reason not in ("eos", "length"):
+            seq.stream.end(reason)
+        if self.codec_worker is not None:
+            self.codec_worker.end(seq, reason)
+        else:
+            seq.stream.end(reason)
 
     def stats(self) -> EngineStats:
         with self._lock:
@@ -309,14 +321,13 @@ class TTSEngine:
                 self._wake.wait(timeout=0.05)
                 self._wake.clear()
         self._release_finished()
+        if self.codec_worker is not None:
+            self.codec_worker.stop()
 
     def _release_finished(self) -> None:
         with self._lock:
-            done, self._to_close = self._to_close, []
+            done, self._to_release = self._to_release, []
         for seq in done:
-            if seq.codec_slot is not None:
-                self.codec.close(seq.codec_slot)
-                seq.codec_slot = None
             if seq.slot is not None and self.scheduler.running.get(seq.slot) is None:
                 self.runner.release(seq.slot)
 
@@ -366,6 +377,7 @@ class TTSEngine:
         seq.text_final = seq.text.closed
 
     def _prefill(self, seq: Sequence) -> None:
+        seq.t_admitted = time.monotonic()  # it holds a batch slot from here
         if not seq.text.ids:  # the text stream ended empty
             with self._lock:
                 self._finish(seq, "eos")
@@ -383,8 +395,6 @@ class TTSEngine:
                 self._finish(seq, "error")
             return
         seq.position = embeds.shape[0]
-        seq.codec_slot = self.codec.open()
-        seq.t_admitted = time.monotonic()
         with self._lock:
             if not seq.finished:
                 seq.status = Status.RUNNING
@@ -420,24 +430,12 @@ class TTSEngine:
                     self._finish(seq, reason)
 
     def _emit(self, ready: list[Sequence]) -> None:
-        """Decode the ready chunks, batched per frame count, and deliver them."""
-        by_len: dict[int, list[Sequence]] = {}
+        """Hand the ready chunks to the codec worker."""
         for seq in ready:
-            if seq.pending:
-                by_len.setdefault(len(seq.pending), []).append(seq)
-        groups = [(n, seqs[i:i + CODEC_BATCH]) for n, seqs in by_len.items()
-                  for i in range(0, len(seqs), CODEC_BATCH)]
-        for n, seqs in groups:
-            codes = torch.from_numpy(np.stack([np.stack(s.pending) for s in seqs])).to(self.device)
-            pcm = self.codec.decode([s.codec_slot for s in seqs], codes).float().cpu().numpy()
-            now = time.monotonic()
-            for seq, audio in zip(seqs, pcm):
-                seq.pending = []
-                if seq.finished:
-                    continue
-                seq.stream.deliver(AudioChunk(pcm=audio, sample_rate=SAMPLE_RATE, index=seq.chunks,
-                                              frames=n, t_admitted=seq.t_admitted, t_emitted=now))
+            if seq.pending and not seq.finished:
+                self.codec_worker.chunk(seq, np.stack(seq.pending), seq.chunks)
                 seq.chunks += 1
+            seq.pending = []
 
 
 def _model_name(model: str, config) -> str:

@@ -1,0 +1,140 @@
+"""Turns generated frames into audio on its own thread (and, on a GPU, its own
+CUDA stream), so the decode loop never waits for the codec.
+
+The engine thread hands over jobs in order: a chunk of a stream's frames, or
+the end of a stream. The worker owns the codec's per-stream slots (opened at a
+stream's first chunk, closed at its end) and delivers chunks and ends to the
+callers in the order they were handed over. Chunks of different streams that
+are waiting together are decoded in one batched call per frame count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+
+import numpy as np
+import torch
+
+from .api import AudioChunk, FinishReason
+
+log = logging.getLogger(__name__)
+
+# Streams per codec call: bounds the decoder's activations (its upsampling
+# makes them large) and the number of codec graphs.
+CODEC_BATCH = 32
+
+
+@dataclasses.dataclass
+class ChunkJob:
+    seq: object  # engine Sequence: .stream, .codec_slot, .t_admitted
+    codes: np.ndarray  # [n, groups]
+    index: int
+
+
+@dataclasses.dataclass
+class EndJob:
+    seq: object
+    reason: FinishReason
+
+
+class CodecWorker:
+    def __init__(self, codec, device: str, sample_rate: int):
+        self.codec = codec
+        self.device = torch.device(device)
+        self.sample_rate = sample_rate
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
+        self._thread.start()
+
+    def chunk(self, seq, codes: np.ndarray, index: int) -> None:
+        self._jobs.put(ChunkJob(seq, codes, index))
+
+    def end(self, seq, reason: FinishReason) -> None:
+        self._jobs.put(EndJob(seq, reason))
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        if self.stream is not None:
+            torch.cuda.set_device(self.device.index if self.device.index is not None else 0)
+        while True:
+            jobs = [self._jobs.get()]
+            while not self._jobs.empty():
+                jobs.append(self._jobs.get())
+            stop = None in jobs
+            jobs = [j for j in jobs if j is not None]
+            try:
+                with torch.inference_mode(), _on(self.stream):
+                    self._process(jobs)
+            except Exception:
+                log.exception("codec decode failed; ending the affected streams")
+                for job in jobs:
+                    job.seq.stream.end("error")
+            if stop:
+                return
+
+    def _process(self, jobs: list) -> None:
+        # Waves: a stream appears at most once per wave, so its chunks decode in order.
+        wave: list = []
+        seen: set[int] = set()
+        for job in jobs:
+            if id(job.seq) in seen:
+                self._run_wave(wave)
+                wave, seen = [], set()
+            wave.append(job)
+            seen.add(id(job.seq))
+        self._run_wave(wave)
+
+    def _run_wave(self, wave: list) -> None:
+        by_len: dict[int, list[ChunkJob]] = {}
+        for job in wave:
+            if isinstance(job, ChunkJob):
+                by_len.setdefault(len(job.codes), []).append(job)
+        for n, chunk_jobs in by_len.items():
+            for i in range(0, len(chunk_jobs), CODEC_BATCH):
+                self._decode(n, chunk_jobs[i:i + CODEC_BATCH])
+        for job in wave:
+            if isinstance(job, EndJob):
+                if job.seq.codec_slot is not None:
+                    self.codec.close(job.seq.codec_slot)
+                    job.seq.codec_slot = None
+                job.seq.codec_closed = True
+                job.seq.stream.end(job.reason)
+
+    def _decode(self, n: int, jobs: list[ChunkJob]) -> None:
+        # A chunk handed over while its stream was being cancelled may arrive
+        # after the end: drop it (its slot is closed already).
+        jobs = [j for j in jobs if not getattr(j.seq, "codec_closed", False)]
+        if not jobs:
+            return
+        for job in jobs:
+            if job.seq.codec_slot is None:
+                job.seq.codec_slot = self.codec.open()
+        codes = torch.from_numpy(np.stack([j.codes for j in jobs])).to(self.device)
+        pcm = self.codec.decode([j.seq.codec_slot for j in jobs], codes).float().cpu().numpy()
+        now = time.monotonic()
+        for job, audio in zip(jobs, pcm):
+            job.seq.stream.deliver(AudioChunk(pcm=audio, sample_rate=self.sample_rate, index=job.index,
+                                              frames=n, t_admitted=job.seq.t_admitted, t_emitted=now))
+
+
+class _on:
+    """`torch.cuda.stream(s)` when there is a stream, else nothing."""
+
+    def __init__(self, stream):
+        self.ctx = torch.cuda.stream(stream) if stream is not None else None
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
