@@ -157,11 +157,12 @@ has_require() { # dir module version
   grep -Eq "(^require |^[[:space:]]+)$2 $3( // indirect)?\$" "${MODULES_DIR}/$1/go.mod"
 }
 check_modules() {
-  has_require kubernetes k8s.io/kubernetes "${KUBE_VERSION}" \
-    && grep -q "k8s.io/api => k8s.io/api ${KUBE_STAGING_VERSION}\$" "${MODULES_DIR}/kubernetes/go.mod" \
-    && has_require kwok sigs.k8s.io/kwok "${KWOK_VERSION}" \
-    && has_require etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" \
-    || die "step 'check recipe': hack/control-plane/*/go.mod do not match hack/versions.env; run hack/build-control-plane.sh --update-modules"
+  if ! { has_require kubernetes k8s.io/kubernetes "${KUBE_VERSION}" \
+      && grep -q "k8s.io/api => k8s.io/api ${KUBE_STAGING_VERSION}\$" "${MODULES_DIR}/kubernetes/go.mod" \
+      && has_require kwok sigs.k8s.io/kwok "${KWOK_VERSION}" \
+      && has_require etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"; }; then
+    die "step 'check recipe': hack/control-plane/*/go.mod do not match hack/versions.env; run hack/build-control-plane.sh --update-modules"
+  fi
 }
 
 [[ "${UPDATE}" == 1 ]] && update_modules
@@ -170,21 +171,25 @@ check_modules
 # ---------------------------------------------------------------------------
 # Build
 # ---------------------------------------------------------------------------
-recipe_hash() { # module dir -> hash of its go.mod/go.sum + toolchain + this script's flags
+# Bump when the flags below change, so stamped binaries get rebuilt.
+RECIPE_REV=1
+recipe_hash() { # module dir -> hash of its go.mod/go.sum
   cat "${MODULES_DIR}/$1/go.mod" "${MODULES_DIR}/$1/go.sum" | sha256sum | cut -c1-16
 }
 
 BUILT=()
 SKIPPED=()
-build_one() { # name moduledir package ldflags
-  local name="$1" moddir="$2" pkg="$3" ldflags="$4"
+build_one() { # name moduledir package ldflags-function
+  local name="$1" moddir="$2" pkg="$3" flagsfn="$4"
   local out="${BIN_DIR}/${name}" stamp="${BIN_DIR}/.${name}.stamp"
   local want
-  want="${pkg} ${GO_VER} $(recipe_hash "${moddir}") ${ldflags}"
+  want="rev=${RECIPE_REV} ${pkg} ${GO_VER} $(recipe_hash "${moddir}") ${KUBE_VERSION} ${ETCD_VERSION} ${KWOK_VERSION}"
   if [[ "${FORCE}" == 0 && -x "${out}" && -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
     SKIPPED+=("${name}")
     return 0
   fi
+  local ldflags
+  ldflags="$("${flagsfn}")"
   log "building ${name} (${pkg}) ..."
   local t0 tmp
   t0=$(date +%s)
@@ -199,39 +204,48 @@ build_one() { # name moduledir package ldflags
   BUILT+=("${name}")
 }
 
-# Version stamping, as the Kubernetes release build does (hack/lib/version.sh).
-# buildDate: the release's publication time from the module proxy (reproducible).
-if [[ -z "${KUBE_BUILD_DATE:-}" ]]; then
-  (cd "${MODULES_DIR}/kubernetes" && go mod download k8s.io/kubernetes) \
-    || die "step 'download k8s.io/kubernetes ${KUBE_VERSION}': go mod download failed (GOPROXY=${GOPROXY})"
-  KUBE_BUILD_DATE="$(sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' \
-    "${GOMODCACHE}/cache/download/k8s.io/kubernetes/@v/${KUBE_VERSION}.info" 2>/dev/null || true)"
-fi
-KUBE_BUILD_DATE="${KUBE_BUILD_DATE:-1970-01-01T00:00:00Z}"
-kube_major="$(sed -E 's/^v([0-9]+)\..*/\1/' <<<"${KUBE_VERSION}")"
-kube_minor="$(sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/' <<<"${KUBE_VERSION}")"
-KUBE_LDFLAGS="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  KUBE_LDFLAGS+=" -X ${p}.gitVersion=${KUBE_VERSION}"
-  KUBE_LDFLAGS+=" -X ${p}.gitMajor=${kube_major}"
-  KUBE_LDFLAGS+=" -X ${p}.gitMinor=${kube_minor}"
-  KUBE_LDFLAGS+=" -X ${p}.gitCommit=${KUBE_GIT_COMMIT:-module-${KUBE_VERSION}}"
-  KUBE_LDFLAGS+=" -X ${p}.gitTreeState=clean"
-  KUBE_LDFLAGS+=" -X ${p}.buildDate=${KUBE_BUILD_DATE}"
-done
-# kwokctl: default the Kubernetes version to ours, and point every download prefix at
-# nothing, so a missing --*-binary flag fails loudly instead of fetching from the internet.
-KWOK_LDFLAGS="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
-KWOK_LDFLAGS+=" -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBE_VERSION#v}"
-KWOK_LDFLAGS+=" -X sigs.k8s.io/kwok/pkg/consts.PreRelease=GA"
-ETCD_LDFLAGS="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-${ETCD_VERSION}"
+# Version stamping, as the Kubernetes release build does (hack/lib/version.sh), so
+# `kube-apiserver --version` and `kubectl version` report the release. Computed only when
+# something is built: a warm run touches no network.
+kube_ldflags() {
+  # buildDate: the release's publication time from the module proxy (reproducible).
+  local date="${KUBE_BUILD_DATE:-}"
+  if [[ -z "${date}" ]]; then
+    date="$(cd "${MODULES_DIR}/kubernetes" && go list -m -json "k8s.io/kubernetes@${KUBE_VERSION}" \
+      | sed -n 's/^[[:space:]]*"Time": "\([^"]*\)",*$/\1/p')" \
+      || die "step 'version info': go list -m k8s.io/kubernetes@${KUBE_VERSION} failed (GOPROXY=${GOPROXY})"
+  fi
+  local major minor flags="-s -w" p
+  major="$(sed -E 's/^v([0-9]+)\..*/\1/' <<<"${KUBE_VERSION}")"
+  minor="$(sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/' <<<"${KUBE_VERSION}")"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X ${p}.gitVersion=${KUBE_VERSION}"
+    flags+=" -X ${p}.gitMajor=${major}"
+    flags+=" -X ${p}.gitMinor=${minor}"
+    # The module proxy does not record the release's commit; set KUBE_GIT_COMMIT to stamp it.
+    flags+=" -X ${p}.gitCommit=${KUBE_GIT_COMMIT:-0000000000000000000000000000000000000000}"
+    flags+=" -X ${p}.gitTreeState=clean"
+    flags+=" -X ${p}.buildDate=${date:-1970-01-01T00:00:00Z}"
+  done
+  echo "${flags}"
+}
+# kwok/kwokctl: report our kwok version and default to our Kubernetes version
+# (hack/cluster.sh also points every binary kwokctl could fetch at local files).
+kwok_ldflags() {
+  echo "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
+    "-X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBE_VERSION#v}" \
+    "-X sigs.k8s.io/kwok/pkg/consts.PreRelease=GA"
+}
+etcd_ldflags() {
+  echo "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-${ETCD_VERSION}"
+}
 
 log "Kubernetes ${KUBE_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}; ${GO_VER}; into ${BIN_DIR}"
-build_one etcd etcd go.etcd.io/etcd/server/v3 "${ETCD_LDFLAGS}"
-build_one kwok kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_LDFLAGS}"
-build_one kwokctl kwok sigs.k8s.io/kwok/cmd/kwokctl "${KWOK_LDFLAGS}"
+build_one etcd etcd go.etcd.io/etcd/server/v3 etcd_ldflags
+build_one kwok kwok sigs.k8s.io/kwok/cmd/kwok kwok_ldflags
+build_one kwokctl kwok sigs.k8s.io/kwok/cmd/kwokctl kwok_ldflags
 for c in kubectl kube-apiserver kube-controller-manager kube-scheduler; do
-  build_one "${c}" kubernetes "k8s.io/kubernetes/cmd/${c}" "${KUBE_LDFLAGS}"
+  build_one "${c}" kubernetes "k8s.io/kubernetes/cmd/${c}" kube_ldflags
 done
 
 # Smoke check: the binaries run and report the pinned version.

@@ -1,0 +1,156 @@
+"""Fixtures for tests against a real control plane.
+
+The `cluster` fixture runs `hack/cluster.sh up` once per session. The provider comes
+from TTSFLEET_CLUSTER_PROVIDER (kwok | kind | existing; default kwok here). A cluster
+this session started is deleted at the end unless TTSFLEET_E2E_KEEP_CLUSTER=1; a cluster
+that was already running is left as it was (fast local iteration: `hack/cluster.sh up`
+once, then run pytest as often as you like).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO_ROOT / "hack" / "cluster.sh"
+BUILD_SH = REPO_ROOT / "hack" / "build-control-plane.sh"
+
+
+def pinned_versions() -> dict[str, str]:
+    """KEY=value pairs of hack/versions.env, the one place versions are pinned."""
+    versions = {}
+    for line in (REPO_ROOT / "hack" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            versions[key.strip()] = value.strip()
+    return versions
+
+
+@dataclass
+class Cluster:
+    name: str
+    provider: str
+    kubeconfig: Path
+    kubectl_path: str
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; raises with stderr on failure when check."""
+        proc = subprocess.run(
+            [self.kubectl_path, "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
+            )
+        return proc
+
+    def get(self, *args: str) -> Any:
+        """`kubectl get ... -o json`, parsed."""
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict | list[dict] | str, *args: str) -> subprocess.CompletedProcess[str]:
+        if isinstance(manifest, dict):
+            text = json.dumps(manifest)
+        elif isinstance(manifest, list):
+            text = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifest})
+        else:
+            text = manifest
+        return self.kubectl("apply", "-f", "-", *args, input=text)
+
+    wait_for = staticmethod(lambda *a, **kw: wait_for(*a, **kw))
+
+    def api_client(self):
+        """A `kubernetes` ApiClient for this cluster (imported lazily)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = "condition"
+) -> Any:
+    """Poll until condition() returns something truthy; return it. Fails with `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def _run_cluster_sh(*args: str, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        [str(CLUSTER_SH), *args], env=env, capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"hack/cluster.sh {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    env = dict(os.environ)
+    env.setdefault("TTSFLEET_CLUSTER_PROVIDER", "kwok")
+    name = env.setdefault("TTSFLEET_CLUSTER_NAME", "ttsfleet")
+    status = subprocess.run(
+        [str(CLUSTER_SH), "status"], env=env, capture_output=True, text=True, timeout=60
+    )
+    was_running = status.returncode == 0
+    try:
+        _run_cluster_sh("up", env=env)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    kubeconfig = Path(_run_cluster_sh("kubeconfig", env=env))
+    bin_dir = Path(
+        subprocess.run(
+            [str(BUILD_SH), "--print-bin-dir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    kubectl = str(bin_dir / "kubectl") if (bin_dir / "kubectl").exists() else shutil.which("kubectl")
+    assert kubectl, "no kubectl: run hack/build-control-plane.sh"
+    yield Cluster(
+        name=name, provider=env["TTSFLEET_CLUSTER_PROVIDER"], kubeconfig=kubeconfig, kubectl_path=kubectl
+    )
+    if not was_running and env.get("TTSFLEET_E2E_KEEP_CLUSTER") != "1":
+        _run_cluster_sh("down", env=env)
+
+
+@pytest.fixture(scope="session")
+def versions() -> dict[str, str]:
+    """The pinned versions (hack/versions.env)."""
+    return pinned_versions()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    base = request.node.name.lower().replace("_", "-")[:40].strip("-")
+    name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    # Pods are refused until the namespace's default ServiceAccount exists.
+    wait_for(
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+        timeout=30,
+        what=f"ServiceAccount default in {name}",
+    )
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
