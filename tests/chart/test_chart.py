@@ -138,3 +138,12 @@ def test_default_values_satisfy_the_schema():
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
     jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+
+
+def test_operator_pod_runs_as_the_operator_images_user():
+    import re
+
+    dockerfile = (REPO / "Dockerfile.operator").read_text()
+    (user,) = re.findall(r"^USER (\d+)", dockerfile, flags=re.MULTILINE)
+    (deployment,) = [m for m in template() if m["kind"] == "Deployment"]
+    assert str(deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"]) == user

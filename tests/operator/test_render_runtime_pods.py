@@ -1,8 +1,12 @@
 """What every runtime pod gets: GPUs, probes, drain time, the restricted profile."""
 
+import pathlib
+import re
+
 import pytest
 from ttsfleet_operator.cli import main
 from ttsfleet_operator.render import render_fleet
+from ttsfleet_operator.render.deployment import RUNTIME_UID
 
 
 def by_kind(manifests, kind):
@@ -105,14 +109,12 @@ def test_engine_settings_map_onto_the_servers_variables(make_service):
 
 
 def test_the_runtime_cli_knows_the_variables_it_is_given(make_service, capsys):
-    # Each TTSFLEET_* the operator sets must be one `ttsfleet serve` reads,
-    # except those the runtime has not adopted yet (listed, so the gap is visible).
+    # Each TTSFLEET_* the operator sets must be one `ttsfleet serve` reads.
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     serve_help = capsys.readouterr().out
-    not_yet_read = {"TTSFLEET_MODEL_REVISION", "TTSFLEET_FIRST_CHUNK_FRAMES"}
     service = make_service(model={"size": "1.7B", "variant": "Base", "revision": "r1"})
-    for variable in set(engine_environment(service)) - not_yet_read:
+    for variable in engine_environment(service):
         assert f"[{variable}]" in serve_help, variable
 
 
@@ -155,3 +157,9 @@ def test_an_engine_change_rolls_the_pods(make_service):
 def test_rollouts_never_drop_serving_capacity(make_service):
     deployment = by_kind(render_fleet(make_service()), "Deployment")[0]
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_pods_run_as_the_runtime_images_user():
+    dockerfile = (pathlib.Path(__file__).resolve().parents[2] / "Dockerfile.runtime").read_text()
+    (user,) = re.findall(r"^USER (\d+)", dockerfile, flags=re.MULTILINE)
+    assert str(RUNTIME_UID) == user

@@ -14,8 +14,8 @@ from ttsfleet_operator.render.model_source import PVC_MOUNT, uses_pvc
 from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
 from ttsfleet_operator.tts_service import TTSService
 
-# The runtime image's user (Dockerfile.runtime); fixed so runAsNonRoot can be verified.
-RUNTIME_UID = 10001
+# The runtime image's user (Dockerfile.runtime: USER 65532); explicit so runAsNonRoot is verifiable.
+RUNTIME_UID = 65532
 CACHE_DIR = "/var/cache/ttsfleet"
 STARTUP_PROBE_PERIOD_SECONDS = 10
 # Time for endpoints to drop the pod before the server starts draining.
