@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 LENGTH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
+PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,27 +121,78 @@ class ModelRunner:
         self.length_buckets = tuple(n for n in LENGTH_BUCKETS if n < max_len) + (max_len,)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.graph_pool = None
+        self.prefill_buckets = tuple(n for n in PREFILL_BUCKETS if n < max_len) or (max_len - 1,)
+        self.prefill_cache = KVCache.allocate(cfg, 1, self.prefill_buckets[-1], self.dtype, self.device)
+        self.prefill_embeds = torch.zeros(self.prefill_buckets[-1], cfg.hidden_size, dtype=self.dtype,
+                                          device=self.device)
+        self.prefill_len = torch.ones(1, dtype=torch.int64, device=self.device)
+        self.prefill_slot = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     # ------------------------------------------------------------ per request
     @torch.inference_mode()
     def prefill(self, slot: int, embeds: torch.Tensor, params: SlotParams) -> None:
-        """Run the prompt [T, hidden] into `slot`, sample its first code."""
+        """Run the prompt [T, hidden] into `slot`, sample its first code.
+
+        The prompt is padded to a length bucket and run into a one-row scratch
+        cache (one CUDA graph per bucket: a prefill is ~400 kernels, too many to
+        launch one by one when the first audio is due in milliseconds); causal
+        attention keeps the padding from touching the real positions. Then the
+        prompt's keys and values are copied into the slot."""
         s = self.state
         T = embeds.shape[0]
-        if T >= self.max_len:
-            raise ValueError(f"prompt of {T} positions exceeds the KV cache ({self.max_len})")
+        if T > self.prefill_buckets[-1] or T >= self.max_len:
+            raise ValueError(f"prompt of {T} positions exceeds the prefill limit ({self.prefill_buckets[-1]})")
         self._set_params(slot, params)
-        k, v = self.cache.rows(slot, slot + 1)
-        positions = torch.arange(T, device=self.device)[None]
-        hidden = self.talker(embeds[None].to(self.dtype), positions, k, v)[:, -1]
-        s.hidden[slot] = hidden[0]
+        P = next(n for n in self.prefill_buckets if n >= T)
+        self.prefill_embeds[:T] = embeds.to(self.dtype)
+        self.prefill_embeds[T:P] = 0
+        self.prefill_len.fill_(T)
+        self.prefill_slot.fill_(slot)
+        if self.use_graphs:
+            graph = self.prefill_graphs.get(P) or self._capture_prefill(P)
+            graph.replay()
+        else:
+            self._prefill_step(P)
+        self.cache.k[:, slot, :, :T] = self.prefill_cache.k[:, 0, :, :T]
+        self.cache.v[:, slot, :, :T] = self.prefill_cache.v[:, 0, :, :T]
         s.frame[slot] = 0
         s.position[slot] = T
-        s.seen[slot] = False
         s.text_len[slot] = 0
-        rows = slice(slot, slot + 1)
-        s.code0[slot] = self._sample_first_code(self.talker.logits(hidden), rows, s.frame[rows])[0]
-        s.seen[slot, s.code0[slot]] = True
+
+    def _prefill_step(self, P: int) -> None:
+        """Prefill of the padded prompt in `prefill_embeds[:P]`; tensor ops only."""
+        s = self.state
+        positions = torch.arange(P, device=self.device)[None]
+        k, v = self.prefill_cache.rows(0, 1, P)
+        hidden = self.talker(self.prefill_embeds[:P][None], positions, k, v)[0]
+        last = hidden.index_select(0, self.prefill_len - 1)  # [1, hidden]
+        slot = self.prefill_slot
+        frame = torch.zeros(1, dtype=torch.int64, device=self.device)
+        pick = lambda t: t.index_select(0, slot)  # noqa: E731
+        nothing_seen = torch.zeros(1, self.cfg.vocab_size, dtype=torch.bool, device=self.device)
+        logits = fusion.first_code_logits(self.talker.logits(last), nothing_seen, pick(s.repetition_penalty),
+                                          self.suppressed, self.eos_only, frame < pick(s.min_frames))
+        code = fusion.sample(logits, pick(s.temperature), pick(s.top_k), pick(s.top_p), pick(s.seed), frame)
+        s.hidden.index_copy_(0, slot, last)
+        s.code0.index_copy_(0, slot, code)
+        s.seen.index_copy_(0, slot, nothing_seen.scatter(1, code[:, None], True))
+
+    def _capture_prefill(self, P: int) -> torch.cuda.CUDAGraph:
+        # Warm-up and capture write only the slot being prefilled (about to be
+        # overwritten by the replay) and the scratch cache.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._prefill_step(P)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graph_pool):
+            self._prefill_step(P)
+        if self.graph_pool is None:
+            self.graph_pool = graph.pool()
+        self.prefill_graphs[P] = graph
+        return graph
 
     def release(self, slot: int) -> None:
         """Forget a finished slot: position 0, so the slot may sit as padding in
@@ -282,6 +334,8 @@ class ModelRunner:
         todo = [(B, L) for B in reversed(self.batch_buckets) for L in reversed(self.length_buckets)]
         for i, (B, L) in enumerate(todo):
             self._capture(B, L)
+        for P in reversed(self.prefill_buckets):
+            self._capture_prefill(P)
             if progress and (i % 8 == 0 or i == len(todo) - 1):
                 progress(f"captured {i + 1}/{len(todo)} decode graphs (batch {B}, length {L})")
         torch.cuda.synchronize()
