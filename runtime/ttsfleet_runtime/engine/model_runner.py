@@ -128,6 +128,10 @@ class ModelRunner:
         self.prefill_len = torch.ones(1, dtype=torch.int64, device=self.device)
         self.prefill_slot = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # Predictor step g attends to positions 0..g of its 16-long cache.
+        self.predictor_masks = [
+            decode_mask(torch.full((1,), g, device=self.device), self.groups, self.dtype)
+            for g in range(self.groups)]
 
     # ------------------------------------------------------------ per request
     @torch.inference_mode()
@@ -163,9 +167,8 @@ class ModelRunner:
     def _prefill_step(self, P: int) -> None:
         """Prefill of the padded prompt in `prefill_embeds[:P]`; tensor ops only."""
         s = self.state
-        positions = torch.arange(P, device=self.device)[None]
         k, v = self.prefill_cache.rows(0, 1, P)
-        hidden = self.talker(self.prefill_embeds[:P][None], positions, k, v)[0]
+        hidden = self.talker(self.prefill_embeds[:P][None], None, k, v, start=0)[0]
         last = hidden.index_select(0, self.prefill_len - 1)  # [1, hidden]
         slot = self.prefill_slot
         frame = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -241,17 +244,16 @@ class ModelRunner:
         # Code predictor: positions 0,1 = talker hidden, code 0; then one code each.
         pk, pv = self.predictor_cache.rows(0, B)
         x = torch.stack([p.project(h), p.project(self.talker.codec_hidden(c0))], dim=1)
-        pos = torch.arange(2, device=self.device)[None].expand(B, 2)
-        out = p(x, pos, pk, pv)[:, -1]
+        out = p(x, None, pk, pv, start=0)[:, -1]
         codes = [c0]
         embed_sum = self.talker.codec_hidden(c0)
         for g in range(1, self.groups):
             if g > 1:
-                pos = torch.full((B, 1), g, device=self.device, dtype=torch.int64)
-                mask = decode_mask(pos[:, 0], self.groups, self.dtype)
-                out = p(p.embed_projected(g - 1, codes[-1])[:, None], pos, pk, pv, mask)[:, 0]
+                # Every row is at predictor position g: static mask and RoPE.
+                out = p(p.embed_projected(g - 1, codes[-1])[:, None], None, pk, pv,
+                        self.predictor_masks[g], start=g)[:, 0]
             code = fusion.sample(p.logits(g, out), s.sub_temperature[rows], s.sub_top_k[rows],
-                          s.sub_top_p[rows], s.seed[rows], counter + g)
+                                 s.sub_top_p[rows], s.seed[rows], counter + g)
             codes.append(code)
             embed_sum = embed_sum + p.embed(g, code)
         # Talker: the frame's code embeddings plus the next text token.

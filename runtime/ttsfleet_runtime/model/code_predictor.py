@@ -48,8 +48,8 @@ class CodePredictor(nn.Module):
         """Codes of group `group` (1..15) -> talker-width embeddings."""
         return F.embedding(ids, self.codec_embedding[group - 1])
 
-    def forward(self, x, positions, k_cache, v_cache, decode_mask=None) -> torch.Tensor:
-        return self.stack(x, positions, k_cache, v_cache, decode_mask)
+    def forward(self, x, positions, k_cache, v_cache, decode_mask=None, start=None) -> torch.Tensor:
+        return self.stack(x, positions, k_cache, v_cache, decode_mask, start)
 
     def logits(self, group: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of code group `group` (1..15) from the predictor's hidden state."""

@@ -20,12 +20,38 @@ from torch import nn
 from .config import DecoderConfig
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # Normalise in float32 and cast back before the weight, like the reference.
     dtype = x.dtype
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(dtype)
+
+
+def add_rms_norm_eager(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float):
+    """Residual add, then the next norm: -> (x + delta, rms_norm(x + delta))."""
+    x = x + delta
+    return x, rms_norm_eager(x, weight, eps)
+
+
+def qk_norm_rope_eager(q, k, q_weight, k_weight, cos, sin, eps: float):
+    """Per-head RMSNorm of q [B, T, H, d] and k [B, T, K, d], transposed to
+    [B, heads, T, d], then RoPE."""
+    q = rms_norm_eager(q, q_weight, eps).transpose(1, 2)
+    k = rms_norm_eager(k, k_weight, eps).transpose(1, 2)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+def silu_mul_eager(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+# Rebound to compiled versions by model.fusion.enable() (GPU).
+rms_norm = rms_norm_eager
+add_rms_norm = add_rms_norm_eager
+qk_norm_rope = qk_norm_rope_eager
+silu_mul = silu_mul_eager
 
 
 class RotaryTable(nn.Module):
@@ -39,10 +65,19 @@ class RotaryTable(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
+        self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [B, T] -> cos, sin [B, 1, T, head_dim] in `dtype`."""
         return self.cos[positions].to(dtype).unsqueeze(1), self.sin[positions].to(dtype).unsqueeze(1)
+
+    def span(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions start..start+length-1, the same for every row: views of a
+        table cast once per dtype (no kernel at all inside a decode graph)."""
+        if dtype not in self._cast:
+            self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
+        cos, sin = self._cast[dtype]
+        return cos[start:start + length][None, None], sin[start:start + length][None, None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -80,21 +115,19 @@ class DecoderLayer(nn.Module):
         k_cache: torch.Tensor,  # [B, kv_heads, L, head_dim]
         v_cache: torch.Tensor,
         decode_mask: torch.Tensor | None,  # [B, 1, 1, L] additive; None for prefill
+        start: int | None = None,  # decode: every row writes this position
     ) -> torch.Tensor:
-        x = x + self._attention(rms_norm(x, self.input_norm, self.eps), cos, sin, positions,
-                                k_cache, v_cache, decode_mask)
-        h = rms_norm(x, self.post_attention_norm, self.eps)
-        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, self.down)
+        attn = self._attention(rms_norm(x, self.input_norm, self.eps), cos, sin, positions,
+                               k_cache, v_cache, decode_mask, start)
+        x, h = add_rms_norm(x, attn, self.post_attention_norm, self.eps)
+        return x + F.linear(silu_mul(F.linear(h, self.gate_up)), self.down)
 
-    def _attention(self, x, cos, sin, positions, k_cache, v_cache, decode_mask):
+    def _attention(self, x, cos, sin, positions, k_cache, v_cache, decode_mask, start):
         B, T, _ = x.shape
         d, H, K = self.head_dim, self.heads, self.kv_heads
         q, k, v = F.linear(x, self.qkv).split([H * d, K * d, K * d], dim=-1)
-        q = rms_norm(q.view(B, T, H, d), self.q_norm, self.eps).transpose(1, 2)
-        k = rms_norm(k.view(B, T, K, d), self.k_norm, self.eps).transpose(1, 2)
+        q, k = qk_norm_rope(q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, self.eps)
         v = v.view(B, T, K, d).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if decode_mask is None:
             # Prefill from position 0: keep the keys, attend causally to them.
             k_cache[:, :, :T] = k
@@ -105,9 +138,13 @@ class DecoderLayer(nn.Module):
             )
             out = out.transpose(1, 2).reshape(B, T, H * d)
         else:
-            rows = torch.arange(B, device=x.device)
-            k_cache[rows, :, positions[:, 0]] = k[:, :, 0]
-            v_cache[rows, :, positions[:, 0]] = v[:, :, 0]
+            if start is not None:
+                k_cache[:, :, start] = k[:, :, 0]
+                v_cache[:, :, start] = v[:, :, 0]
+            else:
+                rows = torch.arange(B, device=x.device)
+                k_cache[rows, :, positions[:, 0]] = k[:, :, 0]
+                v_cache[rows, :, positions[:, 0]] = v[:, :, 0]
             # GQA decode: the query heads sharing one KV head become that head's
             # query rows, so no key/value copy is made.
             qg = q.reshape(B, K, H // K, d)
@@ -126,10 +163,15 @@ class DecoderStack(nn.Module):
         self.norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.rope = RotaryTable(c.head_dim, c.rope_theta, max_positions)
 
-    def forward(self, x, positions, k_cache, v_cache, decode_mask=None):
-        cos, sin = self.rope.lookup(positions, x.dtype)
+    def forward(self, x, positions, k_cache, v_cache, decode_mask=None, start: int | None = None):
+        """`start` (instead of `positions`): all rows sit at positions
+        start..start+T-1, known when the graph is built."""
+        if start is not None:
+            cos, sin = self.rope.span(start, x.shape[1], x.dtype)
+        else:
+            cos, sin = self.rope.lookup(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, positions, k_cache[i], v_cache[i], decode_mask)
+            x = layer(x, cos, sin, positions, k_cache[i], v_cache[i], decode_mask, start)
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
 
 

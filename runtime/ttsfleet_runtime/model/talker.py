@@ -33,9 +33,9 @@ class Talker(nn.Module):
     def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.codec_embedding)
 
-    def forward(self, x, positions, k_cache, v_cache, decode_mask=None) -> torch.Tensor:
+    def forward(self, x, positions, k_cache, v_cache, decode_mask=None, start=None) -> torch.Tensor:
         """-> last-layer hidden states (after the final norm) [B, T, hidden]."""
-        return self.stack(x, positions, k_cache, v_cache, decode_mask)
+        return self.stack(x, positions, k_cache, v_cache, decode_mask, start)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.codec_head)
