@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -57,6 +58,7 @@ def _operator_run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         verbose=args.verbose,
         metrics_port=args.metrics_port,
+        prometheus_url=args.prometheus_url or None,
     )
 
 
@@ -87,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-port", type=int, default=8081, help="serve Prometheus /metrics on this port (0 disables it)"
+    )
+    run.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("TTSFLEET_PROMETHEUS_URL", ""),
+        help="Prometheus the canary analysis queries (env TTSFLEET_PROMETHEUS_URL); unset: every interval is"
+        " inconclusive",
     )
     run.add_argument("--resync-seconds", type=float, default=30.0, help="period of the drift-correcting timer")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")

@@ -25,6 +25,9 @@ class Cluster(Protocol):
     async def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict]:
         """Objects of a kind in a namespace matching every label in `selector`."""
 
+    async def serves(self, api_version: str, kind: str) -> bool:
+        """Whether the API server serves this kind (discovery; e.g. Gateway API's HTTPRoute)."""
+
     async def apply(self, manifest: dict) -> dict:
         """Server-side apply with our field manager, forcing conflicts; returns the stored object."""
 

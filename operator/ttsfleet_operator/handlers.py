@@ -13,6 +13,8 @@ import logging
 import kopf
 
 from ttsfleet_operator import tts_service
+from ttsfleet_operator.canary import analysis
+from ttsfleet_operator.canary.prometheus import Prometheus
 from ttsfleet_operator.kube_cluster import KubeCluster, connection_info, load_configuration
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
@@ -33,8 +35,13 @@ def register(
     resync_seconds: float,
     kubeconfig: str | None,
     metrics: OperatorMetrics | None = None,
+    prometheus_url: str | None = None,
 ) -> None:
     metrics = metrics or OperatorMetrics()
+    prometheus = Prometheus(prometheus_url) if prometheus_url else None
+
+    async def analyse(service: tts_service.TTSService):
+        return await analysis.analyse(prometheus, service.namespace, service.name, service.spec.canary.analysis)
 
     @kopf.on.login(registry=registry)
     async def login(**_) -> kopf.ConnectionInfo:
@@ -57,7 +64,7 @@ def register(
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
         memo.cluster = await KubeCluster.connect(kubeconfig)
-        memo.resync = Resync(metrics.instrument(Reconciler(memo.cluster).reconcile), resync_seconds)
+        memo.resync = Resync(metrics.instrument(Reconciler(memo.cluster, analyse=analyse, canary_state=metrics.set_canary_state).reconcile), resync_seconds)
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
         log.info("operator started", extra={"resync_seconds": resync_seconds})
 

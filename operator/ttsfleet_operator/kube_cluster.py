@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 import uuid
 from typing import Any
 
@@ -28,6 +29,7 @@ PLURALS = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "Event": "events",
+    "HTTPRoute": "httproutes",
     tts_service.KIND: tts_service.PLURAL,
 }
 
@@ -69,9 +71,15 @@ def collection_path(api_version: str, kind: str, namespace: str) -> str:
     return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}"
 
 
+# Discovery answers are kept this long: installing Gateway API is noticed within a minute
+# without a discovery request on every pass.
+SERVED_CACHE_SECONDS = 60.0
+
+
 class KubeCluster:
     def __init__(self, api: client.ApiClient):
         self.api = api
+        self._served: dict[tuple[str, str], tuple[bool, float]] = {}
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeCluster:
@@ -105,6 +113,16 @@ class KubeCluster:
             if not 200 <= response.status < 300:
                 raise ApiError(response.status, _message(data))
             return json.loads(data) if data else {}
+
+    async def serves(self, api_version: str, kind: str) -> bool:
+        cached = self._served.get((api_version, kind))
+        if cached is not None and time.monotonic() - cached[1] < SERVED_CACHE_SECONDS:
+            return cached[0]
+        prefix = "/api" if "/" not in api_version else "/apis"
+        result = await self._request("GET", f"{prefix}/{api_version}")
+        served = any(resource.get("kind") == kind for resource in (result or {}).get("resources", []))
+        self._served[(api_version, kind)] = (served, time.monotonic())
+        return served
 
     async def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict]:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]

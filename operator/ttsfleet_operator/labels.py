@@ -26,6 +26,9 @@ SPOT = "spot"
 # Annotation on every child: hash of what the operator last rendered for it, so
 # a change in the spec is seen even when it only removes fields.
 RENDERED_HASH = "ttsfleet.io/rendered-hash"
+# Deployment and pod template annotation: the revision (render/revision.py) the pods serve,
+# so the canary state machine can tell when stable runs a promoted candidate.
+REVISION = "ttsfleet.io/revision"
 # Pod template annotation: hash of the engine ConfigMap, so pods roll when it changes.
 ENGINE_CONFIG_HASH = "ttsfleet.io/engine-config-hash"
 
@@ -49,6 +52,11 @@ def pod_selector(service_name: str) -> dict[str, str]:
 def pool_selector(service_name: str, track: str, pool: str) -> dict[str, str]:
     """Selects the pods of one Deployment. Immutable once created: never change it."""
     return {**pod_selector(service_name), TRACK: track, POOL: pool}
+
+
+def track_selector(service_name: str, track: str) -> dict[str, str]:
+    """Selects the pods of one track, all pools (the Gateway API backends)."""
+    return {**pod_selector(service_name), TRACK: track}
 
 
 def selector_string(selector: dict[str, str]) -> str:

@@ -77,6 +77,7 @@ def fleet_shape(body: dict) -> FleetShape | None:
     """The shape of a TTSService's fleet, or None when its spec is invalid."""
     from pydantic import ValidationError
 
+    from ttsfleet_operator.canary.plan import plan
     from ttsfleet_operator.render import render_fleet
     from ttsfleet_operator.tts_service import TTSService
 
@@ -84,7 +85,7 @@ def fleet_shape(body: dict) -> FleetShape | None:
         service = TTSService.model_validate(body)
     except ValidationError:
         return None
-    manifests = render_fleet(service)
+    manifests = render_fleet(service, plan(service, service.status.canary if service.status else None))
     replicas = {}
     for manifest in manifests:
         if manifest["kind"] == "Deployment":

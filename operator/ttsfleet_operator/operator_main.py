@@ -20,6 +20,7 @@ def run(
     kubeconfig: str | None,
     verbose: bool,
     metrics_port: int = 0,
+    prometheus_url: str | None = None,
 ) -> int:
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     if kubeconfig:
@@ -29,7 +30,9 @@ def run(
     if metrics_port:
         metrics.serve(metrics_port)
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, resync_seconds=resync_seconds, kubeconfig=kubeconfig, metrics=metrics)
+    handlers.register(
+        registry, resync_seconds=resync_seconds, kubeconfig=kubeconfig, metrics=metrics, prometheus_url=prometheus_url
+    )
     kopf.run(
         registry=registry,
         standalone=True,

@@ -10,15 +10,34 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
 from ttsfleet_operator import conditions, drift, labels, tts_service
+from ttsfleet_operator.canary import state_machine
+from ttsfleet_operator.canary.plan import plan
+from ttsfleet_operator.canary.tracks import candidate_revision
 from ttsfleet_operator.cluster import ApiError, Cluster
-from ttsfleet_operator.render import render_fleet
+from ttsfleet_operator.render import httproute, render_fleet
+from ttsfleet_operator.render.fleet import Tracks
 from ttsfleet_operator.status import Problem, compute_status
-from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_operator.tts_service import AnalysisResult, CanaryStatus, TTSService
+
+# Runs one canary analysis for a service (canary/analysis.py over Prometheus in production).
+Analyse = Callable[[TTSService], Awaitable[AnalysisResult]]
+# Told the canary state of a service each pass (OperatorMetrics.set_canary_state).
+CanaryStateSink = Callable[[str, str, str], None]
+
+# Canary phase -> the operator metric's state label (metrics.CANARY_STATES).
+METRIC_STATES = {
+    state_machine.IDLE: "none",
+    state_machine.PROGRESSING: "progressing",
+    state_machine.PROMOTING: "progressing",
+    state_machine.PAUSED: "paused",
+    state_machine.PROMOTED: "promoted",
+    state_machine.ROLLED_BACK: "rolled_back",
+}
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +51,8 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("policy/v1", "PodDisruptionBudget"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
 )
+# Listed only where the cluster serves Gateway API.
+ROUTE_KIND = (httproute.API_VERSION, httproute.KIND)
 
 
 @dataclasses.dataclass
@@ -83,10 +104,45 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+async def _no_analysis(service: TTSService) -> AnalysisResult:
+    return AnalysisResult(result=state_machine.INCONCLUSIVE, reason="no Prometheus configured (--prometheus-url)")
+
+
+def _stable_serves(live: dict[tuple[str, str], dict], service_name: str, revision: str | None) -> bool:
+    """Every stable Deployment runs `revision`, rolled out and ready."""
+    stable = [
+        obj
+        for (kind, _), obj in live.items()
+        if kind == "Deployment" and obj["metadata"].get("labels", {}).get(labels.TRACK) == labels.STABLE
+    ]
+    if revision is None or not stable:
+        return False
+    for deployment in stable:
+        status, spec = deployment.get("status") or {}, deployment.get("spec") or {}
+        wanted = spec.get("replicas", 0) or 0
+        if (deployment["metadata"].get("annotations") or {}).get(labels.REVISION) != revision:
+            return False
+        if (status.get("observedGeneration") or 0) < deployment["metadata"].get("generation", 0):
+            return False
+        if (status.get("updatedReplicas") or 0) < wanted or (status.get("readyReplicas") or 0) < wanted:
+            return False
+        if (status.get("replicas") or 0) > wanted:  # old pods still terminating
+            return False
+    return True
+
+
 class Reconciler:
-    def __init__(self, cluster: Cluster, now: Callable[[], str] = utc_now):
+    def __init__(
+        self,
+        cluster: Cluster,
+        now: Callable[[], str] = utc_now,
+        analyse: Analyse = _no_analysis,
+        canary_state: CanaryStateSink | None = None,
+    ):
         self.cluster = cluster
         self.now = now
+        self.analyse = analyse
+        self.canary_state = canary_state
 
     async def reconcile(self, body: dict) -> Outcome:
         outcome = Outcome()
@@ -101,9 +157,13 @@ class Reconciler:
             await self._report(body, None, [], outcome)
             return outcome
 
-        live = await self._live_children(namespace, name, body["metadata"]["uid"])
+        gateway_api = await self._serves_gateway_api(service)
+        live = await self._live_children(namespace, name, body["metadata"]["uid"], gateway_api)
+        now = self.now()
+        transition = await self._step_canary(service, body, live, now)
+        tracks = plan(service, transition.status, gateway_api)
         deployments: list[dict] = []
-        for manifest in render_fleet(service):
+        for manifest in render_fleet(service, tracks):
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
@@ -134,7 +194,12 @@ class Reconciler:
                     break
                 outcome.deleted.append(_describe(stale))
 
-        await self._report(body, service, deployments, outcome)
+        for event in transition.events:
+            await self._event(body, event.type, event.reason, event.message)
+        await self._report(body, service, deployments, outcome, transition.status, tracks)
+        if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
+            if self.canary_state is not None:
+                self.canary_state(namespace, name, METRIC_STATES[transition.status.phase])
         if outcome.created or outcome.updated or outcome.deleted:
             log.info(
                 "reconciled",
@@ -149,10 +214,43 @@ class Reconciler:
             )
         return outcome
 
-    async def _live_children(self, namespace: str, name: str, owner_uid: str) -> dict[tuple[str, str], dict]:
+    async def _serves_gateway_api(self, service: TTSService) -> bool:
+        if service.spec.canary is None or service.spec.canary.traffic != "Auto":
+            return False
+        try:
+            return await self.cluster.serves(*ROUTE_KIND)
+        except ApiError as error:
+            log.warning("Gateway API discovery failed: %s", error)
+            return False
+
+    async def _step_canary(
+        self, service: TTSService, body: dict, live: dict[tuple[str, str], dict], now: str
+    ) -> state_machine.Transition:
+        """The rollout's next state; runs the analysis when an interval has passed."""
+        spec = service.spec.canary
+        previous = service.status.canary if service.status else None
+        revision = candidate_revision(service)
+        moment = state_machine.parse_time(now)
+        action = (body["metadata"].get("annotations") or {}).get(state_machine.ACTION_ANNOTATION)
+        analysis = None
+        if previous is not None and previous.revision == revision and state_machine.analysis_due(spec, previous, moment):
+            analysis = await self.analyse(service)
+        return state_machine.next_state(
+            spec,
+            revision,
+            previous,
+            moment,
+            analysis=analysis,
+            action=action,
+            stable_serves_candidate=_stable_serves(live, service.name, revision),
+        )
+
+    async def _live_children(
+        self, namespace: str, name: str, owner_uid: str, gateway_api: bool = False
+    ) -> dict[tuple[str, str], dict]:
         selector = {labels.SERVICE: name, labels.MANAGED_BY: labels.MANAGER}
         children = {}
-        for api_version, kind in CHILD_KINDS:
+        for api_version, kind in CHILD_KINDS + ((ROUTE_KIND,) if gateway_api else ()):
             for obj in await self.cluster.list(api_version, kind, namespace, selector):
                 if _is_ours(obj, owner_uid):
                     obj.setdefault("apiVersion", api_version)
@@ -160,7 +258,15 @@ class Reconciler:
                     children[_key(obj)] = obj
         return children
 
-    async def _report(self, body: dict, service: TTSService | None, deployments: list[dict], outcome: Outcome) -> None:
+    async def _report(
+        self,
+        body: dict,
+        service: TTSService | None,
+        deployments: list[dict],
+        outcome: Outcome,
+        canary: CanaryStatus | None = None,
+        tracks: Tracks | None = None,
+    ) -> None:
         """Events for what changed, then the status if it differs."""
         for verb, items in (("Created", outcome.created), ("Updated", outcome.updated), ("Deleted", outcome.deleted)):
             for item in items:
@@ -176,7 +282,7 @@ class Reconciler:
         if service is None:
             status = _invalid_spec_status(body, previous, outcome.problem, self.now())
         else:
-            status = compute_status(service, previous, deployments, outcome.problem, self.now())
+            status = compute_status(service, previous, deployments, outcome.problem, self.now(), canary, tracks)
         if any(previous.get(key) != value for key, value in status.items()):
             try:
                 await self.cluster.patch_status(

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 
 from ttsfleet_operator import conditions, labels
-from ttsfleet_operator.conditions import DEGRADED, FALSE, PROGRESSING, READY, TRUE
-from ttsfleet_operator.render import configmap, names
-from ttsfleet_operator.render.fleet import stable_split
-from ttsfleet_operator.render.model_source import model_location
+from ttsfleet_operator.canary import state_machine
+from ttsfleet_operator.conditions import CANARY_PROGRESSING, DEGRADED, FALSE, PROGRESSING, READY, TRUE
+from ttsfleet_operator.render import names
+from ttsfleet_operator.render.fleet import Tracks, fleet_split
+from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.service import HTTP_PORT
-from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_operator.tts_service import CanaryStatus, TTSService
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,14 +23,14 @@ class Problem:
 
 
 def stable_revision(service: TTSService) -> str:
-    """Identity of what the stable track serves: image, checkpoint, engine settings."""
-    identity = [
-        service.spec.runtime.image,
-        model_location(service),
-        service.spec.model.revision or "",
-        configmap.engine_config_hash(service),
-    ]
-    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:10]
+    """Identity of what the spec's stable track serves: image, checkpoint, engine settings."""
+    return revision(service)
+
+
+def _canary_condition(canary: CanaryStatus) -> tuple[str, str, str]:
+    active = canary.phase in (state_machine.PROGRESSING, state_machine.PROMOTING)
+    reason = {state_machine.IDLE: "NoCanary"}.get(canary.phase, canary.phase)
+    return (TRUE if active else FALSE, reason, canary.message)
 
 
 def _deployment_numbers(deployments: list[dict]) -> dict[str, int]:
@@ -65,15 +64,26 @@ def _rolled_out(deployments: list[dict]) -> bool:
 
 
 def compute_status(
-    service: TTSService, previous: dict | None, deployments: list[dict], problem: Problem | None, now: str
+    service: TTSService,
+    previous: dict | None,
+    deployments: list[dict],
+    problem: Problem | None,
+    now: str,
+    canary: CanaryStatus | None = None,
+    tracks: Tracks | None = None,
 ) -> dict:
     """The whole status object; equal inputs give an equal status (no spurious writes)."""
     previous = previous or {}
     old_conditions = previous.get("conditions")
     generation = service.metadata.get("generation")
+    tracks = tracks or Tracks(stable=service)
     numbers = _deployment_numbers(deployments)
-    desired = service.spec.replicas
+    weight = tracks.weight if tracks.candidate is not None else 0
+    split = fleet_split(service, weight)
+    desired = split.total
     problem = problem or _deployment_problem(deployments)
+    if problem is None and canary is not None and canary.phase == state_machine.ROLLED_BACK:
+        problem = Problem("CanaryRolledBack", canary.message)
 
     if problem:
         degraded = (TRUE, problem.reason, problem.message)
@@ -103,18 +113,28 @@ def compute_status(
     else:
         ready = (FALSE, "ReplicasNotReady", f"{numbers['ready']} of {desired} replicas ready")
 
-    split = stable_split(service)
+    if desired > 0 and problem and problem.reason == "CanaryRolledBack" and numbers["ready"] >= split.stable:
+        # The candidate is at 0 pods; stable serving everything is ready (Degraded says why).
+        ready = (TRUE, "StableReady", f"{numbers['ready']} of {split.stable} stable replicas ready")
+
+    checks = [(READY, ready), (PROGRESSING, progressing), (DEGRADED, degraded)]
+    has_canary = canary is not None and (service.spec.canary is not None or canary.revision is not None)
+    if has_canary:
+        checks.append((CANARY_PROGRESSING, _canary_condition(canary)))
     return {
         "observedGeneration": generation,
         "conditions": [
             conditions.condition(old_conditions, type_, *values, generation=generation, now=now)
-            for type_, values in ((READY, ready), (PROGRESSING, progressing), (DEGRADED, degraded))
+            for type_, values in checks
         ],
         "replicas": numbers["replicas"],
         "readyReplicas": numbers["ready"],
         "selector": labels.selector_string(labels.pod_selector(service.name)),
         "pools": {"onDemand": split.on_demand, "spot": split.spot},
-        "stableRevision": stable_revision(service),
-        "canaryWeight": 0,
+        "canaryPools": {"onDemand": split.canary_on_demand, "spot": split.canary_spot} if tracks.candidate else None,
+        "stableRevision": revision(tracks.stable),
+        "canaryRevision": revision(tracks.candidate) if tracks.candidate is not None else None,
+        "canaryWeight": weight,
         "endpoint": names.endpoint(names.service_name(service.name), service.namespace, HTTP_PORT),
+        "canary": canary.wire() if has_canary else None,
     }

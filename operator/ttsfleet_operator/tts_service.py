@@ -241,6 +241,20 @@ class CanaryAnalysis(SpecModel):
     max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0, description="Highest share of failed requests.")
     min_requests: int = Field(default=50, ge=0, le=1000000, description="Requests needed before an interval counts.")
     failure_limit: int = Field(default=2, ge=0, le=100, description="Failed intervals tolerated before rollback.")
+    inconclusive_limit: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Consecutive intervals with fewer than minRequests before the rollout pauses (weight held).",
+    )
+
+
+class GatewayRef(SpecModel):
+    """The Gateway (or mesh parent) the canary's HTTPRoute attaches to."""
+
+    name: str = Field(max_length=NAME_MAX, min_length=1)
+    namespace: str | None = Field(default=None, max_length=LABEL_VALUE_MAX)
+    section_name: str | None = Field(default=None, max_length=LABEL_VALUE_MAX)
 
 
 class CanarySpec(SpecModel):
@@ -249,6 +263,15 @@ class CanarySpec(SpecModel):
     percent: int = Field(default=10, ge=0, le=100, description="Candidate's starting traffic weight, percent.")
     candidate: CanaryCandidate
     analysis: CanaryAnalysis = section(CanaryAnalysis, "Promotion and rollback rules.")
+    traffic: Literal["Auto", "Replicas", "GatewayAPI"] = Field(
+        default="Auto",
+        description="How traffic is split: Auto uses an HTTPRoute when the cluster serves Gateway API, else the"
+        " replica ratio behind the one Service.",
+    )
+    gateway: GatewayRef | None = Field(
+        default=None,
+        description="Parent of the HTTPRoute; unset attaches it to the TTSService's Service (GAMMA mesh routing).",
+    )
 
 
 class EngineSpec(SpecModel):
@@ -366,6 +389,31 @@ class PoolReplicas(SpecModel):
     spot: int = 0
 
 
+class AnalysisResult(SpecModel):
+    """The last canary analysis: Pass, Fail or Inconclusive, and why."""
+
+    result: Literal["Pass", "Fail", "Inconclusive"]
+    reason: str = Field(default="", max_length=1024)
+    time: str | None = Field(default=None, description="RFC 3339 time of the analysis.")
+
+
+class CanaryStatus(SpecModel):
+    """Where the rollout of one candidate stands; the operator's memory of it (never in spec)."""
+
+    phase: Literal["Idle", "Progressing", "Paused", "Promoting", "Promoted", "RolledBack"] = "Idle"
+    revision: str | None = Field(default=None, description="Revision of the candidate this rollout is about.")
+    step: int = Field(default=0, description="Current step, 1..analysis.steps.")
+    weight: int = Field(default=0, description="Candidate's traffic share, percent.")
+    failures: int = Field(default=0, description="Failed analysis intervals in this rollout.")
+    inconclusive: int = Field(default=0, description="Consecutive inconclusive intervals.")
+    step_started: str | None = Field(default=None, description="RFC 3339 time the current step or phase began.")
+    last_analysis: AnalysisResult | None = None
+    handled_action: str | None = Field(
+        default=None, description="`<action>@<revision>` of the last canary-action annotation acted on."
+    )
+    message: str = Field(default="", max_length=4096)
+
+
 class TTSServiceStatus(SpecModel):
     observed_generation: int | None = Field(default=None, description="metadata.generation last reconciled.")
     conditions: list[Condition] | None = Field(
@@ -376,11 +424,13 @@ class TTSServiceStatus(SpecModel):
     replicas: int | None = Field(default=None, description="Pods the child Deployments want (the /scale status).")
     ready_replicas: int | None = Field(default=None, description="Pods passing their readiness probe.")
     selector: str | None = Field(default=None, description="Label selector of all pods, as a string (for the HPA).")
-    pools: PoolReplicas | None = Field(default=None, description="Desired replicas per capacity pool.")
+    pools: PoolReplicas | None = Field(default=None, description="Desired replicas per capacity pool (stable track).")
+    canary_pools: PoolReplicas | None = Field(default=None, description="Desired replicas per pool of the canary.")
     stable_revision: str | None = Field(default=None, description="Hash of what the stable track serves.")
     canary_revision: str | None = Field(default=None, description="Hash of what the canary track serves.")
     canary_weight: int | None = Field(default=None, description="Share of traffic on the canary, percent.")
     endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
+    canary: CanaryStatus | None = Field(default=None, description="The canary rollout's state machine.")
 
 
 # Child names append up to 17 characters ("-canary-on-demand") and must stay valid

@@ -42,10 +42,12 @@ class FakeCluster:
         self.requests: list[tuple[str, str]] = []
         self.events: list[tuple[str, str, str]] = []
         self.fail_apply_kinds: set[str] = set()
+        # (apiVersion, kind) the fake API server serves beyond the built-in kinds (e.g. HTTPRoute).
+        self.served: set[tuple[str, str]] = set()
 
     @property
     def writes(self) -> list[tuple[str, str]]:
-        return [r for r in self.requests if r[0] != "list"]
+        return [r for r in self.requests if r[0] not in ("list", "discovery")]
 
     async def list(self, api_version, kind, namespace, selector):
         self.requests.append(("list", kind))
@@ -56,6 +58,10 @@ class FakeCluster:
             and ns == namespace
             and all(obj["metadata"].get("labels", {}).get(key) == value for key, value in selector.items())
         ]
+
+    async def serves(self, api_version, kind):
+        self.requests.append(("discovery", kind))
+        return (api_version, kind) in self.served
 
     async def apply(self, manifest):
         kind, meta = manifest["kind"], manifest["metadata"]

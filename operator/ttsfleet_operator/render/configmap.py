@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ttsfleet_operator import labels
 from ttsfleet_operator.render import names
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.model_source import model_location
@@ -53,10 +54,12 @@ def engine_config_hash(service: TTSService) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def render_configmap(service: TTSService) -> dict:
+def render_configmap(service: TTSService, track: str = labels.STABLE) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": child_metadata(service, names.engine_config_name(service.name), "engine-config"),
+        "metadata": child_metadata(
+            service, names.engine_config_name(service.name, track), "engine-config", {labels.TRACK: track}
+        ),
         "data": engine_environment(service),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ttsfleet_operator import gpu_classes, labels
 from ttsfleet_operator.render import configmap, names, scheduling
 from ttsfleet_operator.render.metadata import child_metadata
+from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.model_source import PVC_MOUNT, uses_pvc
 from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
 from ttsfleet_operator.tts_service import TTSService
@@ -26,17 +27,17 @@ METRICS_PATH = "/metrics"
 
 
 def render_deployment(service: TTSService, track: str, pool: str, replicas: int) -> dict:
+    """`service` is what this track serves (the candidate's image and model revision for the canary)."""
     pod_labels = labels.pool_selector(service.name, track, pool)
     runtime = service.spec.runtime
+    metadata = child_metadata(
+        service, names.deployment_name(service.name, track, pool), "runtime", {labels.TRACK: track, labels.POOL: pool}
+    )
+    metadata["annotations"] = {labels.REVISION: revision(service)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": child_metadata(
-            service,
-            names.deployment_name(service.name, track, pool),
-            "runtime",
-            {labels.TRACK: track, labels.POOL: pool},
-        ),
+        "metadata": metadata,
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": pod_labels},
@@ -50,6 +51,7 @@ def render_deployment(service: TTSService, track: str, pool: str, replicas: int)
                     "labels": {**labels.service_labels(service.name), labels.COMPONENT: "runtime", **pod_labels},
                     "annotations": {
                         labels.ENGINE_CONFIG_HASH: configmap.engine_config_hash(service),
+                        labels.REVISION: revision(service),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(HTTP_PORT),
                         "prometheus.io/path": METRICS_PATH,
@@ -78,7 +80,7 @@ def _pod_spec(service: TTSService, pool: str, pod_labels: dict[str, str]) -> dic
         "affinity": scheduling.node_affinity(service, pool),
         "tolerations": scheduling.tolerations(service, pool),
         "topologySpreadConstraints": scheduling.topology_spread(pod_labels),
-        "containers": [_runtime_container(service)],
+        "containers": [_runtime_container(service, pod_labels[labels.TRACK])],
         "volumes": _volumes(service),
     }
     if runtime.service_account_name:
@@ -88,7 +90,7 @@ def _pod_spec(service: TTSService, pool: str, pod_labels: dict[str, str]) -> dic
     return spec
 
 
-def _runtime_container(service: TTSService) -> dict:
+def _runtime_container(service: TTSService, track: str) -> dict:
     runtime = service.spec.runtime
     resources = runtime.resources
     gpus = str(service.spec.gpu.count)
@@ -107,7 +109,7 @@ def _runtime_container(service: TTSService) -> dict:
         # Every setting comes from the engine ConfigMap as TTSFLEET_* variables.
         "command": ["ttsfleet"],
         "args": ["serve"],
-        "envFrom": [{"configMapRef": {"name": names.engine_config_name(service.name)}}],
+        "envFrom": [{"configMapRef": {"name": names.engine_config_name(service.name, track)}}],
         "env": env,
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {

@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ttsfleet_operator import labels
 from ttsfleet_operator.render.configmap import render_configmap
 from ttsfleet_operator.render.deployment import render_deployment
 from ttsfleet_operator.render.hpa import render_hpa
+from ttsfleet_operator.render.httproute import render_httproute
 from ttsfleet_operator.render.pdb import render_pdb
-from ttsfleet_operator.render.service import render_service
+from ttsfleet_operator.render.service import render_service, render_track_service
 from ttsfleet_operator.replicas import ReplicaSplit, split_replicas
 from ttsfleet_operator.tts_service import TTSService
 
 
-def stable_split(service: TTSService) -> ReplicaSplit:
+@dataclasses.dataclass(frozen=True)
+class Tracks:
+    """What each track serves, from the canary state machine (canary/plan.py).
+
+    `stable` and `candidate` are the TTSService as each track serves it (image,
+    model revision); no candidate means no canary Deployments. `weight` is the
+    candidate's traffic share; 0 with a candidate keeps its Deployments at 0
+    pods (rolled back). `gateway` adds the track Services and the HTTPRoute.
+    """
+
+    stable: TTSService
+    candidate: TTSService | None = None
+    weight: int = 0
+    gateway: bool = False
+
+
+def fleet_split(service: TTSService, weight: int = 0) -> ReplicaSplit:
     spot = service.spec.spot
-    return split_replicas(service.spec.replicas, spot.ratio, spot.min_on_demand)
+    return split_replicas(service.spec.replicas, spot.ratio, spot.min_on_demand, canary_weight=weight)
+
+
+def stable_split(service: TTSService) -> ReplicaSplit:
+    return fleet_split(service)
 
 
 def pools(service: TTSService) -> list[str]:
@@ -29,13 +52,29 @@ def pools(service: TTSService) -> list[str]:
     return result
 
 
-def render_fleet(service: TTSService) -> list[dict]:
-    """ConfigMap first (pods mount it), then Deployments, Service, PDB, HPA."""
-    split = stable_split(service)
-    per_pool = {labels.ON_DEMAND: split.on_demand, labels.SPOT: split.spot}
-    manifests = [render_configmap(service)]
-    manifests += [render_deployment(service, labels.STABLE, pool, per_pool[pool]) for pool in pools(service)]
-    manifests += [render_service(service), render_pdb(service)]
+def render_fleet(service: TTSService, tracks: Tracks | None = None) -> list[dict]:
+    """ConfigMaps first (pods mount them), then Deployments, Services, route, PDB, HPA.
+
+    Without `tracks`, the spec's stable track alone (what `ttsfleet render` shows).
+    """
+    tracks = tracks or Tracks(stable=service)
+    split = fleet_split(service, tracks.weight if tracks.candidate is not None else 0)
+    stable_pods = {labels.ON_DEMAND: split.on_demand, labels.SPOT: split.spot}
+    canary_pods = {labels.ON_DEMAND: split.canary_on_demand, labels.SPOT: split.canary_spot}
+
+    manifests = [render_configmap(tracks.stable)]
+    if tracks.candidate is not None:
+        manifests.append(render_configmap(tracks.candidate, labels.CANARY))
+    manifests += [render_deployment(tracks.stable, labels.STABLE, pool, stable_pods[pool]) for pool in pools(service)]
+    if tracks.candidate is not None:
+        manifests += [
+            render_deployment(tracks.candidate, labels.CANARY, pool, canary_pods[pool]) for pool in pools(service)
+        ]
+    manifests.append(render_service(service))
+    if tracks.gateway:
+        manifests += [render_track_service(service, track) for track in (labels.STABLE, labels.CANARY)]
+        manifests.append(render_httproute(service, tracks.weight if tracks.candidate is not None else 0))
+    manifests.append(render_pdb(service))
     if service.spec.autoscaling.enabled:
         manifests.append(render_hpa(service))
     return manifests

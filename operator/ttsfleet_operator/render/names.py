@@ -12,8 +12,20 @@ def deployment_name(service_name: str, track: str, pool: str) -> str:
     return f"{service_name}-{track}-{pool}"
 
 
-def engine_config_name(service_name: str) -> str:
-    return f"{service_name}-engine"
+def engine_config_name(service_name: str, track: str = labels.STABLE) -> str:
+    """`<svc>-engine`; the canary's settings (its model revision) in `<svc>-canary-engine`."""
+    if track == labels.STABLE:
+        return f"{service_name}-engine"
+    return f"{service_name}-{track}-engine"
+
+
+def track_service_name(service_name: str, track: str) -> str:
+    """`<svc>-stable`, `<svc>-canary`: the HTTPRoute's backends (Gateway API traffic split)."""
+    return f"{service_name}-{track}"
+
+
+def route_name(service_name: str) -> str:
+    return service_name
 
 
 def service_name(service_name: str) -> str:

@@ -30,3 +30,15 @@ def render_service(service: TTSService) -> dict:
             ],
         },
     }
+
+
+def render_track_service(service: TTSService, track: str) -> dict:
+    """`<svc>-stable` / `<svc>-canary`: one track's pods, the HTTPRoute's weighted backends."""
+    main = render_service(service)
+    return {
+        **main,
+        "metadata": child_metadata(
+            service, names.track_service_name(service.name, track), "server", {labels.TRACK: track}
+        ),
+        "spec": {**main["spec"], "selector": labels.track_selector(service.name, track)},
+    }
