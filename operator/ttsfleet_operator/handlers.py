@@ -64,7 +64,8 @@ def register(
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
         memo.cluster = await KubeCluster.connect(kubeconfig)
-        memo.resync = Resync(metrics.instrument(Reconciler(memo.cluster, analyse=analyse, canary_state=metrics.set_canary_state).reconcile), resync_seconds)
+        reconciler = Reconciler(memo.cluster, analyse=analyse, canary_state=metrics.set_canary_state)
+        memo.resync = Resync(metrics.instrument(reconciler.reconcile), resync_seconds)
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
         log.info("operator started", extra={"resync_seconds": resync_seconds})
 

@@ -233,7 +233,9 @@ class Reconciler:
         moment = state_machine.parse_time(now)
         action = (body["metadata"].get("annotations") or {}).get(state_machine.ACTION_ANNOTATION)
         analysis = None
-        if previous is not None and previous.revision == revision and state_machine.analysis_due(spec, previous, moment):
+        same_candidate = previous is not None and previous.revision == revision
+        pending = state_machine.pending_action(previous, action, revision)
+        if same_candidate and not pending and state_machine.analysis_due(spec, previous, moment):
             analysis = await self.analyse(service)
         return state_machine.next_state(
             spec,

@@ -50,7 +50,9 @@ def queries(namespace: str, service: str, interval_seconds: int, track: str = la
     }
 
 
-def judge(rules: CanaryAnalysis, requests: float | None, error_ratio: float | None, ttfa_p95: float | None) -> AnalysisResult:
+def judge(
+    rules: CanaryAnalysis, requests: float | None, error_ratio: float | None, ttfa_p95: float | None
+) -> AnalysisResult:
     """Pass, Fail or Inconclusive from the three numbers (None: no data)."""
     if requests is None or requests < rules.min_requests:
         seen = 0 if requests is None else round(requests)

@@ -104,6 +104,13 @@ def seconds_until_analysis(spec: CanarySpec | None, status: CanaryStatus | None,
     return max(0.0, spec.analysis.interval_seconds - (now - since).total_seconds())
 
 
+def pending_action(status: CanaryStatus | None, action: str | None, candidate_revision: str | None) -> bool:
+    """A promote/abort annotation not yet acted on for this candidate (it wins over any analysis)."""
+    if action not in (PROMOTE, ABORT) or status is None or status.phase not in ACTIVE:
+        return False
+    return status.handled_action != f"{action}@{candidate_revision}"
+
+
 def next_state(
     spec: CanarySpec | None,
     candidate_revision: str | None,
@@ -154,9 +161,8 @@ def next_state(
         promoted = status.model_copy(update={"phase": PROMOTED, "weight": 0, "step_started": stamp, "message": message})
         return Transition(promoted, (Event(NORMAL, "CanaryPromoted", message),))
 
-    handled = f"{action}@{candidate_revision}" if action else None
-    if action in (PROMOTE, ABORT) and status.handled_action != handled:
-        return _manual(spec, status, action, handled, stamp)
+    if pending_action(status, action, candidate_revision):
+        return _manual(spec, status, action, f"{action}@{candidate_revision}", stamp)
 
     if analysis is None:
         return Transition(status)
@@ -165,7 +171,9 @@ def next_state(
 
 def _manual(spec: CanarySpec, status: CanaryStatus, action: str, handled: str, stamp: str) -> Transition:
     if action == PROMOTE:
-        message = f"promoted by hand ({ACTION_ANNOTATION}={PROMOTE}) at step {status.step}: stable rolls to the candidate"
+        message = (
+            f"promoted by hand ({ACTION_ANNOTATION}={PROMOTE}) at step {status.step}: stable rolls to the candidate"
+        )
         new = status.model_copy(
             update={"phase": PROMOTING, "handled_action": handled, "step_started": stamp, "message": message}
         )
@@ -192,7 +200,9 @@ def _analysed(spec: CanarySpec, status: CanaryStatus, analysis: AnalysisResult, 
                 " candidate scaled to 0, all traffic on stable"
             )
             return _rolled_back(status, message, stamp, failures=failures, inconclusive=0, **base)
-        message = f"step {status.step}: analysis failed ({failures} of {limits.failure_limit} tolerated): {analysis.reason}"
+        message = (
+            f"step {status.step}: analysis failed ({failures} of {limits.failure_limit} tolerated): {analysis.reason}"
+        )
         new = status.model_copy(update={**base, "failures": failures, "inconclusive": 0, "message": message})
         return Transition(new, (Event(WARNING, "CanaryAnalysisFailed", message),))
 
