@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from ttsfleet_operator.kube_cluster import PLURALS
-from ttsfleet_operator.reconcile import CHILD_KINDS
+from ttsfleet_operator.reconcile import CHILD_KINDS, ROUTE_KIND
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ttsfleet"
@@ -77,7 +77,7 @@ def expected_rules() -> dict[str, set[str]]:
         "ttsfleet.io/ttsservices/status": {"patch"},
         "/events": {"create"},
     }
-    for api_version, kind in CHILD_KINDS:
+    for api_version, kind in (*CHILD_KINDS, ROUTE_KIND):
         group = api_version.split("/")[0] if "/" in api_version else ""
         expected[f"{group}/{PLURALS[kind]}"] = {"list", "create", "patch", "delete"}
     return expected

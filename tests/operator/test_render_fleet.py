@@ -121,3 +121,9 @@ def test_the_pdb_lets_one_pod_go_at_a_time_even_for_a_single_replica(make_servic
 def test_rendering_is_deterministic(make_service):
     service = make_service(replicas=3, spot={"ratio": 0.5}, autoscaling={"enabled": True})
     assert render_fleet(service) == render_fleet(service)
+
+
+def test_hpa_never_goes_below_the_on_demand_floor(make_service):
+    service = make_service(autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 8}, spot={"minOnDemand": 3})
+    hpa = next(m for m in render_fleet(service) if m["kind"] == "HorizontalPodAutoscaler")
+    assert hpa["spec"]["minReplicas"] == 3

@@ -40,7 +40,8 @@ def render_hpa(service: TTSService) -> dict:
                 "kind": tts_service.KIND,
                 "name": service.name,
             },
-            "minReplicas": autoscaling.min_replicas,
+            # Never below the on-demand floor: the floor is pods that must exist.
+            "minReplicas": max(autoscaling.min_replicas, service.spec.spot.min_on_demand),
             "maxReplicas": autoscaling.max_replicas,
             "metrics": [
                 {
