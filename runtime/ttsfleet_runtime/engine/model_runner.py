@@ -104,6 +104,7 @@ class ModelRunner:
             # Fewer, fused kernels: inside a graph, time goes to the number of
             # kernels (thousands per step), not to launching them.
             fusion.enable()
+        self._check_memory(cfg, max_batch, max_len)
         self.cache = KVCache.allocate(cfg, max_batch, max_len, self.dtype, self.device)
         assert cfg.code_predictor is not None
         self.predictor_cache = KVCache.allocate(cfg.code_predictor, max_batch, self.groups, self.dtype, self.device)
@@ -132,6 +133,18 @@ class ModelRunner:
         self.predictor_masks = [
             decode_mask(torch.full((1,), g, device=self.device), self.groups, self.dtype)
             for g in range(self.groups)]
+
+    def _check_memory(self, cfg, max_batch: int, max_len: int) -> None:
+        """Refuse a KV cache that cannot fit, with the numbers to change."""
+        if self.device.type != "cuda":
+            return
+        per_slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * max_len * cfg.head_dim
+        need = per_slot * max_batch * torch.tensor([], dtype=self.dtype).element_size()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if need > 0.8 * free:
+            raise ValueError(
+                f"the KV cache needs {need / 2**30:.1f} GiB ({max_batch} slots x {max_len} positions) but "
+                f"{free / 2**30:.1f} GiB are free: lower max_batch or max_len")
 
     # ------------------------------------------------------------ per request
     @torch.inference_mode()
