@@ -109,10 +109,29 @@ def _checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="time the engine on this GPU (ms per frame, time to first audio, throughput)",
+        description="Benchmark the engine through its public API; writes ours.json into --out.",
+    )
+    from .benchmark import add_arguments  # argparse only: benchmark imports torch lazily
+
+    add_arguments(p)
+    p.set_defaults(handler=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .benchmark import run
+
+    return run(args)
+
+
 def register(subparsers) -> None:
     """Add the runtime's subcommands; each sets `handler(args) -> exit code`."""
     _add_serve(subparsers)
     _add_checkpoint(subparsers)
+    _add_bench(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,258 @@
+"""Benchmark of the engine on a GPU (`ttsfleet bench`): random-weight checkpoints
+at real dimensions (or a given checkpoint), fixed length (EOS suppressed),
+everything through the public engine API (scheduler, CUDA graphs, streaming
+codec included).
+
+Per model size: batch-1 ms per frame and RTF, time to first audio (TTFA),
+throughput at several batch sizes with the codec included, memory per stream,
+and the raw decode-step time of the captured graphs (no codec, no Python loop).
+Writes `ours.json` into --out, progressively.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+T0 = time.time()
+RESULTS: dict = {}
+# Same text as the peer harness (../shared/peers/bench_qwen3tts.py).
+TEXT = ("The quick brown fox jumps over the lazy dog while the orchestra tunes up in the hall; "
+        "meanwhile, a patient engineer measures every millisecond of latency, because streaming "
+        "speech must start quickly and never stall.")
+
+
+def log(*a):
+    print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
+
+
+def dump(out: str) -> None:
+    with open(os.path.join(out, "ours.json"), "w") as f:
+        json.dump(RESULTS, f, indent=1, default=str)
+
+
+def request(frames: int, seed: int, text: str = TEXT):
+    from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
+
+    return SynthesisRequest(text=text, voice="ryan", language="english",
+                            params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames))
+
+
+async def run_one(engine, frames: int, seed: int) -> dict:
+    t_submit = time.monotonic()
+    stream = engine.submit(request(frames, seed))
+    arrivals = []
+    n_frames = 0
+    async for chunk in stream:
+        arrivals.append((time.monotonic(), chunk))
+        n_frames += chunk.frames
+    first_t, first = arrivals[0]
+    last_t = arrivals[-1][0]
+    after_first = n_frames - first.frames
+    return dict(
+        frames=n_frames,
+        ttfa_ms=round((first_t - t_submit) * 1000, 2),
+        ttfa_from_admission_ms=round((first.t_emitted - first.t_admitted) * 1000, 2),
+        queue_ms=round((first.t_admitted - t_submit) * 1000, 2),
+        # Steady state: frames after the first chunk over the time they took.
+        ms_per_frame=round((last_t - first_t) * 1000 / max(1, after_first), 3),
+        total_s=round(last_t - t_submit, 4),
+        rtf=round((last_t - t_submit) / (n_frames / 12.5), 4),
+        chunks=len(arrivals),
+        max_gap_ms=round(max((b[0] - a[0]) * 1000 for a, b in zip(arrivals, arrivals[1:])), 2)
+        if len(arrivals) > 1 else None,
+    )
+
+
+async def run_batch(engine, batch: int, frames: int) -> dict:
+    t0 = time.monotonic()
+    results = await asyncio.gather(*(run_one(engine, frames, seed=1000 + i) for i in range(batch)))
+    wall = time.monotonic() - t0
+    audio_s = sum(r["frames"] for r in results) / 12.5
+    return dict(
+        batch=batch, frames=frames, wall_s=round(wall, 4),
+        audio_s_per_s=round(audio_s / wall, 2),
+        worst_stream_rtf=max(r["rtf"] for r in results),
+        ttfa_ms_p50=sorted(r["ttfa_ms"] for r in results)[batch // 2],
+        ttfa_ms_max=max(r["ttfa_ms"] for r in results),
+        ms_per_step=round(max(r["ms_per_frame"] for r in results), 3),
+    )
+
+
+def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
+    """Replay time of one captured decode step (GPU time, CUDA events)."""
+    import torch
+
+    runner = engine.runner
+    B, L = runner.bucket(batch, live_len)
+    graph = runner.graphs.get((B, L)) or runner._capture(B, L)
+    runner.state.active.zero_()  # replays must not advance real streams
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return round(start.elapsed_time(end) / iters, 3)
+
+
+async def bench_size(size: str, args) -> dict:
+    import torch
+
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+    r: dict = {}
+    ckpt = args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
+    t = time.time()
+    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
+        write_random_checkpoint(ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None)
+    r["checkpoint_write_s"] = round(time.time() - t, 1)
+    batches = [int(b) for b in args.batches.split(",")]
+    t = time.time()
+    engine = TTSEngine.from_pretrained(ckpt, args.device, max_batch=max(batches), max_queue=1024,
+                                       cuda_graphs=not args.no_graphs, dtype=args.dtype,
+                                       first_chunk_frames=args.first_chunk_frames,
+                                       chunk_frames=args.chunk_frames, max_len=args.max_len,
+                                       capture_all_graphs=False,
+                                       progress=lambda m: log(f"  {size}: {m}"))
+    await engine.start()
+    r["start_s"] = round(time.time() - t, 1)
+    # Capture only the buckets this run uses, before anything is timed.
+    t = time.time()
+    runner = engine.runner
+    if runner.use_graphs:
+        with torch.inference_mode():
+            for b in sorted({1, *batches}, reverse=True):
+                for live in (64, args.max_len // 2):
+                    key = runner.bucket(b, live)
+                    if key not in runner.graphs:
+                        runner._capture(*key)
+        torch.cuda.synchronize()
+    r["capture_s"] = round(time.time() - t, 1)
+    log(f"{size}: captured {len(runner.graphs)} decode graphs in {r['capture_s']}s")
+    r["config"] = dict(max_batch=max(batches), first_chunk_frames=args.first_chunk_frames,
+                       chunk_frames=args.chunk_frames, max_len=args.max_len, dtype=args.dtype,
+                       cuda_graphs=not args.no_graphs, frames=args.frames)
+    r["prompt_tokens"] = len(engine.builder.text_ids(TEXT))
+    codec_state = engine.codec.state_bytes_per_stream  # a property of the codec
+    r["memory_per_stream_bytes"] = dict(
+        talker_kv=runner.cache.bytes_per_slot(), predictor_kv=runner.predictor_cache.bytes_per_slot(),
+        codec_state=codec_state)
+    if torch.cuda.is_available():
+        r["gpu_memory_allocated_gb"] = round(torch.cuda.memory_allocated() / 1e9, 2)
+    log(f"{size}: started in {r['start_s']}s, memory {r['memory_per_stream_bytes']}")
+
+    await asyncio.wait_for(run_one(engine, 8, seed=1), 120)  # warm-up
+    singles = [await asyncio.wait_for(run_one(engine, args.frames, seed=s), 60) for s in range(args.repeats)]
+    r["single"] = singles
+    log(f"{size}: batch 1: {singles[-1]}")
+    ttfa = [await asyncio.wait_for(run_one(engine, 4, seed=100 + s), 30) for s in range(5)]
+    r["ttfa_runs"] = ttfa
+    log(f"{size}: ttfa {[x['ttfa_ms'] for x in ttfa]}")
+
+    r["graph_step_ms"] = {}
+    if runner.use_graphs:
+        for b in batches:
+            r["graph_step_ms"][f"B{b}"] = graph_step_ms(engine, b, r["prompt_tokens"] + 60)
+        log(f"{size}: graph step ms {r['graph_step_ms']}")
+
+    r["batch"] = []
+    for b in batches:
+        try:
+            res = await asyncio.wait_for(run_batch(engine, b, args.frames), 120)
+        except Exception as e:
+            res = dict(batch=b, error=repr(e), traceback=traceback.format_exc()[-2000:])
+        r["batch"].append(res)
+        log(f"{size}: batch {b}: {res}")
+        if time.time() - T0 > args.budget_s:
+            log("time budget reached")
+            break
+    await engine.stop(drain_timeout_s=5)
+    del engine
+    torch.cuda.empty_cache()
+    return r
+
+
+def summarise(r: dict) -> dict:
+    singles = r.get("single", [])
+    batches = [b for b in r.get("batch", []) if "audio_s_per_s" in b]
+    best = max(batches, key=lambda b: b["audio_s_per_s"]) if batches else {}
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
+    return dict(
+        ms_per_frame_b1=med([s["ms_per_frame"] for s in singles]),
+        ttfa_ms_b1=med([s["ttfa_ms"] for s in r.get("ttfa_runs", [])]),
+        rtf_b1=med([s["rtf"] for s in singles]),
+        audio_s_per_s_max=best.get("audio_s_per_s"),
+        batch_at_max=best.get("batch"),
+        worst_stream_rtf_at_max=best.get("worst_stream_rtf"),
+    )
+
+
+async def main_async(args) -> None:
+    import torch  # heavy: only when the benchmark runs (the CLI imports this module)
+
+    RESULTS["env"] = dict(torch=torch.__version__, cuda=torch.version.cuda,
+                          gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", python=platform.python_version(),
+                          date=datetime.date.today().isoformat())
+    RESULTS["command"] = " ".join(sys.argv)
+    for check in args.before:
+        # Same process: compiled kernels are shared with the runs below.
+        try:
+            await asyncio.wait_for(check(args.out), 240)
+        except Exception as e:
+            log("check FAILED", repr(e), traceback.format_exc()[-1500:])
+    for size in args.sizes.split(","):
+        try:
+            RESULTS[size] = await bench_size(size, args)
+            RESULTS[size]["summary"] = summarise(RESULTS[size])
+        except Exception as e:
+            RESULTS[size] = dict(error=repr(e), traceback=traceback.format_exc()[-4000:])
+            log(f"{size} FAILED", traceback.format_exc())
+        dump(args.out)
+    RESULTS["wall_s"] = round(time.time() - T0, 1)
+    dump(args.out)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--out", default=".", help="folder for ours.json")
+    ap.add_argument("--sizes", default="0.6B,1.7B", help="random checkpoints to write and time")
+    ap.add_argument("--model", default=None, help="time this checkpoint instead (give one --sizes label)")
+    ap.add_argument("--frames", type=int, default=120)
+    ap.add_argument("--batches", default="1,8,32,64,128")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--first-chunk-frames", type=int, default=1)
+    ap.add_argument("--chunk-frames", type=int, default=8)
+    ap.add_argument("--max-len", type=int, default=512)
+    ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
+    ap.add_argument("--no-graphs", action="store_true")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--budget-s", type=float, default=400)
+
+
+def run(args: argparse.Namespace, before=()) -> int:
+    """Run the benchmark; `before`: async checks `check(out_dir)` run first."""
+    args.before = list(before)
+    os.makedirs(args.out, exist_ok=True)
+    logging_setup()
+    asyncio.run(main_async(args))
+    log("done")
+    return 0
+
+
+def logging_setup() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
