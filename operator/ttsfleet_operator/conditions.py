@@ -11,6 +11,10 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 CANARY_PROGRESSING = "CanaryProgressing"
+# kstatus's abnormal-true pair (Flux, kpt, cli-utils read them): Reconciling while the
+# operator is still moving toward the spec, Stalled when it will not get there unaided.
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
 
 TRUE = "True"
 FALSE = "False"

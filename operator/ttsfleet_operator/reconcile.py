@@ -318,5 +318,9 @@ def _invalid_spec_status(body: dict, previous: dict, problem: Problem, now: str)
             conditions.condition(
                 old, conditions.DEGRADED, conditions.TRUE, problem.reason, problem.message, generation, now
             ),
+            # kstatus: Failed until the spec changes.
+            conditions.condition(
+                old, conditions.STALLED, conditions.TRUE, problem.reason, problem.message, generation, now
+            ),
         ],
     }

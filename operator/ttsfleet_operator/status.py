@@ -6,7 +6,16 @@ import dataclasses
 
 from ttsfleet_operator import conditions, labels
 from ttsfleet_operator.canary import state_machine
-from ttsfleet_operator.conditions import CANARY_PROGRESSING, DEGRADED, FALSE, PROGRESSING, READY, TRUE
+from ttsfleet_operator.conditions import (
+    CANARY_PROGRESSING,
+    DEGRADED,
+    FALSE,
+    PROGRESSING,
+    READY,
+    RECONCILING,
+    STALLED,
+    TRUE,
+)
 from ttsfleet_operator.render import names
 from ttsfleet_operator.render.fleet import Tracks, fleet_split
 from ttsfleet_operator.render.revision import revision
@@ -28,6 +37,7 @@ def stable_revision(service: TTSService) -> str:
 
 
 def _canary_condition(canary: CanaryStatus) -> tuple[str, str, str]:
+    """True while the rollout moves (Progressing, Promoting); False with the phase as reason otherwise."""
     active = canary.phase in (state_machine.PROGRESSING, state_machine.PROMOTING)
     reason = {state_machine.IDLE: "NoCanary"}.get(canary.phase, canary.phase)
     return (TRUE if active else FALSE, reason, canary.message)
@@ -119,8 +129,18 @@ def compute_status(
 
     checks = [(READY, ready), (PROGRESSING, progressing), (DEGRADED, degraded)]
     has_canary = canary is not None and (service.spec.canary is not None or canary.revision is not None)
-    if has_canary:
-        checks.append((CANARY_PROGRESSING, _canary_condition(canary)))
+    canary_condition = _canary_condition(canary) if has_canary else None
+    if canary_condition is not None:
+        checks.append((CANARY_PROGRESSING, canary_condition))
+    if canary_condition is not None and canary_condition[0] == TRUE:
+        reconciling = (TRUE, "CanaryProgressing", canary_condition[2])
+    elif progressing[0] == TRUE:
+        reconciling = progressing
+    else:
+        reconciling = (FALSE, "Reconciled", "")
+    rolled_back = canary is not None and canary.phase == state_machine.ROLLED_BACK and has_canary
+    stalled = (TRUE, "CanaryRolledBack", canary.message) if rolled_back else (FALSE, "AsExpected", "")
+    checks += [(RECONCILING, reconciling), (STALLED, stalled)]
     return {
         "observedGeneration": generation,
         "conditions": [
