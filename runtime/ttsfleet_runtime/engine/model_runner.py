@@ -259,7 +259,6 @@ class ModelRunner:
         x = torch.stack([p.project(h), p.project(self.talker.codec_hidden(c0))], dim=1)
         out = p(x, None, pk, pv, start=0)[:, -1]
         codes = [c0]
-        embed_sum = self.talker.codec_hidden(c0)
         for g in range(1, self.groups):
             if g > 1:
                 # Every row is at predictor position g: static mask and RoPE.
@@ -268,7 +267,8 @@ class ModelRunner:
             code = fusion.sample(p.logits(g, out), s.sub_temperature[rows], s.sub_top_k[rows],
                                  s.sub_top_p[rows], s.seed[rows], counter + g)
             codes.append(code)
-            embed_sum = embed_sum + p.embed(g, code)
+        frame_codes = torch.stack(codes, dim=1)
+        embed_sum = self.talker.codec_hidden(c0) + p.embed_sum(frame_codes[:, 1:])
         # Talker: the frame's code embeddings plus the next text token.
         idx = frame.clamp(max=self.max_text - 1)
         text_id = torch.where(frame < s.text_len[rows], s.text_ids[rows].gather(1, idx[:, None])[:, 0],
@@ -285,7 +285,7 @@ class ModelRunner:
         # Commit only the active rows; the others keep their state (their KV
         # write landed past their live length and is overwritten later).
         act = s.active[rows]
-        s.out_codes[rows] = torch.stack(codes, dim=1)
+        s.out_codes[rows] = frame_codes
         s.out_next[rows] = nxt
         s.hidden[rows] = torch.where(act[:, None], hidden, h)
         s.code0[rows] = torch.where(act, nxt, c0)

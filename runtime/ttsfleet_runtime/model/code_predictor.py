@@ -44,6 +44,14 @@ class CodePredictor(nn.Module):
         """Codes of group `group` (1..15) -> predictor-width inputs."""
         return F.embedding(ids, self.codec_embedding_projected[group - 1])
 
+    def embed_sum(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes of groups 1..15 [B, 15] -> the sum of their talker-width
+        embeddings [B, hidden], in one lookup over the stacked tables."""
+        groups, vocab, _ = self.codec_embedding.shape
+        offsets = torch.arange(groups, device=codes.device) * vocab
+        flat = self.codec_embedding.view(groups * vocab, -1)
+        return F.embedding(codes + offsets, flat).sum(dim=1)
+
     def embed(self, group: int, ids: torch.Tensor) -> torch.Tensor:
         """Codes of group `group` (1..15) -> talker-width embeddings."""
         return F.embedding(ids, self.codec_embedding[group - 1])
