@@ -1,0 +1,218 @@
+"""Canary analysis end to end: a real Prometheus scrapes real runtime processes (`ttsfleet
+serve`, tiny random CPU checkpoint) labelled as the chart's PodMonitor labels pods, and the
+operator's own analysis and state machine decide, interval by interval:
+
+- a healthy candidate under traffic passes every step and promotes;
+- a slow candidate (one batch slot, many concurrent callers: queueing makes its first audio
+  late — the "injected latency") fails and rolls back;
+- an idle candidate (no requests) is inconclusive and pauses, never promotes.
+
+No control plane: the reconciler's cluster side is covered by tests/operator (fake API) and
+the kwok suite; this test is about the numbers Prometheus gives the state machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from ttsfleet_operator.canary import analysis
+from ttsfleet_operator.canary import state_machine as sm
+from ttsfleet_operator.canary.prometheus import Prometheus as PrometheusClient
+from ttsfleet_operator.tts_service import CanarySpec
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "monitoring"))
+from monitoring_support import Prometheus, free_port  # noqa: E402
+
+TOOLS = Path.home() / ".cache" / "ttsfleet" / "tools" / "bin"
+NAMESPACE = "voice"
+INTERVAL = 10  # the schema's shortest analysis interval
+
+
+def ttsfleet(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ttsfleet_operator.cli", *args]
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.5)
+
+
+class Runtime:
+    def __init__(self, workdir: Path, checkpoint: Path, name: str, max_batch: int):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / f"{name}.log"
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            ttsfleet(
+                "serve", "--model", str(checkpoint), "--device", "cpu", "--host", "127.0.0.1",
+                "--port", str(self.port), "--auth", "disabled", "--max-audio-seconds", "0.4",
+                "--max-batch", str(max_batch),
+            ),
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "TTSFLEET_LOG_LEVEL": "warning"},
+        )
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"ttsfleet serve exited:\n{self.log_path.read_text()}")
+        try:
+            return httpx.get(self.base + "/health/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.log.close()
+
+
+class Traffic:
+    """`callers` threads sending speech requests back to back until stopped."""
+
+    def __init__(self, base: str, callers: int, pause: float):
+        self.base, self.pause = base, pause
+        self.stop_event = threading.Event()
+        self.failures: list[str] = []
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(callers)]
+
+    def run(self):
+        with httpx.Client(base_url=self.base, timeout=120) as client:
+            model = client.get("/v1/models").json()["data"][0]["id"]
+            i = 0
+            while not self.stop_event.is_set():
+                body = {"model": model, "voice": "Vivian", "input": f"Sentence {i}.", "response_format": "pcm"}
+                response = client.post("/v1/audio/speech", json=body)
+                if response.status_code != 200:
+                    self.failures.append(f"{response.status_code} {response.text[:200]}")
+                i += 1
+                time.sleep(self.pause)
+
+    def start(self):
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self):
+        self.stop_event.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Three runtimes, each scraped as the canary of its own service: `fast` (4 batch slots,
+    the healthy candidate), `slow` (1 slot, the candidate made slow by queueing) and `idle`
+    (no traffic at all)."""
+    os.environ["PATH"] = f"{TOOLS}:{os.environ['PATH']}"
+    workdir = tmp_path_factory.mktemp("canary-e2e")
+    checkpoint = workdir / "tiny"
+    subprocess.run(
+        ttsfleet("checkpoint", "--random", "--size", "tiny", "--variant", "CustomVoice", "--out", str(checkpoint)),
+        check=True, capture_output=True, timeout=300,
+    )
+    runtimes = {name: Runtime(workdir, checkpoint, name, slots) for name, slots in (("fast", 4), ("slow", 1), ("idle", 1))}
+    prometheus = None
+    try:
+        for runtime in runtimes.values():
+            wait_until(runtime.ready, 240, "the runtimes to be ready")
+
+        def job(name: str, service: str, runtime: Runtime) -> dict:
+            labels = {"namespace": NAMESPACE, "service": service, "track": "canary", "pool": "on-demand",
+                      "pod": f"{service}-canary-0"}
+            return {"job_name": name, "static_configs": [{"targets": [f"127.0.0.1:{runtime.port}"], "labels": labels}]}
+
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                job("healthy", "healthy", runtimes["fast"]),
+                job("slow", "slow", runtimes["slow"]),
+                job("idle", "idle", runtimes["idle"]),
+            ],
+        }
+        (workdir / "prometheus").mkdir()
+        prometheus = Prometheus(workdir / "prometheus", config)
+        prometheus.wait_ready()
+        yield runtimes, prometheus
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        for runtime in runtimes.values():
+            runtime.stop()
+
+
+def canary_spec(**analysis_rules) -> CanarySpec:
+    rules = {"intervalSeconds": INTERVAL, "steps": 2, "minRequests": 5, "maxErrorRatio": 0.01,
+             "ttfaP95Milliseconds": 1000, "failureLimit": 0, "inconclusiveLimit": 2, **analysis_rules}
+    return CanarySpec.model_validate({"percent": 20, "candidate": {"image": "runtime:2"}, "analysis": rules})
+
+
+async def drive(client: PrometheusClient, service: str, spec: CanarySpec, until: set[str], timeout: float):
+    """Run the operator's loop for one service: analyse when due, step the state machine."""
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    status = sm.next_state(spec, "rev-2", None, now).status
+    history = [status]
+    deadline = time.monotonic() + timeout
+    while status.phase not in until:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{service}: no {until} within {timeout} s; history: "
+                                 + "; ".join(f"{s.phase} {s.last_analysis}" for s in history))
+        await asyncio.sleep(1)
+        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        result = None
+        if sm.analysis_due(spec, status, now):
+            result = await analysis.analyse(client, NAMESPACE, service, spec.analysis)
+        status = sm.next_state(spec, "rev-2", status, now, analysis=result, stable_serves_candidate=True).status
+        if status != history[-1]:
+            history.append(status)
+    return history
+
+
+@pytest.mark.slow
+def test_healthy_promotes_slow_rolls_back_idle_pauses(fleet):
+    runtimes, prometheus = fleet
+    client = PrometheusClient(prometheus.url)
+    healthy_load = Traffic(runtimes["fast"].base, callers=1, pause=0.2)
+    # One batch slot, six callers at once: each waits for five others before its first audio.
+    slow_load = Traffic(runtimes["slow"].base, callers=6, pause=0.0)
+    healthy_load.start()
+    slow_load.start()
+    try:
+        async def scenarios():
+            return await asyncio.gather(
+                drive(client, "healthy", canary_spec(), {sm.PROMOTED, sm.ROLLED_BACK}, timeout=120),
+                drive(client, "slow", canary_spec(), {sm.PROMOTED, sm.ROLLED_BACK}, timeout=120),
+                drive(client, "idle", canary_spec(), {sm.PAUSED, sm.PROMOTED, sm.ROLLED_BACK}, timeout=120),
+            )
+
+        healthy, slow, idle = asyncio.run(scenarios())
+    finally:
+        healthy_load.stop()
+        slow_load.stop()
+
+    assert healthy_load.failures == [] and slow_load.failures == []
+    assert [s.phase for s in healthy][-1] == sm.PROMOTED, healthy
+    assert [s.weight for s in healthy][:2] == [20, 60], "weights follow the steps"
+    assert healthy[-2].last_analysis.result == sm.PASS
+
+    assert slow[-1].phase == sm.ROLLED_BACK, slow
+    assert "TTFA p95" in slow[-1].last_analysis.reason and slow[-1].weight == 0
+
+    assert idle[-1].phase == sm.PAUSED, idle
+    assert all(s.last_analysis is None or s.last_analysis.result == sm.INCONCLUSIVE for s in idle)
+    assert "0 requests on the canary" in idle[-1].last_analysis.reason
