@@ -82,7 +82,10 @@ class _Stream:
 
     # Called from the engine thread.
     def deliver(self, chunk: AudioChunk) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
+        except RuntimeError:  # the caller's loop is closed: nobody is listening
+            pass
 
     def end(self, reason: FinishReason) -> None:
         with self._end_lock:
