@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 
-import torch
 
 from . import sampling as _sampling
 from ..model import layers as _layers
