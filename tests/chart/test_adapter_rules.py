@@ -40,7 +40,9 @@ def adapter_rules() -> list[dict]:
 
 def expand(query: str, series: str, matchers: str, group_by: str) -> str:
     """What prometheus-adapter does to a metricsQuery before it runs it."""
-    return query.replace("<<.Series>>", series).replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", group_by)
+    for placeholder, value in (("<<.Series>>", series), ("<<.LabelMatchers>>", matchers), ("<<.GroupBy>>", group_by)):
+        query = query.replace(placeholder, value)
+    return query
 
 
 def test_off_by_default():
