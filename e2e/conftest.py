@@ -154,3 +154,11 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
     )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+# The operator fixtures (chart installed by helm, the operator as its ServiceAccount):
+# e2e/operator_fixtures.py. importlib import mode puts no test folder on sys.path.
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from operator_fixtures import operator, operator_install, pytest_runtest_makereport, running_operator  # noqa: E402,F401
