@@ -4,6 +4,9 @@ by the API server's CEL rules, deletion is garbage collection, Pod Security admi
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from operator_fixtures import (
     children,
@@ -69,3 +72,88 @@ def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(clust
         assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService", "name": name}
         assert hpa["spec"]["minReplicas"] == spec["autoscaling"]["minReplicas"]
         assert hpa["spec"]["maxReplicas"] == spec["autoscaling"]["maxReplicas"]
+
+
+def _base(name: str = "tts-invalid", **spec) -> dict:
+    return {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "metadata": {"name": name},
+        "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}, "gpu": {"class": "h100"}, "replicas": 1, **spec},
+    }
+
+
+INVALID = {
+    "voicedesign-at-0.6b": (
+        _base(model={"size": "0.6B", "variant": "VoiceDesign"}),
+        "VoiceDesign is only released at size 1.7B",
+    ),
+    "25hz-without-source": (
+        _base(model={"size": "1.7B", "variant": "Base", "tokenizerRateHz": 25}),
+        "no 25 Hz Qwen3-TTS checkpoint is published",
+    ),
+    "autoscaling-min-above-max": (
+        _base(autoscaling={"enabled": True, "minReplicas": 5, "maxReplicas": 2}),
+        "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
+    ),
+    "floor-above-autoscaling-max": (
+        _base(spot={"ratio": 0.5, "minOnDemand": 8}, autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 4}),
+        "spot.minOnDemand must not exceed autoscaling.maxReplicas",
+    ),
+    "candidate-without-image-or-revision": (
+        _base(canary={"percent": 10, "candidate": {}}),
+        "canary.candidate needs an image or a modelRevision",
+    ),
+    "name-too-long": (
+        _base(name="tts-" + "x" * 40),
+        "a TTSService name has at most 40 characters",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_api_server_refuses_invalid_tts_service_with_the_cel_message(cluster, namespace, case):
+    manifest, message = INVALID[case]
+    proc = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest), check=False)
+    assert proc.returncode != 0, f"{case}: accepted by the API server:\n{proc.stdout}"
+    assert "is invalid" in proc.stderr and message in proc.stderr, f"{case}: expected {message!r} in:\n{proc.stderr}"
+    assert cluster.get("tts", "-n", namespace)["items"] == []
+
+
+def test_deleting_the_tts_service_garbage_collects_its_children(cluster, running_operator, namespace):
+    manifest = load_sample("customvoice-1.7b.yaml")
+    name = manifest["metadata"]["name"]
+    cluster.apply(manifest, "-n", namespace)
+    obj = wait_ready(cluster, name, namespace)
+    assert not obj["metadata"].get("finalizers"), f"finalizers on the TTSService: {obj['metadata']['finalizers']}"
+
+    # --wait: a finalizer left behind would hang here, not pass.
+    cluster.kubectl("delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s")
+    kinds = (*CHILD_KINDS, "horizontalpodautoscalers", "pods")
+
+    def leftovers():
+        return {kind: [o["metadata"]["name"] for o in children(cluster, kind, name, namespace)] for kind in kinds}
+
+    cluster.wait_for(lambda: not any(leftovers().values()), timeout=60, what="children garbage-collected")
+    # The operator's next passes do not bring anything back.
+    time.sleep(2 * running_operator.resync_seconds + 1)
+    assert not any(leftovers().values()), leftovers()
+
+
+def test_namespace_enforcing_restricted_pod_security_admits_the_runtime_pods(cluster, running_operator, namespace):
+    cluster.kubectl(
+        "label", "namespace", namespace,
+        "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest",
+        "pod-security.kubernetes.io/warn=restricted",
+    )
+    manifest = load_sample("spot.yaml")
+    name = manifest["metadata"]["name"]
+    cluster.apply(manifest, "-n", namespace)
+    obj = wait_ready(cluster, name, namespace)
+    assert obj["status"]["readyReplicas"] == manifest["spec"]["replicas"]
+    refused = [
+        e["message"]
+        for e in cluster.get("events", "-n", namespace)["items"]
+        if e.get("reason") == "FailedCreate"
+    ]
+    assert not refused, refused
