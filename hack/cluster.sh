@@ -14,7 +14,7 @@ usage() {
 Usage: hack/cluster.sh up|down|kubeconfig|status|--help
 
   up          start (or reuse) the cluster, wait until the API server is healthy, create
-              the fake GPU node pools (e2e/cluster/*.yaml), install crds/*.yaml, and write
+              the fake GPU node pools (e2e/cluster/nodes*.yaml), install crds/*.yaml, and write
               the kubeconfig. Idempotent: a running cluster is reused as is.
   down        delete the cluster and stop every process it started
   kubeconfig  print the kubeconfig path (export KUBECONFIG=\$(hack/cluster.sh kubeconfig))
@@ -52,8 +52,10 @@ CLUSTER_DIR="${CACHE}/clusters/${NAME}"
 KUBECONFIG_OUT="${CLUSTER_DIR}/kubeconfig"
 PROVIDER_FILE="${CLUSTER_DIR}/provider"
 BIN_DIR="$("${HACK_DIR}/build-control-plane.sh" --print-bin-dir)"
-# kwokctl keeps its clusters under our cache, never in ~/.kwok.
+# kwokctl keeps its clusters under our cache, never in ~/.kwok; kubectl its discovery
+# cache too, never in ~/.kube.
 export KWOK_WORKDIR="${CACHE}/kwok"
+export KUBECACHEDIR="${KUBECACHEDIR:-${CACHE}/kube-cache}"
 
 START=$(date +%s)
 log() { printf '[cluster %3ss] %s\n' "$(( $(date +%s) - START ))" "$*" >&2; }
@@ -100,14 +102,19 @@ wait_healthy() { # seconds
 KWOKCTL="${BIN_DIR}/kwokctl"
 kwokctl_env() {
   # Every binary kwokctl could fetch is pinned to a local file: it must never download.
-  env KWOK_KUBE_VERSION="${KUBE_VERSION}" \
+  # kwokctl runs the first kubectl on PATH (here often an old cloud-SDK one): put ours first.
+  env PATH="${BIN_DIR}:${PATH}" \
+      KWOK_KUBE_VERSION="${KUBE_VERSION}" \
       KWOK_ETCD_VERSION="${ETCD_VERSION#v}" \
       KWOK_KUBECTL_BINARY="${BIN_DIR}/kubectl" \
       KWOK_KUBE_BINARY_PREFIX="${BIN_DIR}" \
       KWOK_BINARY_PREFIX="${BIN_DIR}" \
       KWOK_ETCD_BINARY_PREFIX="${BIN_DIR}" \
-      "$@"
+      "$@" 8>&-  # the components it starts must not inherit our lock
 }
+# kwokctl edits a kubeconfig on create/delete (default ~/.kube/config). We keep our own
+# copy, so it gets none on create ("") and a path that never exists on delete.
+NO_KUBECONFIG="${KWOK_WORKDIR}/no-such-kubeconfig"
 kwok_exists() { kwokctl_env "${KWOKCTL}" get clusters 2>/dev/null | grep -qx "${NAME}"; }
 
 kwok_write_kubeconfig() {
@@ -128,6 +135,7 @@ kwok_create() {
       --kube-scheduler-binary "${BIN_DIR}/kube-scheduler" \
       --kwok-controller-binary "${BIN_DIR}/kwok" \
       --etcd-binary "${BIN_DIR}/etcd" \
+      --config "${REPO_ROOT}/e2e/cluster/kwokctl.yaml" \
       --kubeconfig "" \
       --quiet-pull \
       --wait 120s \
@@ -143,25 +151,48 @@ kwok_up() {
       log "reusing running kwok cluster '${NAME}'"
       return 0
     fi
-    log "kwok cluster '${NAME}' exists but is not serving; starting its components"
-    kwokctl_env "${KWOKCTL}" start cluster --name "${NAME}" --wait 120s >&2 || true
+    # After a reboot every component is gone; after a crash some may linger. Stop them
+    # all, then start them all.
+    log "kwok cluster '${NAME}' exists but is not serving; restarting its components"
+    kwokctl_env "${KWOKCTL}" stop cluster --name "${NAME}" >&2 || true
+    kwokctl_env "${KWOKCTL}" start cluster --name "${NAME}" --wait 60s >&2 || true
     kwok_write_kubeconfig
     if wait_healthy 60; then return 0; fi
     log "kwok cluster '${NAME}' did not come back; recreating it"
-    kwokctl_env "${KWOKCTL}" delete cluster --name "${NAME}" --kubeconfig "" >&2 || true
+    kwokctl_env "${KWOKCTL}" delete cluster --name "${NAME}" --kubeconfig "${NO_KUBECONFIG}" >&2 || true
   fi
   kwok_create
   kwok_write_kubeconfig
 }
 
+# PIDs of processes running a binary from this cluster's kwok directory.
+kwok_cluster_pids() {
+  local dir="${KWOK_WORKDIR}/clusters/${NAME}/" pid exe
+  for pid in $(pgrep -u "$(id -u)" -f -- "${dir}" || true); do
+    exe="$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null || true)"
+    [[ "${exe}" == "${dir}"* ]] && echo "${pid}"
+  done
+  return 0
+}
+
 kwok_down() {
   if [[ -x "${KWOKCTL}" ]] && kwok_exists; then
     log "deleting kwok cluster '${NAME}'"
-    kwokctl_env "${KWOKCTL}" delete cluster --name "${NAME}" --kubeconfig "" >&2 \
-      || die "step 'kwokctl delete cluster': failed"
+    kwokctl_env "${KWOKCTL}" delete cluster --name "${NAME}" --kubeconfig "${NO_KUBECONFIG}" >&2 \
+      || log "kwokctl delete cluster failed; stopping leftover processes by hand"
   else
     log "no kwok cluster '${NAME}'"
   fi
+  # Safety net: nothing of this cluster may outlive 'down'.
+  local pids pid
+  pids="$(kwok_cluster_pids)"
+  if [[ -n "${pids}" ]]; then
+    log "stopping leftover processes: $(tr '\n' ' ' <<<"${pids}")"
+    for pid in ${pids}; do kill "${pid}" 2>/dev/null || true; done
+    sleep 2
+    for pid in $(kwok_cluster_pids); do kill -9 "${pid}" 2>/dev/null || true; done
+  fi
+  rm -rf "${KWOK_WORKDIR:?}/clusters/${NAME:?}"
 }
 
 # ---------------------------------------------------------------------------
@@ -220,7 +251,7 @@ kind_up() {
       --manage-all-nodes=false \
       --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
       --node-lease-duration-seconds=40 \
-      >"${CLUSTER_DIR}/kwok-controller.log" 2>&1 &
+      >"${CLUSTER_DIR}/kwok-controller.log" 2>&1 8>&- &
     echo $! >"${KIND_KWOK_PID}"
     log "started kwok controller (pid $!, log ${CLUSTER_DIR}/kwok-controller.log)"
   fi
@@ -237,7 +268,7 @@ kind_down() {
   kind="$(kind_bin)"
   if "${kind}" get clusters 2>/dev/null | grep -qx "${NAME}"; then
     log "deleting kind cluster '${NAME}'"
-    "${kind}" delete cluster --name "${NAME}" >&2 || die "step 'kind delete cluster': failed"
+    "${kind}" delete cluster --name "${NAME}" --kubeconfig "${KUBECONFIG_OUT}" >&2 || die "step 'kind delete cluster': failed"
   fi
 }
 
@@ -258,7 +289,7 @@ existing_up() {
 # ---------------------------------------------------------------------------
 apply_nodes() {
   local f
-  for f in "${REPO_ROOT}"/e2e/cluster/*.yaml; do
+  for f in "${REPO_ROOT}"/e2e/cluster/nodes*.yaml; do
     [[ -e "${f}" ]] || continue
     log "applying ${f#"${REPO_ROOT}"/}"
     kc apply -f "${f}" >/dev/null || die "step 'apply ${f#"${REPO_ROOT}"/}': kubectl apply failed"
@@ -294,6 +325,16 @@ wait_default_serviceaccount() {
     sleep 1
   done
 }
+
+# One 'up' or 'down' at a time per cluster (parallel test sessions share it).
+if [[ "${CMD}" == up || "${CMD}" == down ]]; then
+  mkdir -p "${CACHE}/clusters"
+  exec 8>"${CACHE}/clusters/.${NAME}.lock"
+  if ! flock -n 8; then
+    log "another 'hack/cluster.sh up|down' holds the lock for '${NAME}'; waiting"
+    flock 8
+  fi
+fi
 
 case "${CMD}" in
   up)
