@@ -1,7 +1,8 @@
 """Fixtures for tests against a real control plane.
 
 The `cluster` fixture runs `hack/cluster.sh up` once per session. The provider comes
-from TTSFLEET_CLUSTER_PROVIDER (kwok | kind | existing; default kwok here). A cluster
+from TTSFLEET_CLUSTER_PROVIDER (kwok | kind | existing); unset, hack/cluster.sh picks
+kind where `docker info` works and kwok otherwise (so kwok here). A cluster
 this session started is deleted at the end unless TTSFLEET_E2E_KEEP_CLUSTER=1; a cluster
 that was already running is left as it was (fast local iteration: `hack/cluster.sh up`
 once, then run pytest as often as you like).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -109,7 +111,11 @@ def _run_cluster_sh(*args: str, env: dict[str, str]) -> str:
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
     env = dict(os.environ)
-    env.setdefault("TTSFLEET_CLUSTER_PROVIDER", "kwok")
+    # kubectl's discovery cache under our cache dir, not ~/.kube (for our kubectl calls too).
+    env["KUBECACHEDIR"] = env.get("KUBECACHEDIR") or str(
+        Path(env.get("TTSFLEET_CACHE") or Path.home() / ".cache" / "ttsfleet") / "kube-cache"
+    )
+    os.environ.setdefault("KUBECACHEDIR", env["KUBECACHEDIR"])
     name = env.setdefault("TTSFLEET_CLUSTER_NAME", "ttsfleet")
     status = subprocess.run(
         [str(CLUSTER_SH), "status"], env=env, capture_output=True, text=True, timeout=60
@@ -120,6 +126,8 @@ def cluster() -> Cluster:
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     kubeconfig = Path(_run_cluster_sh("kubeconfig", env=env))
+    # The provider `up` settled on (kwok | kind | existing), recorded next to the kubeconfig.
+    provider = (kubeconfig.parent / "provider").read_text().strip()
     bin_dir = Path(
         subprocess.run(
             [str(BUILD_SH), "--print-bin-dir"], capture_output=True, text=True, check=True
@@ -128,7 +136,7 @@ def cluster() -> Cluster:
     kubectl = str(bin_dir / "kubectl") if (bin_dir / "kubectl").exists() else shutil.which("kubectl")
     assert kubectl, "no kubectl: run hack/build-control-plane.sh"
     yield Cluster(
-        name=name, provider=env["TTSFLEET_CLUSTER_PROVIDER"], kubeconfig=kubeconfig, kubectl_path=kubectl
+        name=name, provider=provider, kubeconfig=kubeconfig, kubectl_path=kubectl
     )
     if not was_running and env.get("TTSFLEET_E2E_KEEP_CLUSTER") != "1":
         _run_cluster_sh("down", env=env)
@@ -143,7 +151,8 @@ def versions() -> dict[str, str]:
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
     """A fresh namespace per test, deleted afterwards (without waiting)."""
-    base = request.node.name.lower().replace("_", "-")[:40].strip("-")
+    # Parametrized names carry brackets: keep only what a namespace name may hold.
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().replace("_", "-"))[:40].strip("-")
     name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", name)
     # Pods are refused until the namespace's default ServiceAccount exists.
