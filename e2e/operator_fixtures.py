@@ -124,6 +124,11 @@ class Operator:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            # A SIGTERM before kopf has set up its signal handlers kills it outright:
+            # give it the moment it needs to be stoppable cleanly.
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.proc.poll() is None and not self._started():
+                time.sleep(0.2)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
@@ -137,6 +142,10 @@ class Operator:
             self._log = None
         self.proc = None
         return code
+
+    def _started(self) -> bool:
+        text = self.log_path.read_text(errors="replace")
+        return "Initial authentication has finished" in text[text.rfind("===== "):]
 
     def restart(self, namespaces: list[str] | None = None) -> None:
         self.stop()
