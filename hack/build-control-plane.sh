@@ -194,10 +194,24 @@ build_one() { # name moduledir package ldflags-function
   local t0 tmp
   t0=$(date +%s)
   tmp="${out}.tmp.$$"
+  # A heartbeat, so a 15-minute kube-apiserver compile does not look like a hang in CI logs.
+  # Its sleep holds no pipe open and is ended with it (callers read our output to EOF).
+  (
+    trap 'kill "${nap}" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 60 >/dev/null 2>&1 &
+      nap=$!
+      wait "${nap}"
+      log "... still building ${name} ($(( $(date +%s) - t0 ))s)"
+    done
+  ) &
+  local heartbeat=$!
   if ! (cd "${MODULES_DIR}/${moddir}" && nice -n 10 go build -ldflags "${ldflags}" -o "${tmp}" "${pkg}"); then
+    kill "${heartbeat}" 2>/dev/null || true
     rm -f "${tmp}"
     die "step 'build ${name}': go build ${pkg} failed (module hack/control-plane/${moddir}; cache ${CACHE}/go)"
   fi
+  kill "${heartbeat}" 2>/dev/null || true
   mv -f "${tmp}" "${out}"
   printf '%s' "${want}" >"${stamp}"
   log "built ${name} in $(( $(date +%s) - t0 ))s ($(du -h "${out}" | cut -f1))"
