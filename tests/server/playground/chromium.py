@@ -7,6 +7,8 @@ element's position, type, press keys, read the page, take a screenshot.
 from __future__ import annotations
 
 import base64
+import os
+import signal
 import contextlib
 import itertools
 import json
@@ -105,6 +107,9 @@ class Browser:
         self._process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # Its own process group: the renderer and helper processes it forks
+            # write to the profile too, and must be gone before it is removed.
+            start_new_session=True,
         )
         port_file = Path(self._profile.name) / "DevToolsActivePort"
         deadline = time.monotonic() + 30
@@ -131,10 +136,13 @@ class Browser:
 
     def __exit__(self, *exc):
         self._sockets.close()
-        self._process.terminate()
+        group = os.getpgid(self._process.pid)
+        os.killpg(group, signal.SIGTERM)
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)  # whatever of the group outlived the browser
+        self._process.wait()
         self._profile.cleanup()
