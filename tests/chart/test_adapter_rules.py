@@ -6,25 +6,16 @@ series and the chart's recording rules."""
 from __future__ import annotations
 
 import pathlib
-import shutil
 import subprocess
 
-import pytest
 import yaml
+from support.tools import tool
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.tts_service import TTSService
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ttsfleet"
 RULES_FILE = CHART / "adapter" / "rules.yaml"
-TOOLS = pathlib.Path.home() / ".cache" / "ttsfleet" / "tools" / "bin"
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name) or (str(TOOLS / name) if (TOOLS / name).exists() else None)
-    if path is None:
-        pytest.fail(f"{name} not found on PATH or in {TOOLS} (hack/install-tools.sh installs it)")
-    return path
 
 
 def helm_template(*sets: str) -> subprocess.CompletedProcess:

@@ -5,15 +5,14 @@ $TTSFLEET_CACHE/tools/bin, which `make unit` puts on PATH).
 """
 
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from support.tools import tool
 from ttsfleet_operator.kube_cluster import PLURALS
 from ttsfleet_operator.reconcile import CHILD_KINDS, ROUTE_KIND
 
@@ -22,18 +21,8 @@ CHART = REPO / "charts" / "ttsfleet"
 KUBERNETES_VERSIONS = ["1.35", "1.36", "1.37"]
 
 
-def helm_binary() -> str:
-    found = shutil.which("helm")
-    if found:
-        return found
-    cached = pathlib.Path(os.environ.get("TTSFLEET_CACHE", pathlib.Path.home() / ".cache/ttsfleet")) / "tools/bin/helm"
-    if cached.exists():
-        return str(cached)
-    pytest.skip("helm is not installed: run `make tools` (hack/install-tools.sh builds it)")
-
-
 def helm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([helm_binary(), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=120)
 
 
 def template(*args: str) -> list[dict]:

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from monitoring_support import Prometheus  # noqa: E402
+from support.prometheus import Prometheus  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,22 +1,12 @@
-"""What the monitoring tests share: where things are, the names we export, PromQL
-walking, and a real Prometheus process."""
+"""What the monitoring tests share: where things are, the names we export and PromQL
+walking. The real Prometheus server is support.prometheus."""
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import shutil
-import socket
-import subprocess
-import time
 import types
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import promql_parser
-import pytest
 import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -29,17 +19,6 @@ RUNBOOKS = REPO / "docs" / "runbooks.md"
 # the DCGM exporter's GPU utilisation (percent) is the HPA's GPU signal where
 # it runs; the rules fall back to it when the runtime has no NVML reading.
 EXTERNAL_METRICS = frozenset({"DCGM_FI_DEV_GPU_UTIL"})
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    cache = pathlib.Path(os.environ.get("TTSFLEET_CACHE", pathlib.Path.home() / ".cache/ttsfleet"))
-    cached = cache / "tools/bin" / name
-    if cached.exists():
-        return str(cached)
-    pytest.skip(f"{name} is not installed: run `make tools` (hack/install-tools.sh)")
 
 
 def _exposed_names(registry) -> set[str]:
@@ -136,68 +115,3 @@ def selectors(expr: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
 
     promql_parser.walk(promql_parser.parse(expr), visit)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Prometheus:
-    """A real Prometheus server on loopback, with its own config and storage."""
-
-    def __init__(self, workdir: pathlib.Path, config: dict, rule_files: list[pathlib.Path] = ()):
-        self.workdir = workdir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {**config, "rule_files": [str(p) for p in rule_files]}
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.log = open(workdir / "prometheus.log", "w")
-        self.process = subprocess.Popen(
-            [
-                tool("prometheus"),
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError("prometheus exited:\n" + (self.workdir / "prometheus.log").read_text())
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("prometheus did not become ready")
-
-    def api(self, path: str, **params) -> tuple[int, dict]:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
-
-    def query(self, expr: str) -> list[dict]:
-        status, body = self.api("query", query=expr)
-        assert status == 200, body
-        return body["data"]["result"]
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.log.close()

@@ -13,7 +13,8 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from monitoring_support import CHART, DASHBOARDS, tool
+from monitoring_support import CHART, DASHBOARDS
+from support.tools import tool
 from ttsfleet_operator import labels
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.render.deployment import METRICS_PATH

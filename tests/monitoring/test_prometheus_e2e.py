@@ -9,15 +9,14 @@ chart's runtime PodMonitor gives real pods (namespace, service, track, pool, pod
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
-import threading
 import time
 
-import httpx
 import pytest
-from monitoring_support import REPO, RULE_FILES, Prometheus, free_port, rule_groups
+from monitoring_support import REPO, RULE_FILES, rule_groups
+from support.polling import wait_for
+from support.prometheus import Prometheus
+from support.runtime import RuntimeProcess, write_tiny_checkpoint
+from support.traffic import SpeechTraffic
 
 pytestmark = pytest.mark.slow
 
@@ -25,60 +24,18 @@ TARGET_LABELS = {"namespace": "voice", "service": "e2e", "track": "stable", "poo
 SEL = 'namespace="voice", service="e2e", track="stable"'
 
 
-def ttsfleet(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ttsfleet_operator.cli", *args]
-
-
-def wait_until(check, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
-        time.sleep(interval)
-
-
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
     """`ttsfleet serve` on the tiny CPU checkpoint, as a separate process."""
     workdir = tmp_path_factory.mktemp("runtime")
-    checkpoint = workdir / "tiny"
-    subprocess.run(
-        ttsfleet("checkpoint", "--random", "--size", "tiny", "--variant", "CustomVoice", "--out", str(checkpoint)),
-        check=True, capture_output=True, timeout=300,
-    )
-    port = free_port()
-    log = open(workdir / "serve.log", "w")
-    env = {**os.environ, "TTSFLEET_LOG_LEVEL": "warning"}
-    # Random weights never say EOS: every utterance runs to --max-audio-seconds (5 frames).
-    process = subprocess.Popen(
-        ttsfleet("serve", "--model", str(checkpoint), "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
-                 "--auth", "disabled", "--max-audio-seconds", "0.4", "--max-batch", "4"),
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def ready():
-        if process.poll() is not None:
-            raise RuntimeError("ttsfleet serve exited:\n" + (workdir / "serve.log").read_text())
-        try:
-            return httpx.get(base + "/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    checkpoint = write_tiny_checkpoint(workdir / "tiny")
+    # Every utterance runs to --max-audio-seconds (5 frames).
+    process = RuntimeProcess(workdir, checkpoint, "--max-audio-seconds", "0.4", "--max-batch", "4")
     try:
-        wait_until(ready, 240, "the runtime to be ready")
-        yield base, port
+        process.wait_ready(240)
+        yield process.base, process.port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
+        process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -99,47 +56,6 @@ def prometheus(runtime, tmp_path_factory):
         server.stop()
 
 
-class Traffic:
-    """Speech requests (streamed and whole-file) plus requests the client gets
-    wrong, sent from a thread until stopped, so counters move across scrapes."""
-
-    def __init__(self, base: str):
-        self.base = base
-        self.stop = threading.Event()
-        self.sent = {"ok": 0, "invalid": 0}
-        self.failures: list[str] = []
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        with httpx.Client(base_url=self.base, timeout=60) as client:
-            model = client.get("/v1/models").json()["data"][0]["id"]
-            i = 0
-            while not self.stop.is_set():
-                body = {"model": model, "voice": "Vivian", "input": f"Sentence number {i}.", "response_format": "pcm"}
-                if i % 2:
-                    body["stream_format"] = "audio"
-                response = client.post("/v1/audio/speech", json=body)
-                if response.status_code == 200 and response.content:
-                    self.sent["ok"] += 1
-                else:
-                    self.failures.append(f"{response.status_code} {response.text[:200]}")
-                if i % 3 == 0:
-                    # The client's fault (empty input): counted as invalid_request, never as a server error.
-                    bad = client.post("/v1/audio/speech", json={**body, "input": ""})
-                    assert 400 <= bad.status_code < 500
-                    self.sent["invalid"] += 1
-                i += 1
-                time.sleep(0.2)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(timeout=90)
-
-
 def value(result: list[dict]) -> float:
     (sample,) = result
     return float(sample["value"][1])
@@ -147,14 +63,15 @@ def value(result: list[dict]) -> float:
 
 def test_recording_rules_produce_the_series_dashboards_alerts_and_hpa_read(runtime, prometheus, tmp_path):
     base, _ = runtime
-    with Traffic(base) as traffic:
+    # Streamed and whole-file requests plus ones the client gets wrong, so counters move across scrapes.
+    with SpeechTraffic(base, varied=True) as traffic:
         # Every recorded series needs a counter to move between two scrapes.
-        wait_until(lambda: prometheus.query(f"namespace_service_track:ttsfleet_speech_requests:rate1m{{{SEL}}} > 0")
-                   and prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")
-                   and len(prometheus.query(
-                       f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}"
-                       " >= 0")) == 3,
-                   120, "the recorded series")
+        wait_for(lambda: prometheus.query(f"namespace_service_track:ttsfleet_speech_requests:rate1m{{{SEL}}} > 0")
+                 and prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")
+                 and len(prometheus.query(
+                     f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}"
+                     " >= 0")) == 3,
+                 120, what="the recorded series")
         time.sleep(3)  # a few more evaluations with traffic flowing
     assert traffic.failures == []
     assert traffic.sent["ok"] >= 3 and traffic.sent["invalid"] >= 1

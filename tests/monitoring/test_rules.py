@@ -14,8 +14,8 @@ from monitoring_support import (
     exported_names,
     rule_groups,
     selectors,
-    tool,
 )
+from support.tools import tool
 from ttsfleet_runtime.metrics import ERRORS, SERVER_FAULT_ERRORS
 
 PROMTOOL_TESTS = sorted((REPO / "tests" / "monitoring" / "promtool").glob("*_test.yaml"))

@@ -5,29 +5,17 @@ client against a real Prometheus server."""
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
-import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.canary.prometheus import Prometheus, PrometheusError
+from support.prometheus import Prometheus as PrometheusServer
+from support.tools import tool
 from ttsfleet_operator.tts_service import CanaryAnalysis
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-TOOLS = pathlib.Path.home() / ".cache" / "ttsfleet" / "tools" / "bin"
-sys.path.insert(0, str(REPO / "tests" / "monitoring"))
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name) or (str(TOOLS / name) if (TOOLS / name).exists() else None)
-    if path is None:
-        pytest.fail(f"{name} not found on PATH or in {TOOLS} (hack/install-tools.sh installs it)")
-    return path
 
 
 def series(name: str, values: str, **labels: str) -> dict:
@@ -152,9 +140,6 @@ def test_an_unreachable_prometheus_is_inconclusive_not_a_failure():
 
 @pytest.fixture(scope="module")
 def prometheus_server(tmp_path_factory):
-    from monitoring_support import Prometheus as PrometheusServer
-
-    os.environ["PATH"] = f"{TOOLS}:{os.environ['PATH']}"
     server = PrometheusServer(tmp_path_factory.mktemp("prometheus"), {"global": {"scrape_interval": "1m"}})
     try:
         server.wait_ready()

@@ -3,15 +3,16 @@ frees its batch slot and is counted as such."""
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
-import time
 
 import httpx
 import pytest
 
 from conftest import API_KEY, auth, metric_value
 from live_server import LiveServer
+from support import polling
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 
@@ -24,11 +25,8 @@ def slow_server(make_engine):
         yield live
 
 
-def wait_for(condition, timeout_s=20.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+# The queue and stream gauges move within milliseconds: poll them often.
+wait_for = functools.partial(polling.wait_for, timeout=20, interval=0.05)
 
 
 def body(server, **fields):
@@ -80,5 +78,5 @@ def test_client_leaving_a_whole_file_request_cancels_generation(slow_server):
     before = metric_value(slow_server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"})
     with open_raw_request(slow_server, body(slow_server)):
         wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_active_streams") == 1)
-    wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_active_streams") == 0, timeout_s=5)
+    wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_active_streams") == 0, timeout=5)
     wait_for(lambda: metric_value(slow_server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"}) == before + 1)

@@ -1,0 +1,74 @@
+"""A real Prometheus server on loopback (the binary `make tools` installs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from support.polling import wait_for
+from support.ports import free_port
+from support.tools import tool
+
+
+class Prometheus:
+    """A real Prometheus server on loopback, with its own config and storage."""
+
+    def __init__(self, workdir: Path, config: dict, rule_files: list[Path] = ()):
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {**config, "rule_files": [str(p) for p in rule_files]}
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.log_path = workdir / "prometheus.log"
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [
+                tool("prometheus"),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError("prometheus exited:\n" + self.log_path.read_text())
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        wait_for(self.ready, timeout, interval=0.2, what="prometheus to be ready")
+
+    def api(self, path: str, **params) -> tuple[int, dict]:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    def query(self, expr: str) -> list[dict]:
+        status, body = self.api("query", query=expr)
+        assert status == 200, body
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.log.close()
