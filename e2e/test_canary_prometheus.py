@@ -15,103 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import os
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+from support.prometheus import Prometheus
+from support.runtime import RuntimeProcess, write_tiny_checkpoint
+from support.traffic import SpeechTraffic
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.canary.prometheus import Prometheus as PrometheusClient
 from ttsfleet_operator.tts_service import CanarySpec
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "monitoring"))
-from monitoring_support import Prometheus, free_port  # noqa: E402
-
-TOOLS = Path.home() / ".cache" / "ttsfleet" / "tools" / "bin"
 NAMESPACE = "voice"
 INTERVAL = 10  # the schema's shortest analysis interval
-
-
-def ttsfleet(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ttsfleet_operator.cli", *args]
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
-        time.sleep(0.5)
-
-
-class Runtime:
-    def __init__(self, workdir: Path, checkpoint: Path, name: str, max_batch: int):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / f"{name}.log"
-        self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
-            ttsfleet(
-                "serve", "--model", str(checkpoint), "--device", "cpu", "--host", "127.0.0.1",
-                "--port", str(self.port), "--auth", "disabled", "--max-audio-seconds", "0.4",
-                "--max-batch", str(max_batch),
-            ),
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "TTSFLEET_LOG_LEVEL": "warning"},
-        )
-
-    def ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"ttsfleet serve exited:\n{self.log_path.read_text()}")
-        try:
-            return httpx.get(self.base + "/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.log.close()
-
-
-class Traffic:
-    """`callers` threads sending speech requests back to back until stopped."""
-
-    def __init__(self, base: str, callers: int, pause: float):
-        self.base, self.pause = base, pause
-        self.stop_event = threading.Event()
-        self.failures: list[str] = []
-        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(callers)]
-
-    def run(self):
-        with httpx.Client(base_url=self.base, timeout=120) as client:
-            model = client.get("/v1/models").json()["data"][0]["id"]
-            i = 0
-            while not self.stop_event.is_set():
-                body = {"model": model, "voice": "Vivian", "input": f"Sentence {i}.", "response_format": "pcm"}
-                response = client.post("/v1/audio/speech", json=body)
-                if response.status_code != 200:
-                    self.failures.append(f"{response.status_code} {response.text[:200]}")
-                i += 1
-                time.sleep(self.pause)
-
-    def start(self):
-        for thread in self.threads:
-            thread.start()
-
-    def stop(self):
-        self.stop_event.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -119,21 +36,19 @@ def fleet(tmp_path_factory):
     """Three runtimes, each scraped as the canary of its own service: `fast` (4 batch slots,
     the healthy candidate), `slow` (1 slot, the candidate made slow by queueing) and `idle`
     (no traffic at all)."""
-    os.environ["PATH"] = f"{TOOLS}:{os.environ['PATH']}"
     workdir = tmp_path_factory.mktemp("canary-e2e")
-    checkpoint = workdir / "tiny"
-    subprocess.run(
-        ttsfleet("checkpoint", "--random", "--size", "tiny", "--variant", "CustomVoice", "--out", str(checkpoint)),
-        check=True, capture_output=True, timeout=300,
-    )
+    checkpoint = write_tiny_checkpoint(workdir / "tiny")
     slots = {"fast": 4, "slow": 1, "idle": 1}
-    runtimes = {name: Runtime(workdir, checkpoint, name, count) for name, count in slots.items()}
+    runtimes = {
+        name: RuntimeProcess(workdir, checkpoint, "--max-audio-seconds", "0.4", "--max-batch", str(count), name=name)
+        for name, count in slots.items()
+    }
     prometheus = None
     try:
         for runtime in runtimes.values():
-            wait_until(runtime.ready, 240, "the runtimes to be ready")
+            runtime.wait_ready(240)
 
-        def job(name: str, service: str, runtime: Runtime) -> dict:
+        def job(name: str, service: str, runtime: RuntimeProcess) -> dict:
             labels = {"namespace": NAMESPACE, "service": service, "track": "canary", "pool": "on-demand",
                       "pod": f"{service}-canary-0"}
             return {"job_name": name, "static_configs": [{"targets": [f"127.0.0.1:{runtime.port}"], "labels": labels}]}
@@ -203,8 +118,8 @@ def test_healthy_promotes_slow_rolls_back_idle_pauses(fleet):
     # batch slot and twelve callers each first audio waits for ~11 other requests. The
     # threshold sits at 4 request times, measured now, so a busy machine moves both sides.
     threshold_ms = max(10, round(4000 * request_seconds(runtimes["fast"].base)))
-    healthy_load = Traffic(runtimes["fast"].base, callers=1, pause=0.2)
-    slow_load = Traffic(runtimes["slow"].base, callers=12, pause=0.0)
+    healthy_load = SpeechTraffic(runtimes["fast"].base, callers=1, pause=0.2)
+    slow_load = SpeechTraffic(runtimes["slow"].base, callers=12, pause=0.0)
     spec = canary_spec(threshold_ms)
     healthy_load.start()
     slow_load.start()
