@@ -1,4 +1,5 @@
-"""Tiny random checkpoints in the official layout, one per variant, written once."""
+"""Tiny random checkpoints in the official layout, one per variant, written once
+(CustomVoice: `tiny_custom_voice` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
 from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-
-
-@pytest.fixture(scope="session")
-def tiny_custom_voice(tmp_path_factory) -> Path:
-    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0)
 
 
 @pytest.fixture(scope="session")

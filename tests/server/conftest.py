@@ -1,5 +1,5 @@
 """Fixtures for the server tests: real uvicorn servers on loopback over the
-real engine on CPU, with a tiny random checkpoint written once per session.
+real engine on CPU, over the tiny random checkpoint of tests/conftest.py.
 
 Random weights never say EOS, so every utterance runs to the server's
 `max_audio_seconds`: that is how tests choose short or long generations.
@@ -25,22 +25,13 @@ SHORT_AUDIO_S = 1.6
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-
-    out = tmp_path_factory.mktemp("tiny-custom-voice")
-    write_random_checkpoint(out, "tiny", "CustomVoice", seed=0, progress=lambda *_: None)
-    return out
-
-
-@pytest.fixture(scope="session")
-def make_engine(tiny_checkpoint):
+def make_engine(tiny_custom_voice):
     """A fresh real engine on CPU over the tiny checkpoint."""
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
     def make(max_batch: int = 4, max_queue: int = 8):
         return TTSEngine.from_pretrained(
-            str(tiny_checkpoint), device="cpu", max_batch=max_batch, max_queue=max_queue,
+            str(tiny_custom_voice), device="cpu", max_batch=max_batch, max_queue=max_queue,
             dtype="float32", cuda_graphs=False,
         )
 

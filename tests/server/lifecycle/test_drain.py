@@ -1,56 +1,33 @@
 """SIGTERM: readiness off, new work refused, in-flight streams finish, exit.
 
-The server runs as `python -m ttsfleet_runtime.cli serve` in a subprocess, as
-in a pod, over the tiny checkpoint on CPU.
+The server runs as `ttsfleet serve` in a subprocess, as in a pod, over the tiny
+checkpoint on CPU.
 """
 
 from __future__ import annotations
 
 import signal
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.runtime import RuntimeProcess
 
 
 @pytest.fixture
-def serve(tiny_checkpoint):
-    processes = []
+def serve(tiny_custom_voice, tmp_path):
+    runtimes = []
 
     def start(*flags: str):
-        port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ttsfleet_runtime.cli", "serve", "--model", str(tiny_checkpoint),
-             "--device", "cpu", "--host", "127.0.0.1", "--port", str(port), "--auth", "disabled", *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        processes.append(process)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, process.stdout.read()
-            try:
-                if httpx.get(base + "/health/ready").status_code == 200:
-                    return process, base
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.2)
+        # Info level: the test reads the drain's own log line.
+        runtime = RuntimeProcess(tmp_path, tiny_custom_voice, *flags, name=f"serve-{len(runtimes)}", log_level="info")
+        runtimes.append(runtime)
+        runtime.wait_ready(90)
+        return runtime
 
     yield start
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+    for runtime in runtimes:
+        runtime.stop()
 
 
 def speech(base, **fields):
@@ -59,7 +36,8 @@ def speech(base, **fields):
 
 
 def test_sigterm_lets_the_stream_finish_refuses_new_work_and_exits(serve):
-    process, base = serve("--max-audio-seconds", "6.4", "--drain-timeout", "60")
+    runtime = serve("--max-audio-seconds", "6.4", "--drain-timeout", "60")
+    process, base = runtime.process, runtime.base
     with httpx.stream("POST", base + "/v1/audio/speech", json=speech(base, stream_format="audio"), timeout=60) as stream:
         pieces = stream.iter_bytes()
         received = len(next(pieces))
@@ -75,12 +53,13 @@ def test_sigterm_lets_the_stream_finish_refuses_new_work_and_exits(serve):
     # 6.4 s at 12.5 frames/s = 80 frames of 1920 samples, s16le: all of it.
     assert received == 80 * 1920 * 2
     assert process.wait(timeout=30) == 0
-    log = process.stdout.read()
+    log = runtime.log_text()
     assert '"msg": "drained"' in log and '"all_finished": true' in log
 
 
 def test_a_stream_longer_than_the_drain_deadline_is_cut_and_the_process_exits(serve):
-    process, base = serve("--max-audio-seconds", "120", "--drain-timeout", "1")
+    runtime = serve("--max-audio-seconds", "120", "--drain-timeout", "1")
+    process, base = runtime.process, runtime.base
     with httpx.stream("POST", base + "/v1/audio/speech", json=speech(base, stream_format="audio"), timeout=60) as stream:
         pieces = stream.iter_bytes()
         received = len(next(pieces))

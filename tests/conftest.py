@@ -1,0 +1,17 @@
+"""Fixtures every test folder may use. Helpers to import live in tests/support."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_custom_voice(tmp_path_factory) -> Path:
+    """A tiny random CustomVoice checkpoint (seed 0) in the official layout, written once a
+    session for the model tests and the server tests alike."""
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0,
+                                   progress=lambda *_: None)
