@@ -15,3 +15,17 @@ def tiny_custom_voice(tmp_path_factory) -> Path:
 
     return write_random_checkpoint(tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0,
                                    progress=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def bare_prometheus(tmp_path_factory):
+    """A real Prometheus with no targets: PromQL is parsed and evaluated by the
+    same server that will run it in production."""
+    from support.prometheus import Prometheus
+
+    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus-bare"), {"global": {"scrape_interval": "1m"}})
+    try:
+        prometheus.wait_ready()
+        yield prometheus
+    finally:
+        prometheus.stop()

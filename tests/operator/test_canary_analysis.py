@@ -10,11 +10,10 @@ import subprocess
 
 import pytest
 import yaml
+from support.tools import tool
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.canary.prometheus import Prometheus, PrometheusError
-from support.prometheus import Prometheus as PrometheusServer
-from support.tools import tool
 from ttsfleet_operator.tts_service import CanaryAnalysis
 
 
@@ -138,24 +137,14 @@ def test_an_unreachable_prometheus_is_inconclusive_not_a_failure():
     assert result.result == sm.INCONCLUSIVE and "Prometheus query failed" in result.reason
 
 
-@pytest.fixture(scope="module")
-def prometheus_server(tmp_path_factory):
-    server = PrometheusServer(tmp_path_factory.mktemp("prometheus"), {"global": {"scrape_interval": "1m"}})
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
-def test_the_client_reads_vectors_and_scalars_from_a_real_prometheus(prometheus_server):
-    client = Prometheus(prometheus_server.url)
+def test_the_client_reads_vectors_and_scalars_from_a_real_prometheus(bare_prometheus):
+    client = Prometheus(bare_prometheus.url)
     assert asyncio.run(client.query('label_replace(vector(3), "a", "b", "", "")')) == [({"a": "b"}, 3.0)]
     assert client.query_sync("scalar(vector(2))") == [({}, 2.0)]
     assert client.query_sync("vector(0) / 0 > 1") == []
     assert client.query_sync("nonexistent_metric") == []
 
 
-def test_the_client_reports_promql_errors(prometheus_server):
+def test_the_client_reports_promql_errors(bare_prometheus):
     with pytest.raises(PrometheusError, match="HTTP 400"):
-        Prometheus(prometheus_server.url).query_sync("sum(")
+        Prometheus(bare_prometheus.url).query_sync("sum(")

@@ -60,7 +60,7 @@ class RuntimeProcess:
         except httpx.HTTPError:
             return False
 
-    def wait_ready(self, timeout: float = 240) -> "RuntimeProcess":
+    def wait_ready(self, timeout: float = 240) -> RuntimeProcess:
         wait_for(self.ready, timeout, what=f"ttsfleet serve on port {self.port} to be ready")
         return self
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Self
 
 import httpx
 
@@ -52,7 +53,7 @@ class SpeechTraffic:
                 i += 1
                 time.sleep(self.pause)
 
-    def start(self) -> "SpeechTraffic":
+    def start(self) -> Self:
         for thread in self.threads:
             thread.start()
         return self
@@ -62,7 +63,7 @@ class SpeechTraffic:
         for thread in self.threads:
             thread.join(timeout=120)
 
-    def __enter__(self) -> "SpeechTraffic":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
