@@ -174,8 +174,23 @@ class OperatorInstall:
     kubeconfig: Path
 
 
+def dev_operator_pid() -> int | None:
+    """The pid of a `hack/dev.sh` operator still running, if any."""
+    cache = Path(os.environ.get("TTSFLEET_CACHE", Path.home() / ".cache" / "ttsfleet"))
+    try:
+        pid = int((cache / "dev" / "operator.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
 @pytest.fixture(scope="session")
 def operator_install(cluster, tmp_path_factory) -> OperatorInstall:
+    pid = dev_operator_pid()
+    if pid:
+        # Two operators on one cluster both write: the tests would measure them both.
+        pytest.fail(f"hack/dev.sh's operator still runs (pid {pid}): stop it first (kill {pid})", pytrace=False)
     install_chart(cluster)
     path = service_account_kubeconfig(cluster, tmp_path_factory.mktemp("operator") / "kubeconfig")
     return OperatorInstall(kubeconfig=path)

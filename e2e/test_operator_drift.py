@@ -75,7 +75,7 @@ def test_a_service_port_changed_by_hand_is_restored(cluster, namespace, service)
     )
     live = lambda: cluster.get("service", name, "-n", namespace)["spec"]["ports"]  # noqa: E731
     try:
-        cluster.wait_for(lambda: live() == ports, timeout=30, what=f"Service {name} ports restored to {ports}")
+        cluster.wait_for(lambda: live() == ports, timeout=12, what=f"Service {name} ports restored to {ports}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nlive ports: {live()}") from None
 
