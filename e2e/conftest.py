@@ -167,7 +167,12 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
 
 # The operator fixtures (chart installed by helm, the operator as its ServiceAccount):
 # e2e/operator_fixtures.py. importlib import mode puts no test folder on sys.path.
-import sys  # noqa: E402
+import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_fixtures import operator, operator_install, pytest_runtest_makereport, running_operator  # noqa: E402,F401
+from operator_fixtures import (  # noqa: F401 (fixtures and a hook, registered by import)
+    operator,
+    operator_install,
+    pytest_runtest_makereport,
+    running_operator,
+)

@@ -23,7 +23,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -59,25 +58,47 @@ def install_chart(cluster, helm: str | None = None) -> None:
     proc = subprocess.run(
         [
             helm or helm_path(),
-            "upgrade", "--install", RELEASE, str(CHART),
-            "--namespace", SYSTEM_NAMESPACE, "--create-namespace",
-            "--kubeconfig", str(cluster.kubeconfig),
-            "--set", f"resyncSeconds={int(RESYNC_SECONDS)}",
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            SYSTEM_NAMESPACE,
+            "--create-namespace",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--set",
+            f"resyncSeconds={int(RESYNC_SECONDS)}",
         ],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     if proc.returncode != 0:
-        raise AssertionError(f"helm upgrade --install failed:\n{proc.stderr}{proc.stdout}")
+        raise AssertionError(
+            f"helm upgrade --install failed:\n{proc.stderr}{proc.stdout}"
+        )
 
 
 def service_account_kubeconfig(cluster, path: Path, duration: str = "6h") -> Path:
     """A kubeconfig for the chart's ServiceAccount: the admin one's server and CA, a token."""
     token = cluster.kubectl(
-        "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NAMESPACE, "--duration", duration
+        "create",
+        "token",
+        SERVICE_ACCOUNT,
+        "-n",
+        SYSTEM_NAMESPACE,
+        "--duration",
+        duration,
     ).stdout.strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
-    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
+    context = next(
+        c for c in admin["contexts"] if c["name"] == admin["current-context"]
+    )["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])[
+        "cluster"
+    ]
     user = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{SERVICE_ACCOUNT}"
     config = {
         "apiVersion": "v1",
@@ -95,7 +116,9 @@ def service_account_kubeconfig(cluster, path: Path, duration: str = "6h") -> Pat
 class Operator:
     """`ttsfleet operator run` as a local process with the ServiceAccount's kubeconfig."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, resync_seconds: float = RESYNC_SECONDS):
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, resync_seconds: float = RESYNC_SECONDS
+    ):
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.resync_seconds = resync_seconds
@@ -104,19 +127,37 @@ class Operator:
         self._log = None
 
     def start(self, namespaces: list[str] | None = None) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "operator already running"
+        assert self.proc is None or self.proc.poll() is not None, (
+            "operator already running"
+        )
         self.namespaces = namespaces
-        scope = [arg for ns in namespaces for arg in ("-n", ns)] if namespaces else ["-A"]
+        scope = (
+            [arg for ns in namespaces for arg in ("-n", ns)] if namespaces else ["-A"]
+        )
         cmd = [
-            ttsfleet_path(), "operator", "run", "--kubeconfig", str(self.kubeconfig), *scope,
-            "--resync-seconds", str(self.resync_seconds), "--metrics-port", "0", "--liveness", "",
+            ttsfleet_path(),
+            "operator",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            *scope,
+            "--resync-seconds",
+            str(self.resync_seconds),
+            "--metrics-port",
+            "0",
+            "--liveness",
+            "",
         ]
-        self._log = open(self.log_path, "a")
+        self._log = open(self.log_path, "a")  # noqa: SIM115 (kept open while the process runs)
         self._log.write(f"\n===== {time.strftime('%H:%M:%S')} start: {' '.join(cmd)}\n")
         self._log.flush()
         # Its own session: a Ctrl-C in the terminal reaches pytest, which stops it cleanly.
         self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
     def stop(self, timeout: float = 20) -> int | None:
@@ -127,7 +168,11 @@ class Operator:
             # A SIGTERM before kopf has set up its signal handlers kills it outright:
             # give it the moment it needs to be stoppable cleanly.
             deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and self.proc.poll() is None and not self._started():
+            while (
+                time.monotonic() < deadline
+                and self.proc.poll() is None
+                and not self._started()
+            ):
                 time.sleep(0.2)
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -137,7 +182,9 @@ class Operator:
                 self.proc.wait(10)
         code = self.proc.returncode
         if self._log:
-            self._log.write(f"===== {time.strftime('%H:%M:%S')} stopped (exit {code})\n")
+            self._log.write(
+                f"===== {time.strftime('%H:%M:%S')} stopped (exit {code})\n"
+            )
             self._log.close()
             self._log = None
         self.proc = None
@@ -145,7 +192,7 @@ class Operator:
 
     def _started(self) -> bool:
         text = self.log_path.read_text(errors="replace")
-        return "Initial authentication has finished" in text[text.rfind("===== "):]
+        return "Initial authentication has finished" in text[text.rfind("===== ") :]
 
     def restart(self, namespaces: list[str] | None = None) -> None:
         self.stop()
@@ -164,7 +211,9 @@ class Operator:
 
     def log_tail(self, lines: int = 80) -> str:
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            return "\n".join(
+                self.log_path.read_text(errors="replace").splitlines()[-lines:]
+            )
         except FileNotFoundError:
             return "(no operator log)"
 
@@ -190,20 +239,30 @@ def operator_install(cluster, tmp_path_factory) -> OperatorInstall:
     pid = dev_operator_pid()
     if pid:
         # Two operators on one cluster both write: the tests would measure them both.
-        pytest.fail(f"hack/dev.sh's operator still runs (pid {pid}): stop it first (kill {pid})", pytrace=False)
+        pytest.fail(
+            f"hack/dev.sh's operator still runs (pid {pid}): stop it first (kill {pid})",
+            pytrace=False,
+        )
     install_chart(cluster)
-    path = service_account_kubeconfig(cluster, tmp_path_factory.mktemp("operator") / "kubeconfig")
+    path = service_account_kubeconfig(
+        cluster, tmp_path_factory.mktemp("operator") / "kubeconfig"
+    )
     return OperatorInstall(kubeconfig=path)
 
 
 @pytest.fixture(scope="session")
 def operator(operator_install, tmp_path_factory):
-    op = Operator(operator_install.kubeconfig, tmp_path_factory.mktemp("operator-log") / "operator.log")
+    op = Operator(
+        operator_install.kubeconfig,
+        tmp_path_factory.mktemp("operator-log") / "operator.log",
+    )
     op.start()
     yield op
     code = op.stop()
     # SIGTERM is a clean shutdown: kopf exits 0 (a signal exit would show as negative).
-    assert code in (0, None), f"operator did not shut down cleanly (exit {code}):\n{op.log_tail()}"
+    assert code in (0, None), (
+        f"operator did not shut down cleanly (exit {code}):\n{op.log_tail()}"
+    )
 
 
 @pytest.fixture
@@ -260,29 +319,45 @@ def ready_and_observed(cluster, name: str, namespace: str) -> dict | None:
 def wait_ready(cluster, name: str, namespace: str, timeout: float = 90) -> dict:
     def last():
         obj = tts(cluster, name, namespace)
-        return {"generation": obj["metadata"]["generation"], "status": obj.get("status")}
+        return {
+            "generation": obj["metadata"]["generation"],
+            "status": obj.get("status"),
+        }
 
     try:
         return cluster.wait_for(
-            lambda: ready_and_observed(cluster, name, namespace), timeout=timeout, what=f"TTSService {name} Ready"
+            lambda: ready_and_observed(cluster, name, namespace),
+            timeout=timeout,
+            what=f"TTSService {name} Ready",
         )
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nlast: {json.dumps(last(), indent=1)[:3000]}") from None
+        raise AssertionError(
+            f"{exc}\nlast: {json.dumps(last(), indent=1)[:3000]}"
+        ) from None
 
 
 def children(cluster, kind: str, name: str, namespace: str) -> list[dict]:
     """Objects of `kind` labelled as this TTSService's children."""
-    return cluster.get(kind, "-n", namespace, "-l", f"ttsfleet.io/service={name}")["items"]
+    return cluster.get(kind, "-n", namespace, "-l", f"ttsfleet.io/service={name}")[
+        "items"
+    ]
 
 
 def deployment_replicas(cluster, name: str, namespace: str) -> dict[str, int]:
-    return {d["metadata"]["name"]: d["spec"]["replicas"] for d in children(cluster, "deployments", name, namespace)}
+    return {
+        d["metadata"]["name"]: d["spec"]["replicas"]
+        for d in children(cluster, "deployments", name, namespace)
+    }
 
 
 def pods_by_node(cluster, name: str, namespace: str) -> list[tuple[dict, dict | None]]:
     nodes = {n["metadata"]["name"]: n for n in cluster.get("nodes")["items"]}
     pods = children(cluster, "pods", name, namespace)
-    return [(p, nodes.get(p["spec"].get("nodeName", ""))) for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return [
+        (p, nodes.get(p["spec"].get("nodeName", "")))
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
@@ -310,21 +385,35 @@ def write_requests(cluster) -> dict[tuple[str, str, str, str], float]:
         if not match:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
-        key = (labels.get("group", ""), labels.get("resource", ""), labels.get("subresource", ""))
-        if labels.get("verb") in WRITE_VERBS and key in OPERATOR_WRITES and labels.get("dry_run", "") == "":
+        key = (
+            labels.get("group", ""),
+            labels.get("resource", ""),
+            labels.get("subresource", ""),
+        )
+        if (
+            labels.get("verb") in WRITE_VERBS
+            and key in OPERATOR_WRITES
+            and labels.get("dry_run", "") == ""
+        ):
             full = (labels["verb"], *key)
             counts[full] = counts.get(full, 0) + float(match["value"])
     return counts
 
 
 def count_diff(before: dict, after: dict) -> dict:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after) if after.get(k, 0) != before.get(k, 0)}
+    return {
+        k: after.get(k, 0) - before.get(k, 0)
+        for k in set(before) | set(after)
+        if after.get(k, 0) != before.get(k, 0)
+    }
 
 
 def owned_by(obj: dict, owner: dict) -> bool:
     """A controller ownerReference to `owner` (the TTSService)."""
     return any(
-        ref.get("uid") == owner["metadata"]["uid"] and ref.get("controller") is True and ref.get("kind") == KIND
+        ref.get("uid") == owner["metadata"]["uid"]
+        and ref.get("controller") is True
+        and ref.get("kind") == KIND
         for ref in obj["metadata"].get("ownerReferences") or []
     )
 

@@ -10,8 +10,14 @@ import os
 import subprocess
 
 import pytest
-from operator_fixtures import REPO_ROOT, children, load_sample, owned_by, tts, wait_ready
-
+from operator_fixtures import (
+    REPO_ROOT,
+    children,
+    load_sample,
+    owned_by,
+    tts,
+    wait_ready,
+)
 from ttsfleet_operator.canary.state_machine import PAUSED, PROGRESSING, step_weight
 from ttsfleet_operator.render.names import route_name, service_name, track_service_name
 from ttsfleet_operator.replicas import canary_replicas
@@ -22,11 +28,22 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def gateway_api(cluster):
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "KUBECTL": cluster.kubectl_path}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBECTL": cluster.kubectl_path,
+    }
     proc = subprocess.run(
-        [str(REPO_ROOT / "hack" / "gateway-api.sh"), "install"], env=env, capture_output=True, text=True, timeout=300
+        [str(REPO_ROOT / "hack" / "gateway-api.sh"), "install"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert proc.returncode == 0, f"hack/gateway-api.sh install failed:\n{proc.stderr}{proc.stdout}"
+    assert proc.returncode == 0, (
+        f"hack/gateway-api.sh install failed:\n{proc.stderr}{proc.stdout}"
+    )
     # Left installed: later tests see a cluster that serves Gateway API, as many do.
 
 
@@ -42,7 +59,9 @@ def _route_weights(route: dict) -> dict[str, int]:
     return {ref["name"]: ref["weight"] for ref in rule["backendRefs"]}
 
 
-def test_canary_gets_an_httproute_with_the_weights_its_status_reports(cluster, gateway_operator, namespace):
+def test_canary_gets_an_httproute_with_the_weights_its_status_reports(
+    cluster, gateway_operator, namespace
+):
     manifest = load_sample("canary.yaml")
     name, spec = manifest["metadata"]["name"], manifest["spec"]
     # Short intervals so the inconclusive path is seen within the test.
@@ -54,30 +73,51 @@ def test_canary_gets_an_httproute_with_the_weights_its_status_reports(cluster, g
 
     status = obj["status"]
     assert status["canary"]["phase"] == PROGRESSING, status["canary"]
-    assert (status["canary"]["step"], status["canary"]["weight"], status["canaryWeight"]) == (1, first, first)
+    assert (
+        status["canary"]["step"],
+        status["canary"]["weight"],
+        status["canaryWeight"],
+    ) == (1, first, first)
 
-    stable, candidate = track_service_name(name, "stable"), track_service_name(name, "canary")
+    stable, candidate = (
+        track_service_name(name, "stable"),
+        track_service_name(name, "canary"),
+    )
     route = cluster.wait_for(
-        lambda: next(iter(children(cluster, "httproutes", name, namespace)), None), timeout=30, what="HTTPRoute"
+        lambda: next(iter(children(cluster, "httproutes", name, namespace)), None),
+        timeout=30,
+        what="HTTPRoute",
     )
     assert route["metadata"]["name"] == route_name(name)
     assert owned_by(route, obj)
     assert route["spec"]["parentRefs"] == [
-        {"group": "", "kind": "Service", "name": service_name(name), "port": route["spec"]["parentRefs"][0]["port"]}
+        {
+            "group": "",
+            "kind": "Service",
+            "name": service_name(name),
+            "port": route["spec"]["parentRefs"][0]["port"],
+        }
     ]
     assert _route_weights(route) == {stable: 100 - first, candidate: first}
     for svc in (stable, candidate):
         cluster.kubectl("get", "service", svc, "-n", namespace)
     # Traffic goes by the route, yet the candidate runs its share of the pods.
-    assert status["canaryPools"]["onDemand"] + status["canaryPools"]["spot"] == canary_replicas(spec["replicas"], first)
+    assert status["canaryPools"]["onDemand"] + status["canaryPools"][
+        "spot"
+    ] == canary_replicas(spec["replicas"], first)
 
     # Two inconclusive intervals (no Prometheus): paused, weight held, route unchanged.
     paused = cluster.wait_for(
-        lambda: (s := tts(cluster, name, namespace)["status"])["canary"]["phase"] == PAUSED and s,
+        lambda: (
+            (s := tts(cluster, name, namespace)["status"])["canary"]["phase"] == PAUSED
+            and s
+        ),
         timeout=60,
         what="the rollout to pause after inconclusiveLimit inconclusive intervals",
     )
-    assert (paused["canary"]["weight"], paused["canaryWeight"]) == (first, first), paused["canary"]
+    assert (paused["canary"]["weight"], paused["canaryWeight"]) == (first, first), (
+        paused["canary"]
+    )
     assert "inconclusive" in paused["canary"]["message"], paused["canary"]["message"]
     assert paused["canary"]["lastAnalysis"]["result"] == "Inconclusive"
     (route,) = children(cluster, "httproutes", name, namespace)

@@ -10,21 +10,24 @@ import time
 import pytest
 from operator_fixtures import (
     children,
-    condition,
     load_sample,
     owned_by,
     pods_by_node,
-    tts,
     wait_ready,
 )
-
 from ttsfleet_operator.gpu_classes import GPU_CLASSES
 from ttsfleet_operator.replicas import split_replicas
 
 pytestmark = pytest.mark.timeout(180)
 
 CHILD_KINDS = ("deployments", "services", "configmaps", "poddisruptionbudgets")
-SAMPLES = ["base-0.6b.yaml", "customvoice-1.7b.yaml", "voicedesign-1.7b.yaml", "spot.yaml", "canary.yaml"]
+SAMPLES = [
+    "base-0.6b.yaml",
+    "customvoice-1.7b.yaml",
+    "voicedesign-1.7b.yaml",
+    "spot.yaml",
+    "canary.yaml",
+]
 
 
 def _is_spot(node: dict) -> bool:
@@ -32,7 +35,9 @@ def _is_spot(node: dict) -> bool:
 
 
 @pytest.mark.parametrize("sample", SAMPLES)
-def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(cluster, running_operator, namespace, sample):
+def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(
+    cluster, running_operator, namespace, sample
+):
     manifest = load_sample(sample)
     name, spec = manifest["metadata"]["name"], manifest["spec"]
     cluster.apply(manifest, "-n", namespace)
@@ -46,7 +51,9 @@ def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(clust
         objs = children(cluster, kind, name, namespace)
         assert objs, f"no {kind} for {name}"
         for child in objs:
-            assert owned_by(child, obj), f"{kind}/{child['metadata']['name']} lacks a controller ownerReference"
+            assert owned_by(child, obj), (
+                f"{kind}/{child['metadata']['name']} lacks a controller ownerReference"
+            )
 
     # Every pod on a node of the requested GPU class; spot pods only on spot nodes and
     # the on-demand floor on on-demand nodes, as the one splitter says.
@@ -56,20 +63,31 @@ def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(clust
     assert len(placed) == spec["replicas"], [p["metadata"]["name"] for p, _ in placed]
     for pod, node in placed:
         assert node is not None, f"pod {pod['metadata']['name']} not scheduled"
-        assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == product, (pod["metadata"]["name"], node["metadata"]["name"])
-        assert _is_spot(node) == (pod["metadata"]["labels"]["ttsfleet.io/pool"] == "spot"), (
+        assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == product, (
+            pod["metadata"]["name"],
+            node["metadata"]["name"],
+        )
+        assert _is_spot(node) == (
+            pod["metadata"]["labels"]["ttsfleet.io/pool"] == "spot"
+        ), (
             f"pod {pod['metadata']['name']} of pool {pod['metadata']['labels']['ttsfleet.io/pool']}"
             f" on node {node['metadata']['name']}"
         )
     if "canary" not in spec:
-        split = split_replicas(spec["replicas"], spot.get("ratio", 0.0), spot.get("minOnDemand", 0))
+        split = split_replicas(
+            spec["replicas"], spot.get("ratio", 0.0), spot.get("minOnDemand", 0)
+        )
         on_spot = sum(1 for _, node in placed if _is_spot(node))
         assert (len(placed) - on_spot, on_spot) == (split.on_demand, split.spot)
 
     if (spec.get("autoscaling") or {}).get("enabled"):
         (hpa,) = children(cluster, "horizontalpodautoscalers", name, namespace)
         assert owned_by(hpa, obj)
-        assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService", "name": name}
+        assert hpa["spec"]["scaleTargetRef"] == {
+            "apiVersion": "ttsfleet.io/v1alpha1",
+            "kind": "TTSService",
+            "name": name,
+        }
         assert hpa["spec"]["minReplicas"] == spec["autoscaling"]["minReplicas"]
         assert hpa["spec"]["maxReplicas"] == spec["autoscaling"]["maxReplicas"]
 
@@ -79,7 +97,12 @@ def _base(name: str = "tts-invalid", **spec) -> dict:
         "apiVersion": "ttsfleet.io/v1alpha1",
         "kind": "TTSService",
         "metadata": {"name": name},
-        "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}, "gpu": {"class": "h100"}, "replicas": 1, **spec},
+        "spec": {
+            "model": {"size": "1.7B", "variant": "CustomVoice"},
+            "gpu": {"class": "h100"},
+            "replicas": 1,
+            **spec,
+        },
     }
 
 
@@ -97,7 +120,10 @@ INVALID = {
         "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
     ),
     "floor-above-autoscaling-max": (
-        _base(spot={"ratio": 0.5, "minOnDemand": 8}, autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 4}),
+        _base(
+            spot={"ratio": 0.5, "minOnDemand": 8},
+            autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 4},
+        ),
         "spot.minOnDemand must not exceed autoscaling.maxReplicas",
     ),
     "candidate-without-image-or-revision": (
@@ -112,38 +138,64 @@ INVALID = {
 
 
 @pytest.mark.parametrize("case", sorted(INVALID))
-def test_api_server_refuses_invalid_tts_service_with_the_cel_message(cluster, namespace, case):
+def test_api_server_refuses_invalid_tts_service_with_the_cel_message(
+    cluster, namespace, case
+):
     manifest, message = INVALID[case]
-    proc = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest), check=False)
+    proc = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(manifest), check=False
+    )
     assert proc.returncode != 0, f"{case}: accepted by the API server:\n{proc.stdout}"
-    assert "is invalid" in proc.stderr and message in proc.stderr, f"{case}: expected {message!r} in:\n{proc.stderr}"
+    assert "is invalid" in proc.stderr and message in proc.stderr, (
+        f"{case}: expected {message!r} in:\n{proc.stderr}"
+    )
     assert cluster.get("tts", "-n", namespace)["items"] == []
 
 
-def test_deleting_the_tts_service_garbage_collects_its_children(cluster, running_operator, namespace):
+def test_deleting_the_tts_service_garbage_collects_its_children(
+    cluster, running_operator, namespace
+):
     manifest = load_sample("customvoice-1.7b.yaml")
     name = manifest["metadata"]["name"]
     cluster.apply(manifest, "-n", namespace)
     obj = wait_ready(cluster, name, namespace)
-    assert not obj["metadata"].get("finalizers"), f"finalizers on the TTSService: {obj['metadata']['finalizers']}"
+    assert not obj["metadata"].get("finalizers"), (
+        f"finalizers on the TTSService: {obj['metadata']['finalizers']}"
+    )
 
     # --wait: a finalizer left behind would hang here, not pass.
-    cluster.kubectl("delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s")
+    cluster.kubectl(
+        "delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s"
+    )
     kinds = (*CHILD_KINDS, "horizontalpodautoscalers", "pods")
 
     def leftovers():
-        return {kind: [o["metadata"]["name"] for o in children(cluster, kind, name, namespace)] for kind in kinds}
+        return {
+            kind: [
+                o["metadata"]["name"] for o in children(cluster, kind, name, namespace)
+            ]
+            for kind in kinds
+        }
 
-    cluster.wait_for(lambda: not any(leftovers().values()), timeout=60, what="children garbage-collected")
+    cluster.wait_for(
+        lambda: not any(leftovers().values()),
+        timeout=60,
+        what="children garbage-collected",
+    )
     # The operator's next passes do not bring anything back.
     time.sleep(2 * running_operator.resync_seconds + 1)
     assert not any(leftovers().values()), leftovers()
 
 
-def test_namespace_enforcing_restricted_pod_security_admits_the_runtime_pods(cluster, running_operator, namespace):
+def test_namespace_enforcing_restricted_pod_security_admits_the_runtime_pods(
+    cluster, running_operator, namespace
+):
     cluster.kubectl(
-        "label", "namespace", namespace,
-        "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest",
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
         "pod-security.kubernetes.io/warn=restricted",
     )
     manifest = load_sample("spot.yaml")

@@ -17,7 +17,6 @@ from operator_fixtures import (
     wait_ready,
     write_requests,
 )
-
 from ttsfleet_operator.render.names import deployment_name
 
 pytestmark = pytest.mark.timeout(180)
@@ -37,7 +36,9 @@ def test_a_deployment_scaled_by_hand_is_scaled_back(cluster, namespace, service)
     name = service["metadata"]["name"]
     on_demand = deployment_name(name, "stable", "on-demand")
     before = deployment_replicas(cluster, name, namespace)
-    cluster.kubectl("scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7")
+    cluster.kubectl(
+        "scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7"
+    )
     cluster.wait_for(
         lambda: deployment_replicas(cluster, name, namespace) == before,
         timeout=30,
@@ -49,8 +50,14 @@ def test_a_service_target_port_changed_by_hand_is_restored(cluster, namespace, s
     name = service["metadata"]["name"]
     ports = cluster.get("service", name, "-n", namespace)["spec"]["ports"]
     cluster.kubectl(
-        "patch", "service", name, "-n", namespace, "--type=json",
-        "-p", '[{"op": "replace", "path": "/spec/ports/0/targetPort", "value": 9999}]',
+        "patch",
+        "service",
+        name,
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op": "replace", "path": "/spec/ports/0/targetPort", "value": 9999}]',
     )
     cluster.wait_for(
         lambda: cluster.get("service", name, "-n", namespace)["spec"]["ports"] == ports,
@@ -67,36 +74,69 @@ def test_a_service_target_port_changed_by_hand_is_restored(cluster, namespace, s
 )
 def test_a_service_port_changed_by_hand_is_restored(cluster, namespace, service):
     name = service["metadata"]["name"]
-    (svc,) = [s for s in children(cluster, "services", name, namespace) if s["metadata"]["name"] == name]
+    (svc,) = [
+        s
+        for s in children(cluster, "services", name, namespace)
+        if s["metadata"]["name"] == name
+    ]
     ports = svc["spec"]["ports"]
     cluster.kubectl(
-        "patch", "service", name, "-n", namespace, "--type=json",
-        "-p", '[{"op": "replace", "path": "/spec/ports/0/port", "value": 9999}]',
+        "patch",
+        "service",
+        name,
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        '[{"op": "replace", "path": "/spec/ports/0/port", "value": 9999}]',
     )
-    live = lambda: cluster.get("service", name, "-n", namespace)["spec"]["ports"]  # noqa: E731
+    live = lambda: cluster.get("service", name, "-n", namespace)["spec"]["ports"]
     try:
-        cluster.wait_for(lambda: live() == ports, timeout=12, what=f"Service {name} ports restored to {ports}")
+        cluster.wait_for(
+            lambda: live() == ports,
+            timeout=12,
+            what=f"Service {name} ports restored to {ports}",
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nlive ports: {live()}") from None
 
 
-@pytest.mark.parametrize("kind", ["deployment", "configmap", "poddisruptionbudget", "horizontalpodautoscaler"])
+@pytest.mark.parametrize(
+    "kind",
+    ["deployment", "configmap", "poddisruptionbudget", "horizontalpodautoscaler"],
+)
 def test_a_deleted_child_is_recreated(cluster, namespace, service, kind):
     name = service["metadata"]["name"]
     victim = children(cluster, f"{kind}s", name, namespace)[0]["metadata"]
     cluster.kubectl("delete", kind, victim["name"], "-n", namespace, "--wait=true")
 
     def recreated():
-        objs = [o for o in children(cluster, f"{kind}s", name, namespace) if o["metadata"]["name"] == victim["name"]]
+        objs = [
+            o
+            for o in children(cluster, f"{kind}s", name, namespace)
+            if o["metadata"]["name"] == victim["name"]
+        ]
         return objs and objs[0]["metadata"]["uid"] != victim["uid"]
 
     cluster.wait_for(recreated, timeout=30, what=f"{kind}/{victim['name']} recreated")
 
 
-def test_operator_killed_mid_change_resumes_without_duplicates(cluster, running_operator, namespace, service):
+def test_operator_killed_mid_change_resumes_without_duplicates(
+    cluster, running_operator, namespace, service
+):
     name = service["metadata"]["name"]
-    names_before = {kind: sorted(o["metadata"]["name"] for o in children(cluster, kind, name, namespace))
-                    for kind in ("deployments", "services", "configmaps", "poddisruptionbudgets", "horizontalpodautoscalers")}
+    names_before = {
+        kind: sorted(
+            o["metadata"]["name"] for o in children(cluster, kind, name, namespace)
+        )
+        for kind in (
+            "deployments",
+            "services",
+            "configmaps",
+            "poddisruptionbudgets",
+            "horizontalpodautoscalers",
+        )
+    }
 
     # SIGKILL right after a change lands: nothing of it may have been applied yet.
     patch = '{"spec": {"replicas": 9, "engine": {"maxBatch": 16}}}'
@@ -107,19 +147,28 @@ def test_operator_killed_mid_change_resumes_without_duplicates(cluster, running_
 
     obj = wait_ready(cluster, name, namespace)
     assert obj["status"]["observedGeneration"] == generation
-    names_after = {kind: sorted(o["metadata"]["name"] for o in children(cluster, kind, name, namespace))
-                   for kind in names_before}
+    names_after = {
+        kind: sorted(
+            o["metadata"]["name"] for o in children(cluster, kind, name, namespace)
+        )
+        for kind in names_before
+    }
     assert names_after == names_before, "children added or lost across the restart"
     assert sum(deployment_replicas(cluster, name, namespace).values()) == 9
     (config,) = children(cluster, "configmaps", name, namespace)
     assert "16" in config["data"].values(), config["data"]
     # One ReplicaSet per pool per pod template: the engine change rolled each pool once.
-    owners = [rs["metadata"]["ownerReferences"][0]["name"] for rs in children(cluster, "replicasets", name, namespace)]
+    owners = [
+        rs["metadata"]["ownerReferences"][0]["name"]
+        for rs in children(cluster, "replicasets", name, namespace)
+    ]
     assert sorted(set(owners)) == names_after["deployments"]
     assert all(owners.count(d) <= 2 for d in set(owners)), owners
 
 
-def test_a_pass_over_an_unchanged_tts_service_writes_nothing(cluster, running_operator, namespace, service):
+def test_a_pass_over_an_unchanged_tts_service_writes_nothing(
+    cluster, running_operator, namespace, service
+):
     """Counted by the API server: `apiserver_request_total` of write verbs on every kind
     the operator writes. Its metrics have no user label, so the window is kept free of
     other writers: the operator is scoped to this namespace, earlier tests' namespaces
@@ -130,21 +179,37 @@ def test_a_pass_over_an_unchanged_tts_service_writes_nothing(cluster, running_op
     wait_ready(cluster, name, namespace)
 
     def terminating():
-        return [n["metadata"]["name"] for n in cluster.get("namespaces")["items"] if n["status"].get("phase") == "Terminating"]
+        return [
+            n["metadata"]["name"]
+            for n in cluster.get("namespaces")["items"]
+            if n["status"].get("phase") == "Terminating"
+        ]
 
-    cluster.wait_for(lambda: not terminating(), timeout=90, what="earlier tests' namespaces to finish terminating")
+    cluster.wait_for(
+        lambda: not terminating(),
+        timeout=90,
+        what="earlier tests' namespaces to finish terminating",
+    )
     time.sleep(resyncs(1))  # the restarted operator's first passes settle
 
     before = write_requests(cluster)
     time.sleep(resyncs(4))
     idle = count_diff(before, write_requests(cluster))
-    assert idle == {}, f"writes during 4 idle resync passes: {idle}\n{running_operator.log_tail(20)}"
+    assert idle == {}, (
+        f"writes during 4 idle resync passes: {idle}\n{running_operator.log_tail(20)}"
+    )
 
     # The same measurement sees the operator's writes when there is something to do.
     on_demand = deployment_name(name, "stable", "on-demand")
     want = deployment_replicas(cluster, name, namespace)
     before = write_requests(cluster)
-    cluster.kubectl("scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7")
-    cluster.wait_for(lambda: deployment_replicas(cluster, name, namespace) == want, timeout=30, what="drift repaired")
+    cluster.kubectl(
+        "scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7"
+    )
+    cluster.wait_for(
+        lambda: deployment_replicas(cluster, name, namespace) == want,
+        timeout=30,
+        what="drift repaired",
+    )
     repaired = count_diff(before, write_requests(cluster))
     assert repaired.get(("APPLY", "apps", "deployments", ""), 0) >= 1, repaired
