@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.tools import tool
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHART = REPO_ROOT / "charts" / "ttsfleet"
@@ -40,10 +41,7 @@ KIND = "TTSService"
 
 
 def helm_path() -> str:
-    cache = Path(os.environ.get("TTSFLEET_CACHE", Path.home() / ".cache" / "ttsfleet"))
-    found = shutil.which("helm") or str(cache / "tools" / "bin" / "helm")
-    assert Path(found).exists(), "no helm: run `make tools`"
-    return found
+    return tool("helm")
 
 
 def ttsfleet_path() -> str:
