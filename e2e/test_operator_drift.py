@@ -66,12 +66,6 @@ def test_a_service_target_port_changed_by_hand_is_restored(cluster, namespace, s
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="operator bug found by this test: ports is a list-map keyed by port; after a hand edit of the port the"
-    " forced server-side apply adds a second entry named 'http' beside the edited one (owned by kubectl-patch),"
-    " the API server refuses it (spec.ports[1].name: Duplicate value) and every pass fails with ApplyFailed",
-)
 def test_a_service_port_changed_by_hand_is_restored(cluster, namespace, service):
     name = service["metadata"]["name"]
     (svc,) = [

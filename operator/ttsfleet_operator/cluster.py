@@ -28,8 +28,11 @@ class Cluster(Protocol):
     async def serves(self, api_version: str, kind: str) -> bool:
         """Whether the API server serves this kind (discovery; e.g. Gateway API's HTTPRoute)."""
 
-    async def apply(self, manifest: dict) -> dict:
-        """Server-side apply with our field manager, forcing conflicts; returns the stored object."""
+    async def apply(self, manifest: dict, live: dict | None = None) -> dict:
+        """Server-side apply with our field manager, forcing conflicts; returns the stored object.
+
+        `live` is the object as last listed, if it exists: when the apply is refused as
+        invalid, the rendered fields replace its fields once (see KubeCluster.apply)."""
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
         """Delete if the object still has `uid` (never a newer namesake); a missing object is fine."""

@@ -129,9 +129,33 @@ class KubeCluster:
         result = await self._request("GET", collection_path(api_version, kind, namespace), query=query)
         return (result or {}).get("items", [])
 
-    async def apply(self, manifest: dict) -> dict:
+    async def apply(self, manifest: dict, live: dict | None = None) -> dict:
         metadata = manifest["metadata"]
         path = f"{collection_path(manifest['apiVersion'], manifest['kind'], metadata['namespace'])}/{metadata['name']}"
+        try:
+            return await self._server_side_apply(path, manifest)
+        except ApiError as error:
+            if error.status != 422 or live is None:
+                raise
+        # Refused as invalid. Entries another manager holds in a list can do that however
+        # often we apply: a Service port edited by hand keeps its entry beside ours, both
+        # named "http". Replace each rendered top-level field (spec, ...) of the listed object
+        # with ours once, by a JSON patch guarded by its resourceVersion (the `patch` verb
+        # RBAC grants; a genuinely invalid rendering is refused here too, with its message;
+        # a newer object fails the guard and the next pass sees it), then apply again so we
+        # own the fields as before.
+        operations = [{"op": "test", "path": "/metadata/resourceVersion", "value": live["metadata"]["resourceVersion"]}]
+        operations += [
+            {"op": "replace" if key in live else "add", "path": f"/{key}", "value": _overlay(live.get(key), value)}
+            for key, value in manifest.items()
+            if key not in ("apiVersion", "kind", "metadata")
+        ]
+        await self._request(
+            "PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=operations, content_type="application/json-patch+json"
+        )
+        return await self._server_side_apply(path, manifest)
+
+    async def _server_side_apply(self, path: str, manifest: dict) -> dict:
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         # JSON is YAML: the apply content type accepts the dict as serialised JSON.
         return await self._request(
@@ -180,6 +204,13 @@ class KubeCluster:
             "count": 1,
         }
         await self._request("POST", collection_path("v1", "Event", namespace), body=event)
+
+
+def _overlay(live: Any, desired: Any) -> Any:
+    """`live` with every field `desired` sets taken from `desired`; lists are replaced whole."""
+    if isinstance(live, dict) and isinstance(desired, dict):
+        return {**live, **{key: _overlay(live.get(key), value) for key, value in desired.items()}}
+    return desired
 
 
 def _message(data: bytes) -> str:

@@ -169,7 +169,7 @@ class Reconciler:
             result = current
             if drift.needs_apply(desired, current):
                 try:
-                    result = await self.cluster.apply(desired)
+                    result = await self.cluster.apply(desired, current)
                 except ApiError as error:
                     outcome.problem = Problem("ApplyFailed", f"{_describe(desired)}: {error.message}"[:1000])
                     outcome.failed_kind = desired["kind"]

@@ -63,7 +63,7 @@ class FakeCluster:
         self.requests.append(("discovery", kind))
         return (api_version, kind) in self.served
 
-    async def apply(self, manifest):
+    async def apply(self, manifest, live=None):
         kind, meta = manifest["kind"], manifest["metadata"]
         self.requests.append(("apply", f"{kind}/{meta['name']}"))
         if kind in self.fail_apply_kinds:

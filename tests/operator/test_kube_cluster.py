@@ -14,6 +14,21 @@ from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.kube_cluster import KubeCluster
 
 
+# A Service whose port someone changed by hand, as the reconciler last listed it.
+EDITED_SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {
+        "name": "edited",
+        "namespace": "voice",
+        "resourceVersion": "41",
+        "labels": {"team": "speech"},
+        "managedFields": [{"manager": "kubectl-patch"}],
+    },
+    "spec": {"clusterIP": "10.0.0.7", "ports": [{"name": "http", "port": 9999, "targetPort": "http"}]},
+}
+
+
 @pytest.fixture
 async def api():
     received = []
@@ -33,6 +48,10 @@ async def api():
             return web.json_response({"kind": "Status", "message": "not found"}, status=404)
         if request.path.endswith("/refused"):
             return web.json_response({"kind": "Status", "message": "spec.replicas: Invalid value"}, status=422)
+        if request.path.endswith("/edited") and request.method == "PATCH" and not any(
+            r["content_type"] == "application/json-patch+json" for r in received
+        ):
+            return web.json_response({"kind": "Status", "message": 'spec.ports[1].name: Duplicate value: "http"'}, status=422)
         if request.method == "GET":
             return web.json_response({"items": [{"metadata": {"name": "x"}}]})
         return web.json_response(json.loads(body) if body else {})
@@ -93,6 +112,32 @@ async def test_a_refusal_raises_with_the_api_servers_message(api):
     with pytest.raises(ApiError) as caught:
         await cluster.apply(manifest)
     assert caught.value.status == 422 and "Invalid value" in caught.value.message
+
+
+async def test_an_apply_refused_as_invalid_replaces_the_fields_once_then_applies_again(api):
+    """A hand-edited list entry (a Service port) stays beside ours under server-side apply,
+    and the merged object is invalid on every pass; one JSON patch (the verb RBAC grants)
+    replaces the rendered fields, guarded by the resourceVersion."""
+    cluster, received = api
+    desired = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "edited", "namespace": "voice", "labels": {"app": "tts"}},
+        "spec": {"ports": [{"name": "http", "port": 8000, "targetPort": "http"}]},
+    }
+    await cluster.apply(desired, EDITED_SERVICE)
+    assert [r["content_type"] for r in received] == [
+        "application/apply-patch+yaml",
+        "application/json-patch+json",
+        "application/apply-patch+yaml",
+    ]
+    patch = received[1]
+    assert patch["content_type"] == "application/json-patch+json"
+    assert patch["query"] == {"fieldManager": "ttsfleet-operator"}
+    assert patch["body"] == [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+        {"op": "replace", "path": "/spec", "value": {"clusterIP": "10.0.0.7", "ports": desired["spec"]["ports"]}},
+    ]
 
 
 async def test_events_point_at_the_service(api):
