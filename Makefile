@@ -51,12 +51,12 @@ cluster-down: ## stop the local cluster
 .PHONY: unit
 unit: venv tools ## fast tests: no cluster, no GPU
 	@echo "==> unit tests (tests/)"
-	PATH="$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) tests
+	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) tests
 
 .PHONY: e2e
 e2e: venv tools control-plane ## tests against a real control plane (kwok here)
 	@echo "==> e2e tests (e2e/) against a real control plane"
-	PATH="$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) e2e
+	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) e2e
 
 .PHONY: test
 test: unit e2e ## everything CI runs
@@ -69,6 +69,7 @@ generate: venv ## rewrite every generated file: CRD (both copies), field referen
 	  $(BIN)/ttsfleet crd --reference; } > docs/reference.md
 	$(BIN)/python hack/generate-dashboards.py
 
+SAMPLE ?= samples/spot.yaml
 .PHONY: dev
-dev: venv tools cluster-up ## the main job: local cluster, operator from the chart, a sample TTSService
-	PATH="$(TTSFLEET_CACHE)/tools/bin:$(BIN):$$PATH" hack/dev.sh
+dev: venv tools cluster-up ## the main job: local cluster, operator from the chart, a sample TTSService (SAMPLE=...)
+	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" hack/dev.sh $(SAMPLE)
