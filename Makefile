@@ -8,8 +8,9 @@ export TTSFLEET_CACHE ?= $(HOME)/.cache/ttsfleet
 VENV ?= $(TTSFLEET_CACHE)/venv
 BIN := $(VENV)/bin
 PYTEST := $(BIN)/pytest
-# The environment is rebuilt when pyproject.toml changes.
-VENV_STAMP := $(VENV)/.ttsfleet-$(shell sha1sum pyproject.toml | cut -c1-12)
+# The environment is refreshed when pyproject.toml changes, or when another checkout
+# (a CI clone) uses it: the editable install must point at the code under test.
+VENV_STAMP := $(VENV)/.ttsfleet-$(shell { cat pyproject.toml; echo $(CURDIR); } | sha1sum | cut -c1-12)
 TOOLS_STAMP := $(TTSFLEET_CACHE)/tools/.stamp-$(shell sha1sum hack/install-tools.sh | cut -c1-12)
 
 .PHONY: help
