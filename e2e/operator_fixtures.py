@@ -121,14 +121,19 @@ class Operator:
         self.log_path = log_path
         self.resync_seconds = resync_seconds
         self.namespaces: list[str] | None = None
+        # Flags beyond the fixture's own (e.g. `--prometheus-url URL`), kept until a start without them.
+        self.extra_args: tuple[str, ...] = ()
         self.proc: subprocess.Popen | None = None
         self._log = None
 
-    def start(self, namespaces: list[str] | None = None) -> None:
+    def start(
+        self, namespaces: list[str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
         assert self.proc is None or self.proc.poll() is not None, (
             "operator already running"
         )
         self.namespaces = namespaces
+        self.extra_args = tuple(extra_args)
         scope = (
             [arg for ns in namespaces for arg in ("-n", ns)] if namespaces else ["-A"]
         )
@@ -145,6 +150,7 @@ class Operator:
             "0",
             "--liveness",
             "",
+            *self.extra_args,
         ]
         self._log = open(self.log_path, "a")  # noqa: SIM115 (kept open while the process runs)
         self._log.write(f"\n===== {time.strftime('%H:%M:%S')} start: {' '.join(cmd)}\n")
@@ -192,9 +198,11 @@ class Operator:
         text = self.log_path.read_text(errors="replace")
         return "Initial authentication has finished" in text[text.rfind("===== ") :]
 
-    def restart(self, namespaces: list[str] | None = None) -> None:
+    def restart(
+        self, namespaces: list[str] | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.stop()
-        self.start(namespaces)
+        self.start(namespaces, extra_args)
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, as when a node dies under the operator."""
@@ -265,8 +273,9 @@ def operator(operator_install, tmp_path_factory):
 
 @pytest.fixture
 def running_operator(operator):
-    """The session's operator, (re)started with every namespace in view if a test left it otherwise."""
-    if not operator.running or operator.namespaces:
+    """The session's operator, (re)started with every namespace in view and no extra flags
+    if a test left it otherwise."""
+    if not operator.running or operator.namespaces or operator.extra_args:
         operator.restart()
     return operator
 

@@ -63,6 +63,8 @@ class Outcome:
     updated: list[str] = dataclasses.field(default_factory=list)
     deleted: list[str] = dataclasses.field(default_factory=list)
     status_written: bool = False
+    # The TTSService as the status write returned it: newer than the body this pass began from.
+    written: dict | None = None
     problem: Problem | None = None
     permanent: bool = False
     # Kind of the child whose apply or delete failed (the operator's error metric).
@@ -287,7 +289,7 @@ class Reconciler:
             status = compute_status(service, previous, deployments, outcome.problem, self.now(), canary, tracks)
         if any(previous.get(key) != value for key, value in status.items()):
             try:
-                await self.cluster.patch_status(
+                outcome.written = await self.cluster.patch_status(
                     tts_service.API_VERSION,
                     tts_service.KIND,
                     body["metadata"].get("namespace", "default"),

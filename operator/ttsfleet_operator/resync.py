@@ -4,6 +4,13 @@ kopf's own timers would add a finalizer to every TTSService (so deleting one
 would hang while the operator is down). This loop needs none: it reconciles the
 latest body kopf's watch delivered (`remember`/`forget`), under the same
 per-object lock the change handlers take, so passes never overlap.
+
+A pass that waited on the lock may hold the very body the pass before it started
+from, whose status that pass has since replaced (the watch delivers the write a
+moment later). Stepping the canary again from that stale status would repeat the
+transition (a second CanaryStarted, a step analysed twice): so a body with the
+resourceVersion a status write was computed from is swapped for the object that
+write returned.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ class Resync:
         self.period_seconds = period_seconds
         self.bodies: dict[Key, dict] = {}
         self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        # key -> (resourceVersion a pass's status write was computed from, the object it returned)
+        self.superseded: dict[Key, tuple[str, dict]] = {}
 
     @staticmethod
     def key(body: dict) -> Key:
@@ -37,10 +46,23 @@ class Resync:
         key = self.key(body)
         self.bodies.pop(key, None)
         self.locks.pop(key, None)
+        self.superseded.pop(key, None)
 
     async def reconcile_locked(self, body: dict) -> object:
-        async with self.locks[self.key(body)]:
-            return await self.reconcile(body)
+        key = self.key(body)
+        async with self.locks[key]:
+            version = body["metadata"].get("resourceVersion")
+            stale, newer = self.superseded.get(key, (None, None))
+            if version is not None and version == stale:
+                body = copy.deepcopy(newer)
+                version = body["metadata"].get("resourceVersion")
+            outcome = await self.reconcile(body)
+            written = getattr(outcome, "written", None)
+            if version is not None and isinstance(written, dict) and (written.get("metadata") or {}).get(
+                "resourceVersion"
+            ):
+                self.superseded[key] = (version, copy.deepcopy(written))
+            return outcome
 
     async def pass_once(self) -> int:
         """Reconcile every known object once; returns how many."""

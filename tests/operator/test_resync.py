@@ -72,3 +72,40 @@ async def test_the_latest_body_wins_and_is_a_copy():
     resync.remember(newer)
     await resync.pass_once()
     assert seen == [2]
+
+
+class Written:
+    """What Reconciler.reconcile returns, as far as Resync looks: the status write's result."""
+
+    def __init__(self, written):
+        self.written = written
+
+
+async def test_a_body_a_status_write_superseded_is_not_reconciled_again():
+    # The create handler's pass writes the status (Canary started) while the resync pass
+    # waits on the lock holding the same, older body: that pass must see the written
+    # object, or it would step the canary from the old status again (a second CanaryStarted).
+    seen = []
+    gate = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append((obj["metadata"]["resourceVersion"], obj.get("status")))
+        if len(seen) == 1:
+            await gate.wait()
+            return Written({**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"}, "status": {"x": 1}})
+        return Written(None)
+
+    resync = Resync(reconcile, period_seconds=30)
+    created = {**body("a"), "metadata": {**body("a")["metadata"], "resourceVersion": "1"}}
+    resync.remember(created)
+    handler = asyncio.create_task(resync.reconcile_locked(created))
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(resync.pass_once())
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(handler, waiting)
+    assert seen == [("1", None), ("2", {"x": 1})]
+    # A body the watch delivered later (another version) is reconciled as delivered.
+    newer = {**created, "metadata": {**created["metadata"], "resourceVersion": "3"}}
+    await resync.reconcile_locked(newer)
+    assert seen[-1] == ("3", None)
