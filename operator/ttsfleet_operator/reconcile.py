@@ -159,7 +159,10 @@ class Reconciler:
             await self._report(body, None, [], outcome)
             return outcome
 
-        gateway_api = await self._serves_gateway_api(service)
+        gateway_api = await self._serves_gateway_api()
+        # Routes are listed wherever the cluster serves them, whatever the spec says now:
+        # one rendered under traffic GatewayAPI, or left by a canary since removed, is
+        # ours to keep current or delete.
         live = await self._live_children(namespace, name, body["metadata"]["uid"], gateway_api)
         now = self.now()
         transition = await self._step_canary(service, body, live, now)
@@ -216,9 +219,7 @@ class Reconciler:
             )
         return outcome
 
-    async def _serves_gateway_api(self, service: TTSService) -> bool:
-        if service.spec.canary is None or service.spec.canary.traffic != "Auto":
-            return False
+    async def _serves_gateway_api(self) -> bool:
         try:
             return await self.cluster.serves(*ROUTE_KIND)
         except ApiError as error:

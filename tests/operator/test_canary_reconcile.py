@@ -250,3 +250,25 @@ async def test_percent_zero_is_no_canary(fake_cluster):
     rollout = Rollout(fake_cluster, obj)
     await rollout.step()
     assert rollout.deployments() == ["demo-on-demand"] and rollout.image("demo-on-demand") == STABLE_IMAGE
+
+
+async def test_a_route_under_explicit_gateway_api_traffic_is_kept_current_not_recreated(fake_cluster):
+    fake_cluster.served.add(("gateway.networking.k8s.io/v1", "HTTPRoute"))
+    obj = body()
+    obj["spec"]["canary"]["traffic"] = "GatewayAPI"
+    rollout = Rollout(fake_cluster, obj)
+    await rollout.step()
+    await rollout.step(sm.INCONCLUSIVE)  # weight held: the listed route matches its rendering
+    route_writes = [target for verb, target in fake_cluster.writes if target.startswith("HTTPRoute/")]
+    assert route_writes == ["HTTPRoute/demo"]
+
+
+async def test_removing_the_canary_deletes_its_route_and_services(fake_cluster):
+    fake_cluster.served.add(("gateway.networking.k8s.io/v1", "HTTPRoute"))
+    rollout = Rollout(fake_cluster, body())
+    await rollout.step()
+    assert fake_cluster.names("HTTPRoute") == ["demo"]
+    del rollout.obj["spec"]["canary"]
+    await rollout.step()
+    assert fake_cluster.names("HTTPRoute") == []
+    assert fake_cluster.names("Service") == ["demo"]
