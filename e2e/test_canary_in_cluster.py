@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 from operator_fixtures import children, load_sample, owned_by, tts
 from support.prometheus import Prometheus
 from support.runtime import RuntimeProcess, write_tiny_checkpoint
-from support.traffic import SpeechTraffic
+from support.traffic import SpeechTraffic, request_seconds
 from test_gateway import gateway_api  # noqa: F401 (fixture: the Gateway API CRDs, installed once)
 from ttsfleet_operator import labels
 from ttsfleet_operator.canary import state_machine as sm
@@ -79,17 +78,6 @@ def prometheus(tmp_path, runtimes, namespace):
         yield server
     finally:
         server.stop()
-
-
-def request_seconds(base: str, samples: int = 3) -> float:
-    """Wall time of one whole request on this machine now (the TTFA threshold scales with it)."""
-    with httpx.Client(base_url=base, timeout=120) as client:
-        model = client.get("/v1/models").json()["data"][0]["id"]
-        body = {"model": model, "voice": "Vivian", "input": "Calibration.", "response_format": "pcm"}
-        started = time.monotonic()
-        for _ in range(samples):
-            assert client.post("/v1/audio/speech", json=body).status_code == 200
-        return (time.monotonic() - started) / samples
 
 
 def route_weights(cluster, name: str, namespace: str) -> tuple[int, int] | None:

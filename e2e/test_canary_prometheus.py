@@ -17,11 +17,10 @@ import asyncio
 import datetime
 import time
 
-import httpx
 import pytest
 from support.prometheus import Prometheus
 from support.runtime import RuntimeProcess, write_tiny_checkpoint
-from support.traffic import SpeechTraffic
+from support.traffic import SpeechTraffic, request_seconds
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.canary.prometheus import Prometheus as PrometheusClient
@@ -72,17 +71,6 @@ def fleet(tmp_path_factory):
             runtime.stop()
 
 
-def request_seconds(base: str, samples: int = 5) -> float:
-    """Wall time of one whole request on this machine now (the TTFA threshold scales with it)."""
-    with httpx.Client(base_url=base, timeout=120) as client:
-        model = client.get("/v1/models").json()["data"][0]["id"]
-        body = {"model": model, "voice": "Vivian", "input": "Calibration.", "response_format": "pcm"}
-        started = time.monotonic()
-        for _ in range(samples):
-            assert client.post("/v1/audio/speech", json=body).status_code == 200
-        return (time.monotonic() - started) / samples
-
-
 def canary_spec(ttfa_ms: int, **analysis_rules) -> CanarySpec:
     rules = {"intervalSeconds": INTERVAL, "steps": 2, "minRequests": 5, "maxErrorRatio": 0.01,
              "ttfaP95Milliseconds": ttfa_ms, "failureLimit": 0, "inconclusiveLimit": 2, **analysis_rules}
@@ -117,7 +105,7 @@ def test_healthy_promotes_slow_rolls_back_idle_pauses(fleet):
     # A lone caller's first audio comes before its request ends (< 1 request time); with one
     # batch slot and twelve callers each first audio waits for ~11 other requests. The
     # threshold sits at 4 request times, measured now, so a busy machine moves both sides.
-    threshold_ms = max(10, round(4000 * request_seconds(runtimes["fast"].base)))
+    threshold_ms = max(10, round(4000 * request_seconds(runtimes["fast"].base, samples=5)))
     healthy_load = SpeechTraffic(runtimes["fast"].base, callers=1, pause=0.2)
     slow_load = SpeechTraffic(runtimes["slow"].base, callers=12, pause=0.0)
     spec = canary_spec(threshold_ms)

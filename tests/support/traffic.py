@@ -68,3 +68,15 @@ class SpeechTraffic:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def request_seconds(base: str, samples: int = 3) -> float:
+    """Wall time of one whole speech request on this machine now: TTFA thresholds in
+    tests scale with it, since a busy 2-core machine can be several times slower."""
+    with httpx.Client(base_url=base, timeout=120) as client:
+        model = client.get("/v1/models").json()["data"][0]["id"]
+        body = {"model": model, "voice": "Vivian", "input": "Calibration.", "response_format": "pcm"}
+        started = time.monotonic()
+        for _ in range(samples):
+            assert client.post("/v1/audio/speech", json=body).status_code == 200
+        return (time.monotonic() - started) / samples
