@@ -4,7 +4,6 @@ from it, and the official reference model (`qwen-tts`) loaded from the same fold
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import sys
 import types
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from support import reference
 from ttsfleet_runtime.codec import load_speech_tokenizer
 from ttsfleet_runtime.codec.writer import write_random_speech_tokenizer
 
@@ -46,14 +46,12 @@ def _reference_tokenizer_modules():
     librosa, sox and the whole inference stack) never runs; the two files themselves
     need only torch and transformers.
     """
-    spec = importlib.util.find_spec("qwen_tts")
-    if spec is None or spec.origin is None:
-        pytest.skip("qwen-tts reference not installed (pip install --no-deps qwen-tts==0.1.1)")
-    pytest.importorskip("transformers")
+    origin = reference.reference_origin()
+    reference.require("transformers")
     name = "_qwen_tts_tokenizer_12hz_reference"
     if name not in sys.modules:
         package = types.ModuleType(name)
-        package.__path__ = [str(Path(spec.origin).parent / "core" / "tokenizer_12hz")]
+        package.__path__ = [str(Path(origin).parent / "core" / "tokenizer_12hz")]
         sys.modules[name] = package
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     if "default" not in ROPE_INIT_FUNCTIONS:  # transformers 5 dropped it (qwen-tts-hf shim)

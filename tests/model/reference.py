@@ -16,6 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
+from support import reference
 
 
 _AUDIO_ONLY_MODULES = ("librosa", "librosa.filters", "soundfile", "sox", "onnxruntime", "einops",
@@ -45,9 +46,9 @@ def _stub_audio_io() -> None:
 def reference_model(checkpoint: Path):
     """The reference Qwen3TTSForConditionalGeneration, float32, eager attention,
     with the checkpoint's weights."""
-    pytest.importorskip("transformers")
+    reference.require("transformers")
     _stub_audio_io()
-    qwen_tts = pytest.importorskip("qwen_tts.core.models")
+    qwen_tts = reference.require("qwen_tts.core.models")
     import torch
     from safetensors.torch import load_file
 
