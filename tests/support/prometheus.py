@@ -59,10 +59,23 @@ class Prometheus:
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"{}")
 
-    def query(self, expr: str) -> list[dict]:
-        status, body = self.api("query", query=expr)
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        params = {"query": expr} if at is None else {"query": expr, "time": at}
+        status, body = self.api("query", **params)
         assert status == 200, body
         return body["data"]["result"]
+
+    def query_one_evaluation(self, expr: str) -> list[dict]:
+        """The series of `expr` as one rule evaluation wrote them.
+
+        Prometheus commits each recording rule's output on its own, so a plain
+        query can read one series from the group's newest evaluation and its
+        siblings from the one before (a p95 above the p99). Reading at the
+        oldest of their latest timestamps sees every series at that evaluation.
+        """
+        stamps = self.query(f"timestamp({expr})")
+        assert stamps, f"no series for {expr}"
+        return self.query(expr, at=min(float(s["value"][1]) for s in stamps))
 
     def stop(self) -> None:
         self.process.terminate()
