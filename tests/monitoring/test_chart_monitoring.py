@@ -133,8 +133,9 @@ def test_runtime_podmonitor_selects_the_rendered_pods_and_names_their_labels(ren
         assert monitor["spec"]["selector"]["matchLabels"].items() <= pod.items()
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == (HTTP_PORT_NAME, METRICS_PATH, "30s")
-    relabel = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+    relabel = {r["targetLabel"]: r.get("sourceLabels") or r["replacement"] for r in endpoint["relabelings"]}
     assert relabel == {
+        "job": "ttsfleet-runtime",
         "service": [pod_label_meta(labels.SERVICE)],
         "track": [pod_label_meta(labels.TRACK)],
         "pool": [pod_label_meta(labels.POOL)],
@@ -159,3 +160,16 @@ def test_operator_podmonitor_scrapes_the_metrics_port_and_keeps_the_services_nam
     assert endpoint["honorLabels"] is True
     ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
     assert f"--metrics-port={ports[endpoint['port']]}" in pod["spec"]["containers"][0]["args"]
+
+
+
+def test_podmonitors_set_a_job_label_that_does_not_depend_on_the_release(rendered):
+    """The Prometheus Operator's default job, "<namespace>/<PodMonitor name>", depends on
+    the release and its namespace; rules on `up` need one they can name."""
+    jobs = {}
+    for name, monitor in by_kind(rendered, "PodMonitor").items():
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        (job,) = [r for r in endpoint["relabelings"] if r["targetLabel"] == "job"]
+        assert "sourceLabels" not in job and job.get("action", "replace") == "replace"
+        jobs[name] = job["replacement"]
+    assert jobs == {"ttsfleet-operator": "ttsfleet-operator", "ttsfleet-runtime": "ttsfleet-runtime"}
