@@ -1,7 +1,8 @@
 """kopf wiring, kept thin: every handler delegates to `Reconciler.reconcile`.
 
 Create/update/resume handlers react to changes at once; the watch-fed resync
-loop (resync.py) corrects drift. Logic lives in reconcile.py and render/.
+loop (resync.py) corrects drift, and a TTSService's pass comes soon after its
+Deployments' status changes (child_watch.py). Logic lives in reconcile.py and render/.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import logging
 
 import kopf
 
-from ttsfleet_operator import tts_service
+from ttsfleet_operator import labels, tts_service
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary.prometheus import Prometheus
-from ttsfleet_operator.kube_cluster import KubeCluster, connection_info, load_configuration
+from ttsfleet_operator.child_watch import WATCHED_CHILD_KINDS, ChildWatch
+from ttsfleet_operator.kube_cluster import PLURALS, KubeCluster, connection_info, load_configuration
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.resync import Resync
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 
 RESOURCE = {"group": tts_service.GROUP, "version": tts_service.VERSION, "plural": tts_service.PLURAL}
 ANNOTATION_PREFIX = "ttsfleet.io"
+# kopf filters the watch on these labels (every child carries them: labels.service_labels).
+CHILD_LABELS = {labels.MANAGED_BY: labels.MANAGER, labels.SERVICE: kopf.PRESENT}
 
 
 def _plain(body: kopf.Body) -> dict:
@@ -66,6 +70,7 @@ def register(
         memo.cluster = await KubeCluster.connect(kubeconfig)
         reconciler = Reconciler(memo.cluster, analyse=analyse, canary_state=metrics.set_canary_state)
         memo.resync = Resync(metrics.instrument(reconciler.reconcile), resync_seconds)
+        memo.child_watch = ChildWatch()
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
         log.info("operator started", extra={"resync_seconds": resync_seconds})
 
@@ -73,15 +78,29 @@ def register(
     async def stop(memo: kopf.Memo, **_) -> None:
         memo.resync_task.cancel()
         await asyncio.gather(memo.resync_task, return_exceptions=True)
+        await memo.resync.stop()
         await memo.cluster.close()
 
+    # Async, as every handler touching Resync: it holds asyncio tasks (kopf runs sync
+    # handlers in threads).
     @kopf.on.event(**RESOURCE, registry=registry)
-    def remember(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+    async def remember(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
         if event.get("type") == "DELETED":
             memo.resync.forget(_plain(body))
             metrics.forget(body["metadata"].get("namespace", "default"), body["metadata"]["name"])
         else:
             memo.resync.remember(_plain(body))
+
+    async def child_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+        owner = memo.child_watch.owner_to_refresh(event.get("type"), body)
+        if owner is not None:
+            memo.resync.soon(owner)
+
+    for api_version, kind in WATCHED_CHILD_KINDS:
+        group, version = api_version.split("/") if "/" in api_version else ("", api_version)
+        kopf.on.event(group=group, version=version, plural=PLURALS[kind], labels=CHILD_LABELS, registry=registry)(
+            child_changed
+        )
 
     @kopf.on.resume(**RESOURCE, registry=registry)
     @kopf.on.create(**RESOURCE, registry=registry)

@@ -11,6 +11,11 @@ moment later). Stepping the canary again from that stale status would repeat the
 transition (a second CanaryStarted, a step analysed twice): so a body with the
 resourceVersion a status write was computed from is swapped for the object that
 write returned.
+
+Between periods, `soon` asks for one object's pass shortly (its child Deployments'
+status changed, or one was deleted: child_watch.py). Requests within
+`coalesce_seconds` of the first share one pass, which lists the children afresh
+when it starts; a request after it has started gets a pass of its own, so none is lost.
 """
 
 from __future__ import annotations
@@ -27,13 +32,23 @@ Key = tuple[str, str]  # (namespace, name)
 
 
 class Resync:
-    def __init__(self, reconcile: Callable[[dict], Awaitable[object]], period_seconds: float):
+    def __init__(
+        self,
+        reconcile: Callable[[dict], Awaitable[object]],
+        period_seconds: float,
+        coalesce_seconds: float = 1.0,
+    ):
         self.reconcile = reconcile
         self.period_seconds = period_seconds
+        self.coalesce_seconds = coalesce_seconds
         self.bodies: dict[Key, dict] = {}
         self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         # key -> (resourceVersion a pass's status write was computed from, the object it returned)
         self.superseded: dict[Key, tuple[str, dict]] = {}
+        # key -> the pass `soon` scheduled that has not started yet
+        self.scheduled: dict[Key, asyncio.Task] = {}
+        # every pass `soon` started, until it finishes (asyncio keeps only weak references)
+        self.tasks: set[asyncio.Task] = set()
 
     @staticmethod
     def key(body: dict) -> Key:
@@ -47,6 +62,9 @@ class Resync:
         self.bodies.pop(key, None)
         self.locks.pop(key, None)
         self.superseded.pop(key, None)
+        pending = self.scheduled.pop(key, None)
+        if pending is not None:
+            pending.cancel()
 
     async def reconcile_locked(self, body: dict) -> object:
         key = self.key(body)
@@ -63,6 +81,37 @@ class Resync:
             ):
                 self.superseded[key] = (version, copy.deepcopy(written))
             return outcome
+
+    def soon(self, key: Key) -> None:
+        """One pass over `key` after `coalesce_seconds`, shared by every request until it starts."""
+        if key in self.scheduled or key not in self.bodies:
+            return
+        task = asyncio.create_task(self._pass_soon(key), name=f"ttsfleet-resync-soon-{key[0]}/{key[1]}")
+        self.scheduled[key] = task
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _pass_soon(self, key: Key) -> None:
+        await asyncio.sleep(self.coalesce_seconds)
+        # From here on, a new request schedules another pass: this one may list the
+        # children before the change that request reports.
+        if self.scheduled.get(key) is asyncio.current_task():
+            del self.scheduled[key]
+        body = self.bodies.get(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            await self.reconcile_locked(body)
+        except Exception:  # the periodic pass tries again
+            log.exception("resync failed", extra={"namespace": key[0], "service": key[1]})
+
+    async def stop(self) -> None:
+        """Cancel the passes `soon` scheduled or started."""
+        self.scheduled.clear()
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def pass_once(self) -> int:
         """Reconcile every known object once; returns how many."""

@@ -109,3 +109,87 @@ async def test_a_body_a_status_write_superseded_is_not_reconciled_again():
     newer = {**created, "metadata": {**created["metadata"], "resourceVersion": "3"}}
     await resync.reconcile_locked(newer)
     assert seen[-1] == ("3", None)
+
+
+async def test_requests_soon_after_one_another_share_one_pass_over_the_latest_body():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"].get("generation"))
+
+    resync = Resync(reconcile, period_seconds=600, coalesce_seconds=0.01)
+    resync.remember(body("a"))
+    for generation in range(5):
+        resync.remember({**body("a"), "metadata": {**body("a")["metadata"], "generation": generation}})
+        resync.soon(("voice", "a"))
+    await asyncio.gather(*resync.tasks)
+    assert seen == [4]
+
+
+async def test_a_request_while_its_pass_runs_gets_a_pass_of_its_own():
+    # The running pass may have listed the children before the change this request reports.
+    seen = []
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        started.set()
+        await release.wait()
+
+    resync = Resync(reconcile, period_seconds=600, coalesce_seconds=0.01)
+    resync.remember(body("a"))
+    resync.soon(("voice", "a"))
+    await started.wait()
+    resync.soon(("voice", "a"))
+    resync.soon(("voice", "a"))
+    release.set()
+    while resync.tasks:
+        await asyncio.gather(*resync.tasks)
+    assert seen == ["a", "a"]
+
+
+async def test_no_pass_for_an_unknown_forgotten_or_deleting_object():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+
+    resync = Resync(reconcile, period_seconds=600, coalesce_seconds=0.01)
+    resync.soon(("voice", "unknown"))
+    resync.remember(body("gone"))
+    resync.soon(("voice", "gone"))
+    resync.forget(body("gone"))
+    resync.remember(body("deleting", deleting=True))
+    resync.soon(("voice", "deleting"))
+    await asyncio.gather(*resync.tasks, return_exceptions=True)
+    assert seen == []
+
+
+async def test_a_failing_pass_requested_soon_is_logged_and_the_next_request_still_runs():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        if len(seen) == 1:
+            raise RuntimeError("boom")
+
+    resync = Resync(reconcile, period_seconds=600, coalesce_seconds=0.01)
+    resync.remember(body("a"))
+    resync.soon(("voice", "a"))
+    await asyncio.gather(*resync.tasks)
+    resync.soon(("voice", "a"))
+    await asyncio.gather(*resync.tasks)
+    assert seen == ["a", "a"]
+
+
+async def test_stop_cancels_the_passes_requested_soon():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+
+    resync = Resync(reconcile, period_seconds=600, coalesce_seconds=60)
+    resync.remember(body("a"))
+    resync.soon(("voice", "a"))
+    await resync.stop()
+    assert seen == [] and not resync.tasks and not resync.scheduled

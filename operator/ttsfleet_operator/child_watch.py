@@ -1,0 +1,71 @@
+"""Which events of a TTSService's child Deployments call for a pass over it.
+
+The TTSService status (ready replicas, Ready / Progressing / Degraded) is computed
+from its Deployments' status. Without watching them it follows pods becoming ready,
+or a node taking them down, only at the next resync period. An event asks for a
+pass over its owner when a field `status.compute_status` reads has changed, or when
+the Deployment is gone (drift correction re-creates it). Metadata and spec are never
+compared: the operator's own patches to a Deployment then ask for no pass that would
+patch it again, so passes cannot feed themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ttsfleet_operator import tts_service
+from ttsfleet_operator.resync import Key
+
+# Children whose events the operator watches (the chart grants `watch` on exactly these).
+WATCHED_CHILD_KINDS: tuple[tuple[str, str], ...] = (("apps/v1", "Deployment"),)
+
+STATUS_FIELDS = ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "observedGeneration")
+# Timestamps move without anything the TTSService status shows having changed.
+CONDITION_FIELDS = ("type", "status", "reason", "message")
+
+DELETED = "DELETED"
+
+
+def owner_key(child: Mapping) -> Key | None:
+    """The TTSService that controls this child, as the resync loop keys it."""
+    metadata = child["metadata"]
+    for ref in metadata.get("ownerReferences") or []:
+        group = (ref.get("apiVersion") or "").split("/")[0]
+        if ref.get("controller") and ref.get("kind") == tts_service.KIND and group == tts_service.GROUP:
+            return metadata.get("namespace", "default"), ref["name"]
+    return None
+
+
+def status_digest(child: Mapping) -> tuple:
+    """What of a Deployment's status the TTSService status depends on."""
+    status = child.get("status") or {}
+    conditions = frozenset(
+        tuple(condition.get(field) for field in CONDITION_FIELDS) for condition in status.get("conditions") or []
+    )
+    return (*(status.get(field) for field in STATUS_FIELDS), conditions)
+
+
+class ChildWatch:
+    """Remembers each child's last status digest, to tell a change that matters from one that does not."""
+
+    def __init__(self) -> None:
+        self.digests: dict[str, tuple] = {}  # child uid -> status digest
+
+    def owner_to_refresh(self, event_type: str | None, child: Mapping) -> Key | None:
+        """The owner to pass over for this watch event, or None when nothing it shows changed.
+
+        A child seen for the first time asks for nothing: its creator's pass, or the
+        pass every TTSService gets when the operator starts, read it already. Listings
+        after a watch reconnects (type None) are compared like any other event.
+        """
+        uid = child["metadata"].get("uid", "")
+        owner = owner_key(child)
+        if event_type == DELETED:
+            self.digests.pop(uid, None)
+            return owner
+        digest = status_digest(child)
+        previous = self.digests.get(uid)
+        self.digests[uid] = digest
+        if previous is None or previous == digest:
+            return None
+        return owner
