@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from support.tools import tool
+from ttsfleet_operator.child_watch import WATCHED_CHILD_KINDS
 from ttsfleet_operator.kube_cluster import PLURALS
 from ttsfleet_operator.reconcile import CHILD_KINDS, ROUTE_KIND
 
@@ -60,6 +61,11 @@ def rules_by_resource(rules: list[dict]) -> dict[str, set[str]]:
     return granted
 
 
+def resource_key(api_version: str, kind: str) -> str:
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    return f"{group}/{PLURALS[kind]}"
+
+
 def expected_rules() -> dict[str, set[str]]:
     expected = {
         "ttsfleet.io/ttsservices": {"list", "watch", "patch"},
@@ -67,8 +73,10 @@ def expected_rules() -> dict[str, set[str]]:
         "/events": {"create"},
     }
     for api_version, kind in (*CHILD_KINDS, ROUTE_KIND):
-        group = api_version.split("/")[0] if "/" in api_version else ""
-        expected[f"{group}/{PLURALS[kind]}"] = {"list", "create", "patch", "delete"}
+        expected[resource_key(api_version, kind)] = {"list", "create", "patch", "delete"}
+    # kopf lists, then watches, the children handlers.py registers on.
+    for api_version, kind in WATCHED_CHILD_KINDS:
+        expected.setdefault(resource_key(api_version, kind), set()).update({"list", "watch"})
     return expected
 
 

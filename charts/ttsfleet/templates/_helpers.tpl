@@ -34,6 +34,8 @@ The operator's permissions: exactly the requests it makes.
   (last-handled configuration); the reconciler patches status.
 - children: listed to compare, created and patched by server-side apply
   (apply of a new object needs create), deleted when no longer rendered.
+- deployments are also watched: a TTSService's status follows its Deployments'
+  status as it changes, not at the next resync.
 - events: the reconciler creates one per change or failure.
 No get (the operator only lists), no scale (the HPA controller has its own),
 no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
@@ -50,7 +52,7 @@ no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
   verbs: ["list", "create", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "create", "patch", "delete"]
