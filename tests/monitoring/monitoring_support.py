@@ -19,6 +19,9 @@ RUNBOOKS = REPO / "docs" / "runbooks.md"
 # the DCGM exporter's GPU utilisation (percent) is the HPA's GPU signal where
 # it runs; the rules fall back to it when the runtime has no NVML reading.
 EXTERNAL_METRICS = frozenset({"DCGM_FI_DEV_GPU_UTIL"})
+# Series Prometheus writes itself for every target it scrapes: the target-down
+# alerts read `up` of the jobs the chart's PodMonitors name.
+SCRAPE_METRICS = frozenset({"up"})
 
 
 def _exposed_names(registry) -> set[str]:
@@ -84,7 +87,7 @@ def alerts() -> list[dict]:
 
 
 def exported_names() -> set[str]:
-    return runtime_metric_names() | operator_metric_names() | recorded_names() | EXTERNAL_METRICS
+    return runtime_metric_names() | operator_metric_names() | recorded_names() | EXTERNAL_METRICS | SCRAPE_METRICS
 
 
 # Grafana's template variables, as a query sees them on the server.

@@ -13,7 +13,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from monitoring_support import CHART, DASHBOARDS
+from monitoring_support import CHART, DASHBOARDS, alerts, selectors
 from support.tools import tool
 from ttsfleet_operator import labels
 from ttsfleet_operator.render import render_fleet
@@ -99,7 +99,7 @@ def test_prometheus_rules_are_the_rule_files_with_the_values_applied(rendered, t
     (target,) = [r for r in alert_rules if r.get("record") == "ttsfleet:time_to_first_audio_p99_target:seconds"]
     assert target["expr"] == "vector(0.3)"
     urls = [r["annotations"]["runbook_url"] for r in alert_rules if "alert" in r]
-    assert len(urls) == 8
+    assert len(urls) == len(alerts()) == 11
     assert all(url.startswith("https://wiki.example/tts.md#ttsfleet") for url in urls), urls
     # What the Prometheus Operator loads must still be a valid rule file.
     for name, rule in rules.items():
@@ -162,10 +162,9 @@ def test_operator_podmonitor_scrapes_the_metrics_port_and_keeps_the_services_nam
     assert f"--metrics-port={ports[endpoint['port']]}" in pod["spec"]["containers"][0]["args"]
 
 
-
-def test_podmonitors_set_a_job_label_that_does_not_depend_on_the_release(rendered):
+def test_podmonitors_set_the_job_labels_the_target_down_alerts_select(rendered):
     """The Prometheus Operator's default job, "<namespace>/<PodMonitor name>", depends on
-    the release and its namespace; rules on `up` need one they can name."""
+    the release; the alerts on `up` need one they can name."""
     jobs = {}
     for name, monitor in by_kind(rendered, "PodMonitor").items():
         (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
@@ -173,3 +172,10 @@ def test_podmonitors_set_a_job_label_that_does_not_depend_on_the_release(rendere
         assert "sourceLabels" not in job and job.get("action", "replace") == "replace"
         jobs[name] = job["replacement"]
     assert jobs == {"ttsfleet-operator": "ttsfleet-operator", "ttsfleet-runtime": "ttsfleet-runtime"}
+    selected = {
+        matchers["job"]
+        for rule in alerts()
+        for name, matchers in selectors(rule["expr"])
+        if name == "up"
+    }
+    assert selected == {("Equal", job) for job in jobs.values()}
