@@ -63,3 +63,29 @@ async def test_a_failing_text_stream_ends_the_request_with_error(make_engine):
     await collect(stream)
     assert stream.finish_reason == "error"
     assert engine.stats().active == 0
+
+
+async def test_a_short_last_chunk_is_padded_to_a_captured_frame_count_and_cut_back(make_engine, tiny_checkpoint):
+    """On a GPU only frame counts with a captured codec graph are fast; a stream's
+    short last chunk is decoded padded up to one of them (CPU: set by hand here)
+    and its audio cut back to its own frames, sample for sample."""
+    engine = await make_engine(max_batch=2, first_chunk_frames=2, chunk_frames=3)
+    engine.codec_worker.frame_buckets = (2, 3)
+    decoded_lengths = []
+    decode = engine.codec.decode
+
+    def recording_decode(slots, codes):
+        decoded_lengths.append(codes.shape[1])
+        return decode(slots, codes)
+
+    engine.codec.decode = recording_decode
+    stream = engine.submit(request(frames=9, seed=4))
+    chunks, pcm = await collect(stream)
+    assert [c.frames for c in chunks] == [2, 3, 3, 1]
+    assert decoded_lengths == [2, 3, 3, 2]  # the 1-frame last chunk ran as 2 frames
+    assert len(chunks[-1].pcm) == 1920
+    decoder = load_speech_tokenizer(tiny_checkpoint / "speech_tokenizer")
+    import torch
+
+    offline = decoder.decode(torch.from_numpy(codes_of(stream))[None])[0].numpy()
+    np.testing.assert_allclose(pcm, offline, atol=1e-5)

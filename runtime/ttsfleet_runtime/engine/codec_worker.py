@@ -6,6 +6,13 @@ the end of a stream. The worker owns the codec's per-stream slots (opened at a
 stream's first chunk, closed at its end) and delivers chunks and ends to the
 callers in the order they were handed over. Chunks of different streams that
 are waiting together are decoded in one batched call per frame count.
+
+A stream's last chunk may be shorter than any captured frame count; it is
+padded up to the next one (`frame_buckets`) and the audio cut back, so it
+replays a CUDA graph instead of running the codec eagerly (hundreds of kernel
+launches from Python, under the GIL the engine thread needs). The decoder is
+causal, so the padding changes no sample of the real frames; it only spoils
+the stream's codec state, which nothing reads after the last chunk.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class ChunkJob:
     seq: object  # engine Sequence: .stream, .codec_slot, .t_admitted
     codes: np.ndarray  # [n, groups]
     index: int
+    last: bool = False  # the stream's final chunk: its codec state is not needed after it
 
 
 @dataclasses.dataclass
@@ -42,8 +50,9 @@ class EndJob:
 
 
 class CodecWorker:
-    def __init__(self, codec, device: str, sample_rate: int):
+    def __init__(self, codec, device: str, sample_rate: int, frame_buckets: tuple[int, ...] = ()):
         self.codec = codec
+        self.frame_buckets = tuple(sorted(frame_buckets))  # frame counts with a captured codec graph
         self.device = torch.device(device)
         self.sample_rate = sample_rate
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -51,8 +60,8 @@ class CodecWorker:
         self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
         self._thread.start()
 
-    def chunk(self, seq, codes: np.ndarray, index: int) -> None:
-        self._jobs.put(ChunkJob(seq, codes, index))
+    def chunk(self, seq, codes: np.ndarray, index: int, last: bool = False) -> None:
+        self._jobs.put(ChunkJob(seq, codes, index, last))
 
     def end(self, seq, reason: FinishReason) -> None:
         self._jobs.put(EndJob(seq, reason))
@@ -96,7 +105,7 @@ class CodecWorker:
         by_len: dict[int, list[ChunkJob]] = {}
         for job in wave:
             if isinstance(job, ChunkJob):
-                by_len.setdefault(len(job.codes), []).append(job)
+                by_len.setdefault(self._decode_length(job), []).append(job)
         for n, chunk_jobs in by_len.items():
             for i in range(0, len(chunk_jobs), CODEC_BATCH):
                 self._decode(n, chunk_jobs[i:i + CODEC_BATCH])
@@ -108,6 +117,13 @@ class CodecWorker:
                 job.seq.codec_closed = True
                 job.seq.stream.end(job.reason)
 
+    def _decode_length(self, job: ChunkJob) -> int:
+        """Frames to decode for `job`: its own, or a last chunk padded up to a captured count."""
+        n = len(job.codes)
+        if job.last and n not in self.frame_buckets:
+            return next((b for b in self.frame_buckets if b > n), n)
+        return n
+
     def _decode(self, n: int, jobs: list[ChunkJob]) -> None:
         # A chunk handed over while its stream was being cancelled may arrive
         # after the end: drop it (its slot is closed already).
@@ -117,12 +133,17 @@ class CodecWorker:
         for job in jobs:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open()
-        codes = torch.from_numpy(np.stack([j.codes for j in jobs])).to(self.device)
+        # Padding repeats a chunk's last frame (any valid codes would do).
+        codes = torch.from_numpy(np.stack([np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)])
+                                           for j in jobs])).to(self.device)
         pcm = self.codec.decode([j.seq.codec_slot for j in jobs], codes).float().cpu().numpy()
         now = time.monotonic()
+        spf = pcm.shape[1] // n
         for job, audio in zip(jobs, pcm):
-            job.seq.stream.deliver(AudioChunk(pcm=audio, sample_rate=self.sample_rate, index=job.index,
-                                              frames=n, t_admitted=job.seq.t_admitted, t_emitted=now))
+            frames = len(job.codes)
+            job.seq.stream.deliver(AudioChunk(pcm=audio[:frames * spf], sample_rate=self.sample_rate,
+                                              index=job.index, frames=frames, t_admitted=job.seq.t_admitted,
+                                              t_emitted=now))
 
 
 class _on:

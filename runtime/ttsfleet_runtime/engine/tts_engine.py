@@ -196,9 +196,12 @@ class TTSEngine:
             if self.capture_all_graphs:
                 self.runner.capture_all(say)
             buckets = [b for b in self.runner.batch_buckets if b <= CODEC_BATCH] or [self.max_batch]
-            self.codec.capture(buckets, sorted({self.first_chunk_frames, self.chunk_frames}))
+            frame_buckets = sorted({self.first_chunk_frames, self.chunk_frames})
+            self.codec.capture(buckets, frame_buckets)
             say("captured codec graphs")
-        self.codec_worker = CodecWorker(self.codec, self.device, SAMPLE_RATE)
+        else:
+            frame_buckets = []
+        self.codec_worker = CodecWorker(self.codec, self.device, SAMPLE_RATE, tuple(frame_buckets))
         say(f"engine ready in {time.monotonic() - t0:.1f}s")
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
@@ -425,17 +428,18 @@ class TTSEngine:
                 ready.append(seq)
             if reason is not None:
                 ending.append((seq, reason))
-        self._emit(ready)
+        self._emit(ready, {id(seq) for seq, _ in ending})
         with self._lock:
             for seq, reason in ending:
                 if not seq.finished:
                     self._finish(seq, reason)
 
-    def _emit(self, ready: list[Sequence]) -> None:
-        """Hand the ready chunks to the codec worker."""
+    def _emit(self, ready: list[Sequence], ending: set[int]) -> None:
+        """Hand the ready chunks to the codec worker (`ending`: ids of the
+        sequences whose chunk is their last)."""
         for seq in ready:
             if seq.pending and not seq.finished:
-                self.codec_worker.chunk(seq, np.stack(seq.pending), seq.chunks)
+                self.codec_worker.chunk(seq, np.stack(seq.pending), seq.chunks, last=id(seq) in ending)
                 seq.chunks += 1
             seq.pending = []
 
