@@ -54,9 +54,10 @@ class ChildWatch:
     def owner_to_refresh(self, event_type: str | None, child: Mapping) -> Key | None:
         """The owner to pass over for this watch event, or None when nothing it shows changed.
 
-        A child seen for the first time asks for nothing: its creator's pass, or the
-        pass every TTSService gets when the operator starts, read it already. Listings
-        after a watch reconnects (type None) are compared like any other event.
+        A child not seen before counts as changed: at start, the TTSService's pass may
+        have read it before this watch listed it (pods ready in between would go
+        unreported until the period). Listings after a watch reconnects (type None)
+        are compared like any other event.
         """
         uid = child["metadata"].get("uid", "")
         owner = owner_key(child)
@@ -66,6 +67,4 @@ class ChildWatch:
         digest = status_digest(child)
         previous = self.digests.get(uid)
         self.digests[uid] = digest
-        if previous is None or previous == digest:
-            return None
-        return owner
+        return None if previous == digest else owner
