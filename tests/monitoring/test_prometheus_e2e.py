@@ -105,6 +105,14 @@ def test_recording_rules_produce_the_series_dashboards_alerts_and_hpa_read(runti
     assert status == 200 and len(rules) == sum(len(group["rules"]) for group in rule_groups())
     assert [r["name"] for r in rules if r["health"] != "ok"] == []
 
+    # Target-down alerts: the scraped runtime is up with the labels they group by; no
+    # operator is scraped here, so its absent() branch is already counting.
+    (up,) = prometheus.query('up{job="ttsfleet-runtime"}')
+    assert up["metric"].items() >= TARGET_LABELS.items() and up["value"][1] == "1"
+    state = {r["name"]: r["state"] for r in rules if r["type"] == "alerting"}
+    assert state["TTSFleetRuntimeTargetDown"] == "inactive"
+    assert state["TTSFleetOperatorDown"] == "pending"
+
     # The picture: the dashboard's own panels, rendered from this Prometheus.
     spec = importlib.util.spec_from_file_location("render_dashboard", REPO / "hack" / "render-dashboard.py")
     render_dashboard = importlib.util.module_from_spec(spec)
