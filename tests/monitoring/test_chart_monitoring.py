@@ -77,6 +77,14 @@ def test_alerts_without_recording_rules_are_refused(tmp_path):
     assert "needs monitoring.rules.enabled" in result.stderr
 
 
+def test_alerts_without_the_podmonitors_are_refused(tmp_path):
+    # The target-down alerts select `up` by the job names the PodMonitors set.
+    values = {"monitoring": {"rules": {"enabled": True}, "alerts": {"enabled": True}}}
+    result = helm("template", "ttsfleet", str(CHART), values=values, tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert "needs monitoring.podMonitors.enabled" in result.stderr
+
+
 def test_dashboards_ship_as_valid_configmaps_for_the_grafana_sidecar(rendered):
     configmaps = by_kind(rendered, "ConfigMap")
     assert sorted(configmaps) == ["ttsfleet-dashboard-canary", "ttsfleet-dashboard-fleet"]
