@@ -8,9 +8,12 @@ per-object lock the change handlers take, so passes never overlap.
 A pass that waited on the lock may hold the very body the pass before it started
 from, whose status that pass has since replaced (the watch delivers the write a
 moment later). Stepping the canary again from that stale status would repeat the
-transition (a second CanaryStarted, a step analysed twice): so a body with the
-resourceVersion a status write was computed from is swapped for the object that
-write returned.
+transition (a second CanaryStarted, a step analysed twice): so a body with a
+resourceVersion some status write was computed from is swapped for the object the
+latest write returned. Every such version is older than that object: writes to one
+object are serialised by its lock. Several passes may queue on the lock holding the
+same old body (the change handler's, the period's, one a child's change asked
+for), so every version a write superseded is kept, not only the last one.
 
 Between periods, `soon` asks for one object's pass shortly (its child Deployments'
 status changed, or one was deleted: child_watch.py). Requests within
@@ -30,6 +33,9 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
 
+# Superseded versions kept per object: far more than passes ever queue on one lock.
+SUPERSEDED_KEPT = 64
+
 
 class Resync:
     def __init__(
@@ -43,8 +49,8 @@ class Resync:
         self.coalesce_seconds = coalesce_seconds
         self.bodies: dict[Key, dict] = {}
         self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
-        # key -> (resourceVersion a pass's status write was computed from, the object it returned)
-        self.superseded: dict[Key, tuple[str, dict]] = {}
+        # key -> (resourceVersions status writes were computed from, the object the latest returned)
+        self.superseded: dict[Key, tuple[collections.deque[str], dict]] = {}
         # key -> the pass `soon` scheduled that has not started yet
         self.scheduled: dict[Key, asyncio.Task] = {}
         # every pass `soon` started, until it finishes (asyncio keeps only weak references)
@@ -69,17 +75,19 @@ class Resync:
     async def reconcile_locked(self, body: dict) -> object:
         key = self.key(body)
         async with self.locks[key]:
-            version = body["metadata"].get("resourceVersion")
-            stale, newer = self.superseded.get(key, (None, None))
-            if version is not None and version == stale:
-                body = copy.deepcopy(newer)
+            started = version = body["metadata"].get("resourceVersion")
+            stale, newest = self.superseded.get(key, ((), None))
+            if version is not None and version in stale:
+                body = copy.deepcopy(newest)
                 version = body["metadata"].get("resourceVersion")
             outcome = await self.reconcile(body)
             written = getattr(outcome, "written", None)
             if version is not None and isinstance(written, dict) and (written.get("metadata") or {}).get(
                 "resourceVersion"
             ):
-                self.superseded[key] = (version, copy.deepcopy(written))
+                older = collections.deque(stale, maxlen=SUPERSEDED_KEPT)
+                older.extend(v for v in dict.fromkeys((started, version)) if v not in older)
+                self.superseded[key] = (older, copy.deepcopy(written))
             return outcome
 
     def soon(self, key: Key) -> None:

@@ -1,6 +1,7 @@
 """The resync loop: every known TTSService again each period, one pass at a time per object."""
 
 import asyncio
+import copy
 
 from ttsfleet_operator.resync import Resync
 
@@ -193,3 +194,30 @@ async def test_stop_cancels_the_passes_requested_soon():
     resync.soon(("voice", "a"))
     await resync.stop()
     assert seen == [] and not resync.tasks and not resync.scheduled
+
+
+async def test_a_body_several_status_writes_superseded_is_not_reconciled_again():
+    # More passes queue on the lock than one write supersedes: the create handler's pass
+    # (version 1) writes 2; the periodic pass, swapped to 2, writes 3; a pass a child's
+    # change asked for still holds version 1 and must start from 3, not step the canary
+    # from version 1's status again (a second CanaryStarted, seen in e2e).
+    seen = []
+    gate = asyncio.Event()
+
+    async def reconcile(obj):
+        version = obj["metadata"]["resourceVersion"]
+        seen.append(version)
+        if len(seen) == 1:
+            await gate.wait()
+        newer = str(int(version) + 1)
+        return Written({**obj, "metadata": {**obj["metadata"], "resourceVersion": newer}, "status": {"v": newer}})
+
+    resync = Resync(reconcile, period_seconds=30)
+    created = {**body("a"), "metadata": {**body("a")["metadata"], "resourceVersion": "1"}}
+    first = asyncio.create_task(resync.reconcile_locked(created))
+    await asyncio.sleep(0)
+    queued = [asyncio.create_task(resync.reconcile_locked(copy.deepcopy(created))) for _ in range(2)]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *queued)
+    assert seen == ["1", "2", "3"]
