@@ -69,6 +69,17 @@ def _gpu_deployment(name, replicas, gpus, tolerations, node_selector):
     }
 
 
+def _unschedulable(cluster, namespace: str, app: str) -> list[str]:
+    """The scheduler's messages on the pods of `app` it could not place."""
+    pods = cluster.get("pods", "-n", namespace, "-l", f"app={app}")["items"]
+    return [
+        c.get("message", "")
+        for p in pods
+        for c in p["status"].get("conditions", [])
+        if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+    ]
+
+
 def test_api_server_reports_the_pinned_version(cluster, versions):
     reported = json.loads(cluster.kubectl("version", "-o", "json").stdout)
     if cluster.provider != "kwok":
@@ -141,16 +152,8 @@ def test_gpu_pods_are_scheduled_onto_the_requested_class_and_pool_and_become_rea
     # One more replica does not fit: every H100 spot GPU is taken.
     cluster.kubectl("scale", "deployment/tts-h100-spot", f"--replicas={len(h100_spot) + 1}", "-n", namespace)
 
-    def unschedulable():
-        pods = cluster.get("pods", "-n", namespace, "-l", "app=tts-h100-spot")["items"]
-        return [
-            c.get("message", "")
-            for p in pods
-            for c in p["status"].get("conditions", [])
-            if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-        ]
-
-    messages = cluster.wait_for(unschedulable, timeout=30, what="the extra pod to be Unschedulable")
+    messages = cluster.wait_for(lambda: _unschedulable(cluster, namespace, "tts-h100-spot"), timeout=30,
+                                what="the extra pod to be Unschedulable")
     assert "nvidia.com/gpu" in messages[0]
 
 
@@ -159,16 +162,8 @@ def test_gpu_pods_without_the_gpu_toleration_stay_off_gpu_nodes(cluster, namespa
         _gpu_deployment("no-toleration", 1, 1, [], {"nvidia.com/gpu.product": H100}), "-n", namespace
     )
 
-    def unschedulable():
-        pods = cluster.get("pods", "-n", namespace, "-l", "app=no-toleration")["items"]
-        return [
-            c.get("message", "")
-            for p in pods
-            for c in p["status"].get("conditions", [])
-            if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-        ]
-
-    messages = cluster.wait_for(unschedulable, timeout=30, what="the pod to be Unschedulable")
+    messages = cluster.wait_for(lambda: _unschedulable(cluster, namespace, "no-toleration"), timeout=30,
+                                what="the pod to be Unschedulable")
     assert "untolerated taint" in messages[0]
 
 

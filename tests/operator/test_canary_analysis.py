@@ -46,63 +46,36 @@ INPUT = [
 EXPECTED = {"requests": 120, "error_ratio": 0.05, "ttfa_p95": 0.19}
 
 
-def promtool_test(tmp_path: pathlib.Path, tests: list[dict]) -> subprocess.CompletedProcess:
+def promtool_test(tmp_path: pathlib.Path, input_series: list[dict], expected: dict[str, list[dict]]) -> None:
+    """promtool evaluates each query at 10 m over `input_series`: expected = {query: samples}."""
+    tests = [{
+        "interval": "1m",
+        "input_series": input_series,
+        "promql_expr_test": [{"expr": expr, "eval_time": "10m", "exp_samples": samples}
+                             for expr, samples in expected.items()],
+    }]
     path = tmp_path / "analysis_test.yaml"
     path.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": tests}))
-    return subprocess.run([tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_queries_give_requests_error_ratio_and_ttfa_of_the_canary_only(tmp_path):
     queries = analysis.queries("voice", "demo", 120)
-    result = promtool_test(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": INPUT,
-                "promql_expr_test": [
-                    {"expr": queries[name], "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": value}]}
-                    for name, value in EXPECTED.items()
-                ],
-            }
-        ],
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_test(tmp_path, INPUT,
+                  {queries[name]: [{"labels": "{}", "value": value}] for name, value in EXPECTED.items()})
 
 
 def test_no_error_series_reads_as_zero_errors_not_as_no_data(tmp_path):
     queries = analysis.queries("voice", "demo", 120)
     quiet = [s for s in INPUT if "errors_total" not in s["series"]]
-    result = promtool_test(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": quiet,
-                "promql_expr_test": [
-                    {"expr": queries["error_ratio"], "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 0}]}
-                ],
-            }
-        ],
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_test(tmp_path, quiet, {queries["error_ratio"]: [{"labels": "{}", "value": 0}]})
 
 
 def test_a_canary_without_traffic_has_no_request_samples(tmp_path):
     queries = analysis.queries("voice", "idle", 120)
-    result = promtool_test(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": INPUT,
-                "promql_expr_test": [
-                    {"expr": queries[name], "eval_time": "10m", "exp_samples": []} for name in ("requests", "ttfa_p95")
-                ],
-            }
-        ],
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_test(tmp_path, INPUT, {queries[name]: [] for name in ("requests", "ttfa_p95")})
 
 
 RULES = CanaryAnalysis(minRequests=50, maxErrorRatio=0.01, ttfaP95Milliseconds=200)
