@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from ttsfleet_operator import cel, gpu_classes
+from ttsfleet_runtime.settings import SETTINGS as RUNTIME_SETTINGS
 
 GROUP = "ttsfleet.io"
 VERSION = "v1alpha1"
@@ -275,12 +276,21 @@ class CanarySpec(SpecModel):
 
 
 class EngineSpec(SpecModel):
-    """Engine settings each runtime pod reads from its ConfigMap."""
+    """Engine settings each runtime pod reads from its ConfigMap; defaults and bounds are
+    the runtime's own (its settings catalogue), so a pod and a bare `serve` agree."""
 
-    max_batch: int = Field(default=64, ge=1, le=1024, description="Streams decoded together.")
-    max_queue: int = Field(default=256, ge=0, le=100000, description="Requests waiting before 429s.")
-    cuda_graphs: bool = Field(default=True, description="Capture decode steps as CUDA graphs.")
-    first_chunk_frames: int = Field(default=2, ge=1, le=32, description="Codec frames in the first audio chunk.")
+    max_batch: int = Field(
+        **RUNTIME_SETTINGS["max_batch"].field_args(), description="Streams decoded together."
+    )
+    max_queue: int = Field(
+        **RUNTIME_SETTINGS["max_queue"].field_args(), description="Requests waiting before 429s."
+    )
+    cuda_graphs: bool = Field(
+        **RUNTIME_SETTINGS["cuda_graphs"].field_args(), description="Capture decode steps as CUDA graphs."
+    )
+    first_chunk_frames: int = Field(
+        **RUNTIME_SETTINGS["first_chunk_frames"].field_args(), description="Codec frames in the first audio chunk."
+    )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weight and activation type."
     )

@@ -1,83 +1,84 @@
-"""Runtime subcommands of the `ttsfleet` CLI: `serve` (and the engine's tools).
+"""The runtime's command line, `ttsfleet-runtime` (or `python -m ttsfleet_runtime`):
+`serve`, `checkpoint` and `bench`.
 
-`register(subparsers)` adds them to the operator's argparse CLI. Nothing heavy
-is imported here: each handler imports what it runs. Every `serve` flag has a
-`TTSFLEET_*` environment variable as its default, for Kubernetes pods.
+The runtime image runs it without the operator installed. In a checkout the operator's
+`ttsfleet` CLI offers the same subcommands (`register(subparsers)`), so `ttsfleet serve`
+works too. Nothing heavy is imported here: each handler imports what it runs.
+
+`serve`'s flags are the settings catalogue's (`ttsfleet_runtime.settings`), each
+defaulting to its `TTSFLEET_*` variable, so a Kubernetes pod is configured by env alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
+from .settings import SETTINGS, ServerSettings, Setting
 
-def _env(name: str, default=None):
-    return os.environ.get(f"TTSFLEET_{name}", default)
+
+class _FromEnvironment(str):
+    """A flag's default taken from its TTSFLEET_* variable (errors name the variable)."""
+
+
+def _parser_of(entry: Setting):
+    def parse(text: str):
+        try:
+            return entry.parse(text)
+        except ValueError as error:
+            where = f" (from {entry.env}={text})" if isinstance(text, _FromEnvironment) else ""
+            raise argparse.ArgumentTypeError(f"{error}{where}") from None
+
+    return parse
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """One flag per catalogue setting, defaulting to its variable, else the catalogue default."""
+    for entry in SETTINGS.values():
+        if entry.flag is None:
+            continue  # environment only (API keys)
+        default = _FromEnvironment(environ[entry.env]) if entry.env in environ else entry.default
+        if entry.kind is bool:
+            metavar = "{" + ",".join(entry.words) + "}"
+        elif entry.choices:
+            metavar = "{" + ",".join(entry.choices) + "}"
+        else:
+            metavar = None
+        shown = "" if entry.default in (None, "", ()) else f" (default: {entry.format(entry.default)})"
+        parser.add_argument(
+            entry.flag,
+            dest=entry.name,
+            type=_parser_of(entry),
+            default=default,
+            required=entry.required and entry.env not in environ,
+            metavar=metavar,
+            help=f"{entry.help}{shown} [{entry.env}]",
+        )
 
 
 def _add_serve(subparsers) -> None:
     p = subparsers.add_parser(
         "serve",
         help="run the speech server (OpenAI-compatible API) over one engine",
-        description="Serve a Qwen3-TTS checkpoint over HTTP. Each flag defaults to the env var in brackets.",
+        description="Serve a Qwen3-TTS checkpoint over HTTP. Each flag defaults to the env var in brackets; "
+        "API keys may also come from TTSFLEET_API_KEYS (comma-separated).",
     )
-    p.add_argument("--model", default=_env("MODEL"), required=_env("MODEL") is None, help="checkpoint dir or hub id [TTSFLEET_MODEL]")
-    p.add_argument("--model-revision", default=_env("MODEL_REVISION"), help="hub branch, tag or commit [TTSFLEET_MODEL_REVISION]")
-    p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"), help="model id clients send [TTSFLEET_SERVED_MODEL_NAME]")
-    p.add_argument("--device", default=_env("DEVICE", "cuda"), help="cpu or cuda [TTSFLEET_DEVICE]")
-    p.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="[TTSFLEET_HOST]")
-    p.add_argument("--port", type=int, default=int(_env("PORT", "8000")), help="[TTSFLEET_PORT]")
-    p.add_argument("--api-keys-file", type=Path, default=_env("API_KEYS_FILE"), help="one key per line, e.g. a mounted Secret [TTSFLEET_API_KEYS_FILE]")
-    p.add_argument("--auth", choices=["enabled", "disabled"], default=_env("AUTH", "enabled"), help="'disabled' turns API keys off explicitly [TTSFLEET_AUTH]")
-    p.add_argument("--voices-dir", type=Path, default=_env("VOICES_DIR"), help="where uploaded voices live (a PVC); unset disables uploads [TTSFLEET_VOICES_DIR]")
-    p.add_argument("--max-batch", type=int, default=int(_env("MAX_BATCH", "16")), help="[TTSFLEET_MAX_BATCH]")
-    p.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "64")), help="waiting requests before 429 [TTSFLEET_MAX_QUEUE]")
-    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=_env("DTYPE"), help="default: bfloat16 on cuda, float32 on cpu [TTSFLEET_DTYPE]")
-    p.add_argument("--cuda-graphs", choices=["on", "off"], default=_env("CUDA_GRAPHS", "on"), help="[TTSFLEET_CUDA_GRAPHS]")
-    p.add_argument("--first-chunk-frames", type=int, default=int(_env("FIRST_CHUNK_FRAMES", "2")), help="codec frames in the first audio chunk [TTSFLEET_FIRST_CHUNK_FRAMES]")
-    p.add_argument("--max-audio-seconds", type=float, default=float(_env("MAX_AUDIO_SECONDS", "120")), help="longest utterance one request may generate [TTSFLEET_MAX_AUDIO_SECONDS]")
-    p.add_argument("--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30")), help="seconds in-flight streams get after SIGTERM [TTSFLEET_DRAIN_TIMEOUT]")
-    p.add_argument("--rate-limit", type=float, default=float(_env("RATE_LIMIT", "0")), help="requests per second per API key, 0 = off [TTSFLEET_RATE_LIMIT]")
-    p.add_argument("--rate-limit-burst", type=int, default=int(_env("RATE_LIMIT_BURST", "10")), help="[TTSFLEET_RATE_LIMIT_BURST]")
-    p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(64 * 1024))), help="[TTSFLEET_MAX_BODY_BYTES]")
-    p.add_argument("--max-input-chars", type=int, default=int(_env("MAX_INPUT_CHARS", "4096")), help="[TTSFLEET_MAX_INPUT_CHARS]")
-    p.add_argument("--max-voice-upload-bytes", type=int, default=int(_env("MAX_VOICE_UPLOAD_BYTES", str(10 * 1024 * 1024))), help="[TTSFLEET_MAX_VOICE_UPLOAD_BYTES]")
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="[TTSFLEET_LOG_LEVEL]")
+    _add_setting_flags(p, os.environ)
     p.set_defaults(handler=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
     from .server.serve import run
-    from .server.settings import ServerSettings
 
-    env_keys = tuple(k.strip() for k in _env("API_KEYS", "").split(",") if k.strip())
-    settings = ServerSettings(
-        model=args.model,
-        model_revision=args.model_revision,
-        served_model_name=args.served_model_name,
-        device=args.device,
-        host=args.host,
-        port=args.port,
-        api_keys_file=args.api_keys_file,
-        api_keys=env_keys,
-        auth_disabled=args.auth == "disabled",
-        voices_dir=args.voices_dir,
-        max_batch=args.max_batch,
-        max_queue=args.max_queue,
-        dtype=args.dtype,
-        cuda_graphs=args.cuda_graphs == "on",
-        first_chunk_frames=args.first_chunk_frames,
-        max_audio_seconds=args.max_audio_seconds,
-        drain_timeout_s=args.drain_timeout,
-        rate_limit_per_s=args.rate_limit,
-        rate_limit_burst=args.rate_limit_burst,
-        max_body_bytes=args.max_body_bytes,
-        max_input_chars=args.max_input_chars,
-        max_voice_upload_bytes=args.max_voice_upload_bytes,
-        log_level=args.log_level,
-    )
-    return run(settings)
+    values = {}
+    for entry in SETTINGS.values():
+        if entry.flag is not None:
+            values[entry.name] = getattr(args, entry.name)
+        elif entry.env in os.environ:  # environment only (API keys): never on the command line
+            values[entry.name] = entry.parse(os.environ[entry.env])
+    return run(ServerSettings(**values))
 
 
 def _add_checkpoint(subparsers) -> None:
@@ -135,7 +136,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ttsfleet_runtime.cli ...`: the runtime commands without the operator's CLI."""
+    """`ttsfleet-runtime ...`: the runtime commands, without the operator's CLI."""
     parser = argparse.ArgumentParser(prog="ttsfleet-runtime")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -2,7 +2,9 @@
 
 `ttsfleet serve` reads every flag's default from a `TTSFLEET_*` variable, so the
 pods take this ConfigMap whole (`envFrom`) and run `ttsfleet serve` without
-arguments. Pods carry the ConfigMap's hash, so a change rolls them.
+arguments. Settings are named as in the runtime's catalogue
+(`ttsfleet_runtime.settings`), which spells their variables and values and refuses a
+value the server would refuse. Pods carry the ConfigMap's hash, so a change rolls them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.model_source import model_location
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_runtime import settings
 
 # Where a runtime.apiKeysSecret is mounted; its key `keys` holds one API key a line.
 API_KEYS_DIR = "/etc/ttsfleet/api-keys"
@@ -23,30 +26,30 @@ API_KEYS_SECRET_KEY = "keys"
 
 
 def engine_environment(service: TTSService) -> dict[str, str]:
+    """The pod's runtime settings (by catalogue name) as the variables `serve` reads."""
     spec = service.spec
     engine, runtime, model = spec.engine, spec.runtime, spec.model
-    environment = {
-        "TTSFLEET_MODEL": model_location(service),
-        "TTSFLEET_DEVICE": "cuda",
-        "TTSFLEET_HOST": "0.0.0.0",
-        "TTSFLEET_PORT": str(HTTP_PORT),
-        "TTSFLEET_MAX_BATCH": str(engine.max_batch),
-        "TTSFLEET_MAX_QUEUE": str(engine.max_queue),
-        "TTSFLEET_DTYPE": engine.dtype,
-        "TTSFLEET_CUDA_GRAPHS": "on" if engine.cuda_graphs else "off",
-        "TTSFLEET_FIRST_CHUNK_FRAMES": str(engine.first_chunk_frames),
+    values = {
+        "model": model_location(service),
+        "device": "cuda",
+        "host": "0.0.0.0",
+        "port": HTTP_PORT,
+        "max_batch": engine.max_batch,
+        "max_queue": engine.max_queue,
+        "dtype": engine.dtype,
+        "cuda_graphs": engine.cuda_graphs,
+        "first_chunk_frames": engine.first_chunk_frames,
         # The server drains streams for this long after SIGTERM; the pod's grace
         # period adds the preStop pause on top.
-        "TTSFLEET_DRAIN_TIMEOUT": str(runtime.termination_grace_seconds),
+        "drain_timeout_s": runtime.termination_grace_seconds,
+        "model_revision": model.revision or None,
     }
-    if model.revision:
-        environment["TTSFLEET_MODEL_REVISION"] = model.revision
     if runtime.api_keys_secret:
-        environment["TTSFLEET_API_KEYS_FILE"] = f"{API_KEYS_DIR}/{API_KEYS_SECRET_KEY}"
+        values["api_keys_file"] = f"{API_KEYS_DIR}/{API_KEYS_SECRET_KEY}"
     else:
         # No keys given: the Service is in-cluster only; say so explicitly.
-        environment["TTSFLEET_AUTH"] = "disabled"
-    return environment
+        values["auth_disabled"] = True
+    return settings.environment(values)
 
 
 def engine_config_hash(service: TTSService) -> str:

@@ -108,7 +108,7 @@ class TTSEngine:
         model: str,
         device: str = "cpu",
         *,
-        max_batch: int = 32,
+        max_batch: int = 64,
         max_queue: int = 256,
         cuda_graphs: bool = True,
         dtype: str = "bfloat16",

@@ -1,0 +1,233 @@
+"""The runtime's settings catalogue: the one place that names them.
+
+Every setting of one runtime pod is one field of `ServerSettings` below, declared
+with `setting(...)`: its type (the annotation), default, help text, bounds, the
+`serve` flag and the `TTSFLEET_*` environment variable that is the flag's default.
+Everything else derives from these fields:
+
+- `ttsfleet-runtime serve` builds its flags from `SETTINGS` (runtime/cli.py), each
+  defaulting to its variable, so a pod is configured by environment alone;
+- the operator renders the engine ConfigMap with `environment(...)` (names and
+  spellings from here) and takes the TTSService `spec.engine` defaults and bounds
+  from `Setting.field_args()`; tests check that the CRD, this catalogue and
+  `TTSEngine` agree.
+
+This module imports the standard library only: the operator, which must not pull in
+torch, imports it (as it does the metric catalogue, `ttsfleet_runtime.metrics`).
+
+Adding a setting is one field here, then reading `settings.<name>` where it is used:
+
+    # WebSocket sessions idle this long are closed.
+    ws_idle_timeout_s: float = setting(60.0, "seconds a WebSocket session may stay idle", minimum=0)
+
+gives `--ws-idle-timeout` and `TTSFLEET_WS_IDLE_TIMEOUT`: the flag is the field name in
+kebab case with a trailing `_s` (seconds) dropped, the variable is `TTSFLEET_` and the
+flag in upper snake case. Pass `flag=` or `env=` only to keep an existing name,
+`flag=None` for a setting taken from the environment only (secrets: not in `ps`).
+Supported types: str, int, float, bool (spelled by `words`), Path, `X | None`
+(unset: None) and tuple[str, ...] (comma-separated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "TTSFLEET_"
+_KEY = "ttsfleet_setting"  # where setting() keeps its declaration in a field's metadata
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = "",
+    env: str = "",
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    words: tuple[str, str] = ("on", "off"),
+    required: bool = False,
+) -> Any:
+    """Declare one ServerSettings field; see the module docstring for the names it gets.
+
+    `minimum`/`maximum` are inclusive bounds the CLI and the CRD enforce; `words` spell
+    a bool's True and False on the command line and in the environment; `required`: the
+    server refuses to start without it (`default` is then only ServerSettings' own).
+    """
+    declared = dict(
+        help=help, flag=flag, env=env, choices=choices, minimum=minimum, maximum=maximum,
+        words=words, required=required,
+    )
+    return dataclasses.field(default=default, metadata={_KEY: declared})
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    """Everything an operator of one runtime pod can set, in one frozen object."""
+
+    model: str = setting("", "checkpoint dir or hub id", required=True)
+    model_revision: str | None = setting(None, "hub branch, tag or commit (when --model is a hub id)")
+    device: str = setting("cuda", "cpu or cuda")
+    host: str = setting("0.0.0.0", "address to listen on")
+    port: int = setting(8000, "HTTP port", minimum=1, maximum=65535)
+    # Name clients pass as `model`; defaults to the engine's own model name.
+    served_model_name: str | None = setting(None, "model id clients send")
+    # Auth: keys from a file (a mounted Secret, one key per line) and/or env.
+    api_keys_file: Path | None = setting(None, "one key per line, e.g. a mounted Secret")
+    api_keys: tuple[str, ...] = setting((), "API keys, comma-separated", flag=None)
+    auth_disabled: bool = setting(
+        False, "'disabled' turns API keys off explicitly", flag="--auth", words=("disabled", "enabled")
+    )
+    # Uploaded voices live here (a PVC in Kubernetes); None means uploads are off.
+    voices_dir: Path | None = setting(None, "where uploaded voices live (a PVC); unset disables uploads")
+    # Engine sizing, passed through to the engine. The TTSService CRD takes its
+    # spec.engine defaults and bounds from these entries: what a pod gets by default
+    # and what `serve` gets by default are the same. 64 slots of 4608 KV positions of
+    # the 1.7B talker are about 34 GB (bf16): an 80 GB GPU holds them beside the weights.
+    max_batch: int = setting(64, "streams decoded together (KV cache slots)", minimum=1, maximum=1024)
+    max_queue: int = setting(256, "waiting requests before 429", minimum=0, maximum=100000)
+    dtype: str | None = setting(
+        None, "default: bfloat16 on cuda, float32 on cpu", choices=("bfloat16", "float16", "float32")
+    )
+    cuda_graphs: bool = setting(True, "capture decode steps as CUDA graphs")
+    first_chunk_frames: int = setting(
+        2, "codec frames in the first audio chunk (time to first audio vs. overhead)", minimum=1, maximum=32
+    )
+    # Bounds the GPU time a single request can hold a slot (and random-weight
+    # models never stop by themselves).
+    max_audio_seconds: float = setting(120.0, "longest utterance one request may generate", minimum=0)
+    drain_timeout_s: float = setting(30.0, "seconds in-flight streams get after SIGTERM", minimum=0)
+    # Per-key token bucket.
+    rate_limit_per_s: float = setting(
+        0.0, "requests per second per API key, 0 = off", flag="--rate-limit", minimum=0
+    )
+    rate_limit_burst: int = setting(10, "requests a key may send at once", minimum=1)
+    # Limits on what a client may send.
+    max_body_bytes: int = setting(64 * 1024, "largest request body (and WebSocket message)", minimum=1)
+    max_input_chars: int = setting(4096, "longest input text", minimum=1)
+    max_voice_upload_bytes: int = setting(10 * 1024 * 1024, "largest voice upload", minimum=1)
+    min_voice_seconds: float = setting(1.0, "shortest reference audio a voice upload may have", minimum=0)
+    max_voice_seconds: float = setting(30.0, "longest reference audio a voice upload may have", minimum=0)
+    ws_config_timeout_s: float = setting(
+        10.0, "seconds a WebSocket session has to send its config message", minimum=0
+    )
+    log_level: str = setting("info", "debug, info, warning or error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One catalogue entry, as the CLI and the operator read it."""
+
+    name: str  # the ServerSettings field
+    kind: type  # str, int, float, bool, Path or tuple
+    optional: bool  # `X | None`: unset (or empty) is None
+    default: Any
+    help: str
+    flag: str | None  # None: from the environment only
+    env: str
+    choices: tuple[str, ...] | None
+    minimum: float | None
+    maximum: float | None
+    words: tuple[str, str]  # a bool's True and False
+    required: bool
+
+    def parse(self, text: str) -> Any:
+        """A flag's or variable's text -> the value; ValueError says what is wrong."""
+        if self.optional and text == "":
+            return None
+        if self.kind is bool:
+            if text not in self.words:
+                raise ValueError(f"expected {' or '.join(self.words)}, got {text!r}")
+            return text == self.words[0]
+        if self.kind is tuple:
+            return tuple(item.strip() for item in text.split(",") if item.strip())
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise ValueError(f"expected {'a number' if self.kind is float else 'an integer'}, got {text!r}") from None
+        self.check(value)
+        return value
+
+    def check(self, value: Any) -> None:
+        """Raise ValueError if `value` is outside this setting's choices or bounds."""
+        if value is None:
+            return
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"expected one of {', '.join(self.choices)}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"expected a finite number, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be at least {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"must be at most {self.maximum:g}, got {value!r}")
+
+    def format(self, value: Any) -> str:
+        """The value as its variable's text (what `parse` reads back)."""
+        if self.kind is bool:
+            return self.words[0] if value else self.words[1]
+        if self.kind is tuple:
+            return ",".join(value)
+        return str(value)
+
+    def field_args(self) -> dict[str, Any]:
+        """Default and bounds as keyword arguments of a pydantic `Field` (the CRD's)."""
+        bounds = {"ge": self.minimum, "le": self.maximum}
+        return {"default": self.default, **{k: v for k, v in bounds.items() if v is not None}}
+
+
+def _kind(annotation: Any) -> tuple[type, bool]:
+    """(base type, optional) of an annotation such as `int`, `Path | None`, `tuple[str, ...]`."""
+    arguments = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = len(arguments) < len(typing.get_args(annotation))
+    base = arguments[0] if optional else annotation
+    base = typing.get_origin(base) or base
+    if base not in (str, int, float, bool, Path, tuple):
+        raise TypeError(f"settings cannot be of type {annotation!r}")
+    return base, optional
+
+
+def _catalogue() -> dict[str, Setting]:
+    hints = typing.get_type_hints(ServerSettings)
+    entries = {}
+    for field in dataclasses.fields(ServerSettings):
+        declared = dict(field.metadata[_KEY])
+        if declared["flag"] == "":
+            declared["flag"] = "--" + field.name.removesuffix("_s").replace("_", "-")
+        if declared["env"] == "":
+            stem = (declared["flag"] or field.name)[2 if declared["flag"] else 0 :]
+            declared["env"] = ENV_PREFIX + stem.upper().replace("-", "_")
+        kind, optional = _kind(hints[field.name])
+        entries[field.name] = Setting(
+            name=field.name, kind=kind, optional=optional, default=field.default, **declared
+        )
+    return entries
+
+
+SETTINGS: dict[str, Setting] = _catalogue()
+"""Every setting by ServerSettings field name, in declaration order."""
+
+BY_ENV: dict[str, Setting] = {s.env: s for s in SETTINGS.values()}
+
+
+def environment(values: Mapping[str, Any]) -> dict[str, str]:
+    """`TTSFLEET_*` variables for these settings (by field name), as the server reads them.
+
+    None leaves a variable out (the server's default applies). A value the server would
+    refuse raises ValueError here, so the operator never renders a ConfigMap that stops
+    its pods at start.
+    """
+    variables = {}
+    for name, value in values.items():
+        entry = SETTINGS[name]
+        if value is None:
+            continue
+        text = entry.format(value)
+        entry.parse(text)
+        variables[entry.env] = text
+    return variables
+
