@@ -46,7 +46,26 @@ def test_runtime_image_is_on_a_cuda_base_and_serves():
     text = (ROOT / "Dockerfile.runtime").read_text()
     assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:\S+", text, re.M)
     assert '".[runtime]"' in text
-    assert 'ENTRYPOINT ["ttsfleet", "serve"]' in text
+    assert 'ENTRYPOINT ["ttsfleet-runtime", "serve"]' in text
+
+
+def test_runtime_image_copies_no_operator_code():
+    copies = re.findall(r"^COPY (?!--from)(.+)$", (ROOT / "Dockerfile.runtime").read_text(), re.M)
+    assert copies and not any("operator" in line for line in copies)
+
+
+def test_the_command_runtime_pods_run_exists_in_the_runtime_image(tmp_path):
+    # The operator renders the pods' command; in the runtime image it must be the runtime's CLI.
+    from ttsfleet_operator.render import render_fleet
+    from ttsfleet_operator.tts_service import TTSService
+
+    service = TTSService.model_validate(
+        {"metadata": {"name": "demo", "namespace": "voice"}, "spec": {"model": {"size": "0.6B", "variant": "Base"}}}
+    )
+    deployment = next(m for m in render_fleet(service) if m["kind"] == "Deployment")
+    (command,) = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    text = (ROOT / "Dockerfile.runtime").read_text()
+    assert command == "ttsfleet-runtime" or f"ln -sf ttsfleet-runtime /opt/ttsfleet/bin/{command}" in text
 
 
 def test_operator_image_installs_no_runtime_extra():

@@ -1,9 +1,12 @@
 """Installing the operator must not pull in torch or CUDA: the operator image and
 `pip install ttsfleet[operator]` stay small."""
 
+import os
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -66,3 +69,44 @@ print(len(mods))
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/")
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) > 0
+
+
+def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
+    """As Dockerfile.runtime builds it: pyproject.toml, README.md and runtime/ only."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "runtime", source / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), "."],
+        cwd=source, check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("ttsfleet-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packages = {name.split("/")[0] for name in archive.namelist() if not name.startswith("ttsfleet-")}
+        (entry_points,) = [n for n in archive.namelist() if n.endswith("entry_points.txt")]
+        scripts = archive.read(entry_points).decode()
+    assert packages == {"ttsfleet_runtime"}
+    assert "ttsfleet-runtime = ttsfleet_runtime.cli:main" in scripts
+
+    # `python -m ttsfleet_runtime` runs with the operator unimportable (the wheel's code, not this checkout's).
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    probe = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'ttsfleet_operator':
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+import runpy, ttsfleet_runtime
+assert ttsfleet_runtime.__file__.startswith(sys.argv[1]), ttsfleet_runtime.__file__
+sys.argv = ['ttsfleet-runtime', 'serve', '--help']
+runpy.run_module('ttsfleet_runtime', run_name='__main__')  # python -m ttsfleet_runtime serve --help
+"""
+    result = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, cwd="/",
+                            env={**os.environ, "PYTHONPATH": str(target)}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "[TTSFLEET_MAX_BATCH]" in result.stdout
