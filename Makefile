@@ -74,3 +74,7 @@ SAMPLE ?= samples/spot.yaml
 .PHONY: dev
 dev: venv tools cluster-up ## the main job: local cluster, operator from the chart, a sample TTSService (SAMPLE=...)
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" hack/dev.sh $(SAMPLE)
+
+.PHONY: dev-down
+dev-down: ## stop the operator 'make dev' started (the cluster stays: make cluster-down)
+	hack/dev.sh down

@@ -5,6 +5,8 @@
 # what resulted shown. Idempotent: re-running restarts the operator and re-applies.
 #
 #   hack/dev.sh [SAMPLE]      default samples/spot.yaml
+#   hack/dev.sh down          stop the operator it started (`make dev-down`); the cluster
+#                             and what the operator made stay (`make cluster-down` deletes them)
 #
 # Environment: TTSFLEET_CACHE (default ~/.cache/ttsfleet), TTSFLEET_CLUSTER_NAME,
 # TTSFLEET_DEV_NAMESPACE (default ttsfleet-dev).
@@ -13,6 +15,8 @@ set -euo pipefail
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${HACK_DIR}/.." && pwd)"
 CACHE="${TTSFLEET_CACHE:-${HOME}/.cache/ttsfleet}"
+MODE=up
+if [[ "${1:-}" == down ]]; then MODE=down; shift; fi
 SAMPLE="${1:-${REPO_ROOT}/samples/spot.yaml}"
 NAMESPACE="${TTSFLEET_DEV_NAMESPACE:-ttsfleet-dev}"
 SYSTEM_NAMESPACE=ttsfleet-system
@@ -25,6 +29,28 @@ SA_KUBECONFIG="${DEV_DIR}/operator.kubeconfig"
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'hack/dev.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Stops the operator this script started (its pid file), waiting up to 10 s for it to exit.
+# A pid file whose process is gone, or is no longer `ttsfleet operator run` (the pid was
+# reused), is only removed.
+stop_operator() {
+  local pid
+  pid="$(cat "${PID_FILE}" 2>/dev/null || true)"
+  if [[ -n "${pid}" ]] && ps -o args= -p "${pid}" 2>/dev/null | grep -q 'operator run'; then
+    step "stopping the dev operator (pid ${pid})"
+    kill "${pid}"
+    for _ in $(seq 50); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.2; done
+    ! kill -0 "${pid}" 2>/dev/null || die "the operator (pid ${pid}) did not exit"
+  elif [[ "${MODE}" == down ]]; then
+    step "no dev operator running"
+  fi
+  rm -f "${PID_FILE}"
+}
+
+if [[ "${MODE}" == down ]]; then
+  stop_operator
+  exit 0
+fi
 
 "${HACK_DIR}/cluster.sh" status >/dev/null 2>&1 || die "no cluster running: run 'make cluster-up' (or hack/cluster.sh up) first"
 KUBECONFIG="$("${HACK_DIR}/cluster.sh" kubeconfig)"
@@ -57,11 +83,7 @@ current-context: operator
 KUBECONFIG
 umask 022
 
-if [[ -f "${PID_FILE}" ]] && kill -0 "$(cat "${PID_FILE}")" 2>/dev/null; then
-  step "stopping the operator already running (pid $(cat "${PID_FILE}"))"
-  kill "$(cat "${PID_FILE}")"
-  for _ in $(seq 50); do kill -0 "$(cat "${PID_FILE}")" 2>/dev/null || break; sleep 0.2; done
-fi
+stop_operator
 step "starting the operator (log ${LOG_FILE})"
 nohup "${TTSFLEET}" operator run --kubeconfig "${SA_KUBECONFIG}" --all-namespaces \
   --resync-seconds 10 --metrics-port 0 --liveness '' >>"${LOG_FILE}" 2>&1 </dev/null &
@@ -97,6 +119,6 @@ cat <<EOF
     Try:                export KUBECONFIG=${KUBECONFIG}
                         kubectl scale tts/${SAMPLE_NAME} -n ${NAMESPACE} --replicas 9   (the pools follow)
     Operator log:       tail -f ${LOG_FILE}
-    Stop the operator:  kill \$(cat ${PID_FILE})   (before 'make e2e' on this cluster)
+    Stop the operator:  make dev-down   (before 'make e2e' on this cluster)
     Delete the cluster: make cluster-down
 EOF
