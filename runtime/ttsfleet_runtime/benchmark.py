@@ -1,4 +1,5 @@
-"""Benchmark of the engine on a GPU (`ttsfleet bench`): random-weight checkpoints
+"""Benchmark of the engine on a GPU (`ttsfleet-runtime bench`, the one entry point;
+`ttsfleet bench` in a checkout is the same): random-weight checkpoints
 at real dimensions (or a given checkpoint), fixed length (EOS suppressed),
 everything through the public engine API (scheduler, CUDA graphs, streaming
 codec included).
@@ -6,7 +7,8 @@ codec included).
 Per model size: batch-1 ms per frame and RTF, time to first audio (TTFA),
 throughput at several batch sizes with the codec included, memory per stream,
 and the raw decode-step time of the captured graphs (no codec, no Python loop).
-Writes `ours.json` into --out, progressively.
+Writes `ours.json` into --out, progressively. `--parity` first checks that the
+graphed GPU path generates what the eager CPU path does (`graph_parity.py`).
 """
 
 from __future__ import annotations
@@ -239,11 +241,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--parity", action="store_true", help="first check graphed GPU == eager CPU codes")
 
 
-def run(args: argparse.Namespace, before=()) -> int:
-    """Run the benchmark; `before`: async checks `check(out_dir)` run first."""
-    args.before = list(before)
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark (after the graph parity check with --parity)."""
+    args.before = []
+    if args.parity:
+        from .graph_parity import main as graph_parity
+
+        args.before.append(graph_parity)
     os.makedirs(args.out, exist_ok=True)
     logging_setup()
     asyncio.run(main_async(args))

@@ -1,11 +1,11 @@
-#!/usr/bin/env python3
 """GPU check: the CUDA-graph decode path generates what the eager CPU path does.
 
 Tiny random checkpoint, seeded sampling (not greedy), 3 requests batched
 together: float32 graphs on the GPU must give the CPU's codes exactly; bfloat16
 graphs must agree on most codes (bf16 rounding may flip near-ties).
 
-Usage: PYTHONPATH=runtime python3 bench/check_graph_parity.py --out DIR
+Run by `ttsfleet-runtime bench --parity` before the timings (same process: compiled
+kernels are shared), or alone: `python -m ttsfleet_runtime.graph_parity --out DIR`.
 """
 
 from __future__ import annotations
