@@ -23,6 +23,15 @@ from typing import Any, Callable
 
 import pytest
 
+# The operator fixtures (chart installed by helm, the operator as its ServiceAccount) and a
+# hook, registered by import: tests/support/operator_fixtures.py.
+from support.operator_fixtures import (  # noqa: F401
+    operator,
+    operator_install,
+    pytest_runtest_makereport,
+    running_operator,
+)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO_ROOT / "hack" / "cluster.sh"
 BUILD_SH = REPO_ROOT / "hack" / "build-control-plane.sh"
@@ -165,14 +174,23 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-# The operator fixtures (chart installed by helm, the operator as its ServiceAccount):
-# e2e/operator_fixtures.py. importlib import mode puts no test folder on sys.path.
-import sys
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_fixtures import (  # noqa: F401 (fixtures and a hook, registered by import)
-    operator,
-    operator_install,
-    pytest_runtest_makereport,
-    running_operator,
-)
+@pytest.fixture(scope="module")
+def gateway_api(cluster):
+    """The Gateway API CRDs (hack/gateway-api.sh), for the canary tests that route by HTTPRoute."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBECTL": cluster.kubectl_path,
+    }
+    proc = subprocess.run(
+        [str(REPO_ROOT / "hack" / "gateway-api.sh"), "install"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (
+        f"hack/gateway-api.sh install failed:\n{proc.stderr}{proc.stdout}"
+    )
+    # Left installed: later tests see a cluster that serves Gateway API, as many do.

@@ -16,11 +16,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from operator_fixtures import children, load_sample, owned_by, tts
+from support.operator_fixtures import children, load_sample, owned_by, tts
 from support.prometheus import Prometheus
 from support.runtime import RuntimeProcess, write_tiny_checkpoint
 from support.traffic import SpeechTraffic, request_seconds
-from test_gateway import gateway_api  # noqa: F401 (fixture: the Gateway API CRDs, installed once)
 from ttsfleet_operator import labels
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.render.names import track_service_name
@@ -106,7 +105,7 @@ def canary_deployments(cluster, name: str, namespace: str) -> list[str]:
 
 
 def test_healthy_canary_walks_the_route_weights_to_promotion(
-    cluster, gateway_api, operator_install, operator, namespace, runtimes, prometheus  # noqa: F811
+    cluster, gateway_api, operator_install, operator, namespace, runtimes, prometheus
 ):
     # The operator caches discovery; a fresh process also sees HTTPRoute at once.
     operator.restart(extra_args=("--prometheus-url", prometheus.url))

@@ -6,12 +6,8 @@ weight and, after `inconclusiveLimit` such intervals, pauses there."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
-from operator_fixtures import (
-    REPO_ROOT,
+from support.operator_fixtures import (
     children,
     load_sample,
     owned_by,
@@ -24,27 +20,6 @@ from ttsfleet_operator.replicas import canary_replicas
 from ttsfleet_operator.tts_service import CanarySpec
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def gateway_api(cluster):
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "KUBECTL": cluster.kubectl_path,
-    }
-    proc = subprocess.run(
-        [str(REPO_ROOT / "hack" / "gateway-api.sh"), "install"],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, (
-        f"hack/gateway-api.sh install failed:\n{proc.stderr}{proc.stdout}"
-    )
-    # Left installed: later tests see a cluster that serves Gateway API, as many do.
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from operator_fixtures import (
+from support.operator_fixtures import (
     children,
     load_sample,
     owned_by,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from operator_fixtures import (
+from support.operator_fixtures import (
     children,
     count_diff,
     deployment_replicas,

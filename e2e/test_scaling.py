@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from operator_fixtures import deployment_replicas, load_sample, resyncs, tts, wait_ready
+from support.operator_fixtures import deployment_replicas, load_sample, resyncs, tts, wait_ready
 from ttsfleet_operator.render.names import deployment_name
 from ttsfleet_operator.replicas import split_replicas
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from operator_fixtures import children, load_sample, pods_by_node, wait_ready
+from support.operator_fixtures import children, load_sample, pods_by_node, wait_ready
 from ttsfleet_operator.render.names import deployment_name
 
 pytestmark = pytest.mark.timeout(240)

@@ -7,7 +7,7 @@ a Deployment event, never from the resync loop."""
 from __future__ import annotations
 
 import pytest
-from operator_fixtures import children, condition, load_sample, tts
+from support.operator_fixtures import children, condition, load_sample, tts
 from support.polling import wait_for
 
 RESYNC_SECONDS = 600

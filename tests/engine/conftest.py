@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +9,6 @@ import torch
 
 from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
-
-# Import mode is importlib: make helpers.py importable by the tests beside it.
-sys.path.insert(0, str(Path(__file__).parent))
 
 # Tiny models on a shared 2-core machine: more than one intra-op thread makes
 # every small matmul wait on busy cores (10x slower steps).

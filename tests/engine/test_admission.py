@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from helpers import collect, request
+from support.engine_requests import collect, request
 from ttsfleet_runtime.engine.api import EngineStopped, InvalidRequest, QueueFull, SamplingParams, SynthesisRequest
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import collect, request
+from support.engine_requests import collect, request
 
 
 async def test_cancel_frees_the_slot_immediately(make_engine):

@@ -8,7 +8,7 @@ import asyncio
 
 import numpy as np
 
-from helpers import codes_of, collect, request
+from support.engine_requests import codes_of, collect, request
 
 
 async def test_joining_and_leaving_gives_the_same_codes_as_solo_runs(make_engine):

@@ -8,7 +8,7 @@ import asyncio
 
 import numpy as np
 
-from helpers import codes_of, collect, fixed_length, request
+from support.engine_requests import codes_of, collect, fixed_length, request
 from ttsfleet_runtime.codec.decoder import load_speech_tokenizer
 from ttsfleet_runtime.engine.api import SynthesisRequest
 

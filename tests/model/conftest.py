@@ -3,15 +3,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-# Import mode is importlib: make this folder's helpers (reference.py, greedy.py)
-# importable by the tests beside them.
-sys.path.insert(0, str(Path(__file__).parent))
 
 # Tiny models on a shared 2-core machine: more than one intra-op thread makes
 # every small matmul wait on busy cores (10x slower steps).

@@ -7,8 +7,8 @@ import json
 
 import torch
 
-from greedy import our_codes
-from reference import reference_model
+from support.greedy import our_codes
+from support.reference_model import reference_model
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model

@@ -13,7 +13,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from monitoring_support import CHART, DASHBOARDS, alerts, selectors
+from support.monitoring import CHART, DASHBOARDS, alerts, selectors
 from support.tools import tool
 from ttsfleet_operator import labels
 from ttsfleet_operator.render import render_fleet

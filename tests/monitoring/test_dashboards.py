@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from monitoring_support import DASHBOARDS, REPO, exported_names, grafana_to_promql, selectors
+from support.monitoring import DASHBOARDS, REPO, exported_names, grafana_to_promql, selectors
 
 _spec = importlib.util.spec_from_file_location("generate_dashboards", REPO / "hack" / "generate-dashboards.py")
 generator = importlib.util.module_from_spec(_spec)

@@ -12,7 +12,7 @@ import importlib.util
 import time
 
 import pytest
-from monitoring_support import REPO, RULE_FILES, rule_groups
+from support.monitoring import REPO, RULE_FILES, rule_groups
 from support.polling import wait_for
 from support.prometheus import Prometheus
 from support.runtime import RuntimeProcess, write_tiny_checkpoint

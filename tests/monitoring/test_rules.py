@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 import yaml
-from monitoring_support import (
+from support.monitoring import (
     REPO,
     RULE_FILES,
     RUNBOOKS,

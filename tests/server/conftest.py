@@ -7,21 +7,12 @@ Random weights never say EOS, so every utterance runs to the server's
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from live_server import LiveServer  # noqa: E402
-from ttsfleet_runtime.server.auth import ApiKeys  # noqa: E402
-from ttsfleet_runtime.server.settings import ServerSettings  # noqa: E402
-
-API_KEY = "test-key-alice"
-OTHER_KEY = "test-key-bob"
-# 20 frames at 12.5 Hz: about half a second of CPU per utterance.
-SHORT_AUDIO_S = 1.6
+from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
+from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.server.settings import ServerSettings
 
 
 @pytest.fixture(scope="session")
@@ -36,10 +27,6 @@ def make_engine(tiny_custom_voice):
         )
 
     return make
-
-
-def auth(key: str = API_KEY) -> dict:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="session")
@@ -66,17 +53,4 @@ def openai_client(server):
     import openai
 
     return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
-
-
-def metric_value(base_url: str, name: str, labels: dict | None = None) -> float:
-    """One sample of the server's /metrics (0.0 when the series is absent)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(base_url + "/metrics").text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
-                return sample.value
-    return 0.0
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import auth
+from support.live_server import auth
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.server.json_logging import JsonFormatter
 

@@ -4,15 +4,12 @@ pick a voice, type text, press Speak, hear it stream, see the time to first audi
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from chromium import Browser, chromium_missing  # noqa: E402
-from conftest import API_KEY, SHORT_AUDIO_S, metric_value  # noqa: E402
+from support.chromium import Browser, chromium_missing
+from support.live_server import API_KEY, SHORT_AUDIO_S, metric_value
 
 
 def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):

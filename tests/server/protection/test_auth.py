@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from conftest import OTHER_KEY
+from support.live_server import OTHER_KEY
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.serve import ConfigError, load_api_keys

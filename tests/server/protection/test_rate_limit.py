@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import API_KEY, OTHER_KEY, SHORT_AUDIO_S, auth
-from live_server import LiveServer
+from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, auth
+from support.live_server import LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.rate_limit import TokenBucketLimiter
 from ttsfleet_runtime.server.settings import ServerSettings

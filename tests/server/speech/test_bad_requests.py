@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import auth
+from support.live_server import auth
 
 
 def speech(server, body=None, **kwargs):

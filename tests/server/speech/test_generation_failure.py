@@ -9,9 +9,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from conftest import API_KEY, auth, metric_value
-from live_server import LiveServer
-from stand_in_engine import StandInEngine
+from support.live_server import API_KEY, auth, metric_value
+from support.live_server import LiveServer
+from support.stand_in_engine import StandInEngine
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 

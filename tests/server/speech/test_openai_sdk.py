@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import auth
+from support.live_server import auth
 
 SAMPLE_RATE = 24000
 

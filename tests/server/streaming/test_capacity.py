@@ -10,8 +10,8 @@ import socket
 import httpx
 import pytest
 
-from conftest import API_KEY, auth, metric_value
-from live_server import LiveServer
+from support.live_server import API_KEY, auth, metric_value
+from support.live_server import LiveServer
 from support import polling
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings

@@ -10,7 +10,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from conftest import API_KEY, metric_value
+from support.live_server import API_KEY, metric_value
 
 
 def open_session(server, key=API_KEY, via="header"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from conftest import OTHER_KEY, auth
+from support.live_server import OTHER_KEY, auth
 
 
 def recording(seconds=2.0, rate=16000, fmt="WAV", amplitude=0.3) -> bytes:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from support.tools import tool
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "ttsfleet"
 SAMPLES = REPO_ROOT / "samples"
 RELEASE = "ttsfleet"

@@ -1,4 +1,5 @@
-"""A real uvicorn server on 127.0.0.1 (a free port) in a background thread."""
+"""A real uvicorn server on 127.0.0.1 (a free port) in a background thread, the API
+keys the server tests' servers accept, and the client side: auth header, one metric."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ import uvicorn
 from ttsfleet_runtime.server.app import create_app
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
+
+API_KEY = "test-key-alice"
+OTHER_KEY = "test-key-bob"
+# 20 frames at 12.5 Hz: about half a second of CPU per utterance.
+SHORT_AUDIO_S = 1.6
 
 
 class LiveServer:
@@ -53,3 +59,21 @@ class LiveServer:
     def __exit__(self, *exc):
         self.server.should_exit = True
         self._thread.join(timeout=30)
+
+
+def auth(key: str = API_KEY) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def metric_value(base_url: str, name: str, labels: dict | None = None) -> float:
+    """One sample of the server's /metrics (0.0 when the series is absent)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(base_url + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                return sample.value
+    return 0.0
+
