@@ -41,9 +41,9 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from ttsfleet_operator import crd, reference
+    from ttsfleet_operator import crd, field_docs
 
-    sys.stdout.write(reference.markdown() if args.reference else crd.to_yaml())
+    sys.stdout.write(field_docs.markdown() if args.fields else crd.to_yaml())
     return 0
 
 
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(handler=_render)
 
     crd = commands.add_parser("crd", help="print the TTSService CustomResourceDefinition")
-    crd.add_argument("--reference", action="store_true", help="print the field reference (Markdown) instead")
+    crd.add_argument("--fields", action="store_true", help="print every field and rule as Markdown instead")
     crd.set_defaults(handler=_crd)
 
     operator = commands.add_parser("operator", help="the Kubernetes operator")

@@ -10,13 +10,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("*/**/README.md"))]
 
 
-def test_field_reference_is_the_crd_schema():
+def test_field_docs_are_the_crd_schema():
     generated = subprocess.run(
-        [sys.executable, "-m", "ttsfleet_operator.cli", "crd", "--reference"], capture_output=True, text=True, check=True, cwd="/"
+        [sys.executable, "-m", "ttsfleet_operator.cli", "crd", "--fields"], capture_output=True, text=True, check=True, cwd="/"
     ).stdout
     assert "| `model.size` (required)" in generated
-    page = (ROOT / "docs" / "reference.md").read_text()
-    assert page.endswith(generated), "docs/reference.md is stale: run `make generate`"
+    page = (ROOT / "docs" / "fields.md").read_text()
+    assert page.endswith(generated), "docs/fields.md is stale: run `make generate`"
 
 
 def test_relative_links_resolve():

@@ -51,8 +51,8 @@ def test_the_cli_starts_without_torch():
     assert result.stdout.strip() == "False"
 
 
-def test_reference_lists_every_spec_field_and_every_rule_message(capsys):
-    assert main(["crd", "--reference"]) == 0
+def test_field_docs_list_every_spec_field_and_every_rule_message(capsys):
+    assert main(["crd", "--fields"]) == 0
     text = capsys.readouterr().out
     for field in (
         "model.variant",

@@ -1,7 +1,8 @@
-"""The TTSService field reference in Markdown, generated from the CRD schema.
+"""Every TTSService field in Markdown (docs/fields.md), generated from the CRD schema.
 
-`ttsfleet crd --reference` prints it; the README's reference is this output, so
-documentation, CRD and model cannot disagree.
+`ttsfleet crd --fields` prints it; docs/fields.md is this output, so documentation,
+CRD and model cannot disagree. ("Reference" in this repository means the official
+qwen-tts implementation our model code is compared with, never this page.)
 """
 
 from __future__ import annotations
