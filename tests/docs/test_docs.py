@@ -34,3 +34,10 @@ def test_quick_start_runs_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     assert "make dev" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_puts_the_commands_on_the_path_before_it_uses_them():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    on_path = next(i for i, line in enumerate(lines) if "export PATH=~/.cache/ttsfleet/venv/bin" in line)
+    first_use = next(i for i, line in enumerate(lines) if re.match(r"ttsfleet(-runtime)? ", line))
+    assert on_path < first_use, f"README line {first_use + 1} runs ttsfleet before line {on_path + 1} puts it on PATH"
