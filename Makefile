@@ -59,8 +59,15 @@ e2e: venv tools control-plane ## tests against a real control plane (kwok here)
 	@echo "==> e2e tests (e2e/) against a real control plane"
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) e2e
 
+.PHONY: lint
+lint: venv ## ruff (format check + lint) and import-linter's layer contracts; hack/lint-fix.sh fixes what it can
+	@echo "==> lint: ruff format --check, ruff check, lint-imports (contracts in pyproject.toml)"
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
 .PHONY: test
-test: unit e2e ## everything CI runs
+test: lint unit e2e ## everything CI runs (lint first: it takes seconds)
 
 .PHONY: generate
 generate: venv ## rewrite every generated file: CRD (both copies), field docs, dashboards
