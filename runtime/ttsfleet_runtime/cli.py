@@ -46,7 +46,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
             metavar = "{" + ",".join(entry.choices) + "}"
         else:
             metavar = None
-        shown = "" if entry.default in (None, "", ()) else f" (default: {entry.format(entry.default)})"
+        shown = (
+            "" if entry.default in (None, "", ()) else f" (default: {entry.format(entry.default)})"
+        )
         parser.add_argument(
             entry.flag,
             dest=entry.name,
@@ -86,16 +88,26 @@ def _add_checkpoint(subparsers) -> None:
         "checkpoint",
         help="write a Qwen3-TTS checkpoint with random weights in the official layout",
         description="Write config.json, model.safetensors, tokenizer files and speech_tokenizer/ "
-                    "with random weights (no download): tiny for CPU tests, real sizes for GPU work.",
+        "with random weights (no download): tiny for CPU tests, real sizes for GPU work.",
     )
-    p.add_argument("--random", action="store_true", required=True, help="random weights (the only mode)")
+    p.add_argument(
+        "--random", action="store_true", required=True, help="random weights (the only mode)"
+    )
     p.add_argument("--size", choices=["tiny", "0.6B", "1.7B"], default="tiny")
-    p.add_argument("--variant", choices=["Base", "CustomVoice", "VoiceDesign"], default="CustomVoice")
+    p.add_argument(
+        "--variant", choices=["Base", "CustomVoice", "VoiceDesign"], default="CustomVoice"
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
-                   help="default: float32 for tiny, bfloat16 otherwise")
-    p.add_argument("--device", default="cpu", help="where random numbers are drawn (cuda is faster for 1.7B)")
+    p.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default=None,
+        help="default: float32 for tiny, bfloat16 otherwise",
+    )
+    p.add_argument(
+        "--device", default="cpu", help="where random numbers are drawn (cuda is faster for 1.7B)"
+    )
     p.set_defaults(handler=_checkpoint)
 
 
@@ -105,8 +117,15 @@ def _checkpoint(args: argparse.Namespace) -> int:
     from .checkpoint.random_checkpoint import write_random_checkpoint
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    write_random_checkpoint(args.out, args.size, args.variant, seed=args.seed, dtype=args.dtype,
-                            device=args.device, progress=print)
+    write_random_checkpoint(
+        args.out,
+        args.size,
+        args.variant,
+        seed=args.seed,
+        dtype=args.dtype,
+        device=args.device,
+        progress=print,
+    )
     return 0
 
 

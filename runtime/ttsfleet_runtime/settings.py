@@ -60,8 +60,14 @@ def setting(
     server refuses to start without it (`default` is then only ServerSettings' own).
     """
     declared = dict(
-        help=help, flag=flag, env=env, choices=choices, minimum=minimum, maximum=maximum,
-        words=words, required=required,
+        help=help,
+        flag=flag,
+        env=env,
+        choices=choices,
+        minimum=minimum,
+        maximum=maximum,
+        words=words,
+        required=required,
     )
     return dataclasses.field(default=default, metadata={_KEY: declared})
 
@@ -71,7 +77,9 @@ class ServerSettings:
     """Everything an operator of one runtime pod can set, in one frozen object."""
 
     model: str = setting("", "checkpoint dir or hub id", required=True)
-    model_revision: str | None = setting(None, "hub branch, tag or commit (when --model is a hub id)")
+    model_revision: str | None = setting(
+        None, "hub branch, tag or commit (when --model is a hub id)"
+    )
     device: str = setting("cuda", "cpu or cuda")
     host: str = setting("0.0.0.0", "address to listen on")
     port: int = setting(8000, "HTTP port", minimum=1, maximum=65535)
@@ -81,26 +89,40 @@ class ServerSettings:
     api_keys_file: Path | None = setting(None, "one key per line, e.g. a mounted Secret")
     api_keys: tuple[str, ...] = setting((), "API keys, comma-separated", flag=None)
     auth_disabled: bool = setting(
-        False, "'disabled' turns API keys off explicitly", flag="--auth", words=("disabled", "enabled")
+        False,
+        "'disabled' turns API keys off explicitly",
+        flag="--auth",
+        words=("disabled", "enabled"),
     )
     # Uploaded voices live here (a PVC in Kubernetes); None means uploads are off.
-    voices_dir: Path | None = setting(None, "where uploaded voices live (a PVC); unset disables uploads")
+    voices_dir: Path | None = setting(
+        None, "where uploaded voices live (a PVC); unset disables uploads"
+    )
     # Engine sizing, passed through to the engine. The TTSService CRD takes its
     # spec.engine defaults and bounds from these entries: what a pod gets by default
     # and what `serve` gets by default are the same. 64 slots of 4608 KV positions of
     # the 1.7B talker are about 34 GB (bf16): an 80 GB GPU holds them beside the weights.
-    max_batch: int = setting(64, "streams decoded together (KV cache slots)", minimum=1, maximum=1024)
+    max_batch: int = setting(
+        64, "streams decoded together (KV cache slots)", minimum=1, maximum=1024
+    )
     max_queue: int = setting(256, "waiting requests before 429", minimum=0, maximum=100000)
     dtype: str | None = setting(
-        None, "default: bfloat16 on cuda, float32 on cpu", choices=("bfloat16", "float16", "float32")
+        None,
+        "default: bfloat16 on cuda, float32 on cpu",
+        choices=("bfloat16", "float16", "float32"),
     )
     cuda_graphs: bool = setting(True, "capture decode steps as CUDA graphs")
     first_chunk_frames: int = setting(
-        2, "codec frames in the first audio chunk (time to first audio vs. overhead)", minimum=1, maximum=32
+        2,
+        "codec frames in the first audio chunk (time to first audio vs. overhead)",
+        minimum=1,
+        maximum=32,
     )
     # Bounds the GPU time a single request can hold a slot (and random-weight
     # models never stop by themselves).
-    max_audio_seconds: float = setting(120.0, "longest utterance one request may generate", minimum=0)
+    max_audio_seconds: float = setting(
+        120.0, "longest utterance one request may generate", minimum=0
+    )
     drain_timeout_s: float = setting(30.0, "seconds in-flight streams get after SIGTERM", minimum=0)
     # Per-key token bucket.
     rate_limit_per_s: float = setting(
@@ -108,11 +130,17 @@ class ServerSettings:
     )
     rate_limit_burst: int = setting(10, "requests a key may send at once", minimum=1)
     # Limits on what a client may send.
-    max_body_bytes: int = setting(64 * 1024, "largest request body (and WebSocket message)", minimum=1)
+    max_body_bytes: int = setting(
+        64 * 1024, "largest request body (and WebSocket message)", minimum=1
+    )
     max_input_chars: int = setting(4096, "longest input text", minimum=1)
     max_voice_upload_bytes: int = setting(10 * 1024 * 1024, "largest voice upload", minimum=1)
-    min_voice_seconds: float = setting(1.0, "shortest reference audio a voice upload may have", minimum=0)
-    max_voice_seconds: float = setting(30.0, "longest reference audio a voice upload may have", minimum=0)
+    min_voice_seconds: float = setting(
+        1.0, "shortest reference audio a voice upload may have", minimum=0
+    )
+    max_voice_seconds: float = setting(
+        30.0, "longest reference audio a voice upload may have", minimum=0
+    )
     ws_config_timeout_s: float = setting(
         10.0, "seconds a WebSocket session has to send its config message", minimum=0
     )
@@ -149,7 +177,9 @@ class Setting:
         try:
             value = self.kind(text)
         except ValueError:
-            raise ValueError(f"expected {'a number' if self.kind is float else 'an integer'}, got {text!r}") from None
+            raise ValueError(
+                f"expected {'a number' if self.kind is float else 'an integer'}, got {text!r}"
+            ) from None
         self.check(value)
         return value
 
@@ -230,4 +260,3 @@ def environment(values: Mapping[str, Any]) -> dict[str, str]:
         entry.parse(text)
         variables[entry.env] = text
     return variables
-

@@ -7,12 +7,20 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("*/**/README.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted(ROOT.glob("*/**/README.md")),
+]
 
 
 def test_field_docs_are_the_crd_schema():
     generated = subprocess.run(
-        [sys.executable, "-m", "ttsfleet_operator.cli", "crd", "--fields"], capture_output=True, text=True, check=True, cwd="/"
+        [sys.executable, "-m", "ttsfleet_operator.cli", "crd", "--fields"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
     ).stdout
     assert "| `model.size` (required)" in generated
     page = (ROOT / "docs" / "fields.md").read_text()
@@ -38,6 +46,10 @@ def test_quick_start_runs_what_ci_runs():
 
 def test_readme_puts_the_commands_on_the_path_before_it_uses_them():
     lines = (ROOT / "README.md").read_text().splitlines()
-    on_path = next(i for i, line in enumerate(lines) if "export PATH=~/.cache/ttsfleet/venv/bin" in line)
+    on_path = next(
+        i for i, line in enumerate(lines) if "export PATH=~/.cache/ttsfleet/venv/bin" in line
+    )
     first_use = next(i for i, line in enumerate(lines) if re.match(r"ttsfleet(-runtime)? ", line))
-    assert on_path < first_use, f"README line {first_use + 1} runs ttsfleet before line {on_path + 1} puts it on PATH"
+    assert on_path < first_use, (
+        f"README line {first_use + 1} runs ttsfleet before line {on_path + 1} puts it on PATH"
+    )

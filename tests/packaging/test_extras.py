@@ -77,14 +77,32 @@ def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "runtime", source / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "runtime", source / "runtime", ignore=shutil.ignore_patterns("__pycache__")
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), "."],
-        cwd=source, check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            ".",
+        ],
+        cwd=source,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     (wheel,) = tmp_path.glob("ttsfleet-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        packages = {name.split("/")[0] for name in archive.namelist() if not name.startswith("ttsfleet-")}
+        packages = {
+            name.split("/")[0] for name in archive.namelist() if not name.startswith("ttsfleet-")
+        }
         (entry_points,) = [n for n in archive.namelist() if n.endswith("entry_points.txt")]
         scripts = archive.read(entry_points).decode()
     assert packages == {"ttsfleet_runtime"}
@@ -92,8 +110,22 @@ def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
 
     # `python -m ttsfleet_runtime` runs with the operator unimportable (the wheel's code, not this checkout's).
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     probe = """
 import sys
 class Block:
@@ -106,7 +138,13 @@ assert ttsfleet_runtime.__file__.startswith(sys.argv[1]), ttsfleet_runtime.__fil
 sys.argv = ['ttsfleet-runtime', 'serve', '--help']
 runpy.run_module('ttsfleet_runtime', run_name='__main__')  # python -m ttsfleet_runtime serve --help
 """
-    result = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True, text=True, cwd="/",
-                            env={**os.environ, "PYTHONPATH": str(target)}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(target)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(target)},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "[TTSFLEET_MAX_BATCH]" in result.stdout

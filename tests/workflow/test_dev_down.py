@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def dev_down(cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["make", "--no-print-directory", "dev-down", f"TTSFLEET_CACHE={cache}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -29,12 +32,21 @@ def alive(pid: int) -> bool:
 def start(cache: Path, argv0: str) -> int:
     """A stand-in running in the background as hack/dev.sh leaves the operator (not our
     child), its command line `argv0 60`, its pid in dev.sh's pid file."""
-    pid = int(subprocess.run(["bash", "-c", f'(exec -a "{argv0}" sleep 60) >/dev/null 2>&1 & echo $!'],
-                             capture_output=True, text=True, check=True).stdout)
+    pid = int(
+        subprocess.run(
+            ["bash", "-c", f'(exec -a "{argv0}" sleep 60) >/dev/null 2>&1 & echo $!'],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     (cache / "dev").mkdir(parents=True, exist_ok=True)
     (cache / "dev" / "operator.pid").write_text(f"{pid}\n")
-    wait_for(lambda: argv0 in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "), 10,
-             what="the stand-in operator to start")
+    wait_for(
+        lambda: argv0 in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "),
+        10,
+        what="the stand-in operator to start",
+    )
     return pid
 
 

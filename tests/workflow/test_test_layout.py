@@ -30,5 +30,7 @@ def test_tests_import_helpers_from_support_only():
         for node in ast.walk(ast.parse(path.read_text())):
             names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
             names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in local]
+            offenders += [
+                f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in local
+            ]
     assert offenders == []

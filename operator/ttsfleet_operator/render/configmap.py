@@ -62,7 +62,10 @@ def render_configmap(service: TTSService, track: str = labels.STABLE) -> dict:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(
-            service, names.engine_config_name(service.name, track), "engine-config", {labels.TRACK: track}
+            service,
+            names.engine_config_name(service.name, track),
+            "engine-config",
+            {labels.TRACK: track},
         ),
         "data": engine_environment(service),
     }
