@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import yaml
 
@@ -22,7 +23,7 @@ def _render(args: argparse.Namespace) -> int:
     from ttsfleet_operator.render import render_fleet
     from ttsfleet_operator.tts_service import TTSService
 
-    text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     documents = [doc for doc in yaml.safe_load_all(text) if doc]
     manifests = []
     for document in documents:

@@ -68,7 +68,7 @@ async def run_one(engine, frames: int, seed: int) -> dict:
         total_s=round(last_t - t_submit, 4),
         rtf=round((last_t - t_submit) / (n_frames / 12.5), 4),
         chunks=len(arrivals),
-        max_gap_ms=round(max((b[0] - a[0]) * 1000 for a, b in zip(arrivals, arrivals[1:])), 2)
+        max_gap_ms=round(max((b[0] - a[0]) * 1000 for a, b in zip(arrivals, arrivals[1:], strict=False)), 2)
         if len(arrivals) > 1 else None,
     )
 

@@ -45,10 +45,10 @@ async def main(out: str) -> None:
     gpu32 = await codes(str(ckpt), "cuda", "float32", True)
     gpu16 = await codes(str(ckpt), "cuda", "bfloat16", True)
     result = dict(
-        float32_graphs_equal_cpu=all(np.array_equal(a, b) for a, b in zip(cpu, gpu32)),
-        float32_code_agreement=float(np.mean([np.mean(a == b) for a, b in zip(cpu, gpu32)])),
-        bfloat16_code_agreement=float(np.mean([np.mean(a == b) for a, b in zip(cpu, gpu16)])),
-        bfloat16_first_frame_equal=all(np.array_equal(a[0], b[0]) for a, b in zip(cpu, gpu16)),
+        float32_graphs_equal_cpu=all(np.array_equal(a, b) for a, b in zip(cpu, gpu32, strict=True)),
+        float32_code_agreement=float(np.mean([np.mean(a == b) for a, b in zip(cpu, gpu32, strict=True)])),
+        bfloat16_code_agreement=float(np.mean([np.mean(a == b) for a, b in zip(cpu, gpu16, strict=True)])),
+        bfloat16_first_frame_equal=all(np.array_equal(a[0], b[0]) for a, b in zip(cpu, gpu16, strict=True)),
     )
     print(json.dumps(result, indent=1))
     with open(os.path.join(out, "graph_parity.json"), "w") as f:

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
 # Tiny models on a shared 2-core machine: more than one intra-op thread makes
 # every small matmul wait on busy cores (10x slower steps).
 torch.set_num_threads(1)
-
-from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ class Prometheus:
         config = {**config, "rule_files": [str(p) for p in rule_files]}
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log_path = workdir / "prometheus.log"
-        self.log = open(self.log_path, "w")
+        self.log = open(self.log_path, "w")  # noqa: SIM115 (open while the process runs; stop() closes it)
         self.process = subprocess.Popen(
             [
                 tool("prometheus"),

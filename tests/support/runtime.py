@@ -40,7 +40,7 @@ class RuntimeProcess:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"{name}.log"
-        self.log = open(self.log_path, "w")
+        self.log = open(self.log_path, "w")  # noqa: SIM115 (open while the process runs; stop() closes it)
         self.process = subprocess.Popen(
             ttsfleet(
                 "serve", "--model", str(checkpoint), "--device", "cpu", "--host", "127.0.0.1",
