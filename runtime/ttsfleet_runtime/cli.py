@@ -56,7 +56,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
             default=default,
             required=entry.required and entry.env not in environ,
             metavar=metavar,
-            help=f"{entry.help}{shown} [{entry.env}]",
+            help=f"{entry.help}{shown} [{entry.env}]".replace("%", "%%"),  # argparse formats help
         )
 
 

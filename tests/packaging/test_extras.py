@@ -87,6 +87,8 @@ def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
             "pip",
             "wheel",
             "-q",
+            "--disable-pip-version-check",
+            "--no-index",
             "--no-deps",
             "--no-build-isolation",
             "-w",
@@ -108,7 +110,8 @@ def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
     assert packages == {"ttsfleet_runtime"}
     assert "ttsfleet-runtime = ttsfleet_runtime.cli:main" in scripts
 
-    # `python -m ttsfleet_runtime` runs with the operator unimportable (the wheel's code, not this checkout's).
+    # `python -m ttsfleet_runtime` runs with the operator unimportable (the wheel's code,
+    # not this checkout's).
     target = tmp_path / "site"
     subprocess.run(
         [
@@ -117,6 +120,8 @@ def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
             "pip",
             "install",
             "-q",
+            "--disable-pip-version-check",
+            "--no-index",
             "--no-deps",
             "--target",
             str(target),
