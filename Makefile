@@ -64,7 +64,7 @@ lint: venv ## ruff (format check + lint) and import-linter's layer contracts; ha
 	@echo "==> lint: ruff format --check, ruff check, lint-imports (contracts in pyproject.toml)"
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/lint-imports
+	PYTHONPATH="$(CURDIR)/operator:$(CURDIR)/runtime" $(BIN)/lint-imports
 
 .PHONY: test
 test: lint unit e2e ## everything CI runs (lint first: it takes seconds)

@@ -17,6 +17,8 @@ tool() { if [[ -x "${BIN}/$1" ]]; then echo "${BIN}/$1"; else command -v "$1" ||
 RUFF="$(tool ruff)"
 LINT_IMPORTS="$(tool lint-imports)"
 cd "${REPO_ROOT}"
+# lint-imports reads the packages it imports: this tree's, whatever the venv's editable install points at.
+export PYTHONPATH="${REPO_ROOT}/operator:${REPO_ROOT}/runtime${PYTHONPATH:+:${PYTHONPATH}}"
 (( $# )) || set -- .
 
 echo "==> ruff format $*"
