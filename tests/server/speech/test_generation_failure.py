@@ -1,6 +1,6 @@
 """A generation that fails: a proper status before any audio, a cut stream after.
 
-Uses the stand-in engine (stand_in_engine.py) because the real CPU engine
+Uses the stand-in engine (support/stand_in_engine.py) because the real CPU engine
 cannot be made to fail (run out of CUDA memory, or fail a batch step) on demand.
 """
 
