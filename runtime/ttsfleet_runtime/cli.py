@@ -45,7 +45,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, environ: Mapping[str, st
         elif entry.choices:
             metavar = "{" + ",".join(entry.choices) + "}"
         else:
-            metavar = None
+            metavar = entry.flag[2:].upper().replace("-", "_")  # the flag's name, not the field's
         shown = (
             "" if entry.default in (None, "", ()) else f" (default: {entry.format(entry.default)})"
         )
