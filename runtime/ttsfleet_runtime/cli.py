@@ -31,6 +31,9 @@ def _add_serve(subparsers) -> None:
     p.add_argument("--api-keys-file", type=Path, default=_env("API_KEYS_FILE"), help="one key per line, e.g. a mounted Secret [TTSFLEET_API_KEYS_FILE]")
     p.add_argument("--auth", choices=["enabled", "disabled"], default=_env("AUTH", "enabled"), help="'disabled' turns API keys off explicitly [TTSFLEET_AUTH]")
     p.add_argument("--voices-dir", type=Path, default=_env("VOICES_DIR"), help="where uploaded voices live (a PVC); unset disables uploads [TTSFLEET_VOICES_DIR]")
+    p.add_argument("--anonymous-voices", choices=["on", "off"], default=_env("ANONYMOUS_VOICES", "off"), help="with --auth disabled: allow uploads that every caller shares [TTSFLEET_ANONYMOUS_VOICES]")
+    p.add_argument("--max-voices-per-tenant", type=int, default=int(_env("MAX_VOICES_PER_TENANT", "20")), help="uploaded voices one tenant may keep [TTSFLEET_MAX_VOICES_PER_TENANT]")
+    p.add_argument("--max-voice-bytes-per-tenant", type=int, default=int(_env("MAX_VOICE_BYTES_PER_TENANT", str(32 * 1024 * 1024))), help="bytes of voice files one tenant may keep [TTSFLEET_MAX_VOICE_BYTES_PER_TENANT]")
     p.add_argument("--max-batch", type=int, default=int(_env("MAX_BATCH", "16")), help="[TTSFLEET_MAX_BATCH]")
     p.add_argument("--max-queue", type=int, default=int(_env("MAX_QUEUE", "64")), help="waiting requests before 429 [TTSFLEET_MAX_QUEUE]")
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=_env("DTYPE"), help="default: bfloat16 on cuda, float32 on cpu [TTSFLEET_DTYPE]")
@@ -63,6 +66,9 @@ def _serve(args: argparse.Namespace) -> int:
         api_keys=env_keys,
         auth_disabled=args.auth == "disabled",
         voices_dir=args.voices_dir,
+        anonymous_voices=args.anonymous_voices == "on",
+        max_voices_per_tenant=args.max_voices_per_tenant,
+        max_voice_bytes_per_tenant=args.max_voice_bytes_per_tenant,
         max_batch=args.max_batch,
         max_queue=args.max_queue,
         dtype=args.dtype,

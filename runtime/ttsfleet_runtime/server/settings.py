@@ -26,6 +26,12 @@ class ServerSettings:
     auth_disabled: bool = False
     # Uploaded voices live here (a PVC in Kubernetes); None means uploads are off.
     voices_dir: Path | None = None
+    # With auth disabled every caller is one tenant ("anonymous") that could list
+    # and erase every voice: uploads stay off then unless this says otherwise.
+    anonymous_voices: bool = False
+    # What one tenant may keep in voices_dir (voices, and bytes of all their files).
+    max_voices_per_tenant: int = 20
+    max_voice_bytes_per_tenant: int = 32 * 1024 * 1024
     # Engine sizing, passed through to the engine factory.
     max_batch: int = 16
     max_queue: int = 64
