@@ -76,6 +76,7 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
     except PackageNotFoundError:
         package_version = "unknown"
     info = engine.info
+    runtime_metrics.registry.register(api_keys.collector())
     runtime_metrics.build_info.labels(version=package_version, model=info.name, variant=info.variant, size=info.size).set(1)
 
     async def lifespan(app: FastAPI):
