@@ -28,7 +28,7 @@ def _add_serve(subparsers) -> None:
     p.add_argument("--device", default=_env("DEVICE", "cuda"), help="cpu or cuda [TTSFLEET_DEVICE]")
     p.add_argument("--host", default=_env("HOST", "0.0.0.0"), help="[TTSFLEET_HOST]")
     p.add_argument("--port", type=int, default=int(_env("PORT", "8000")), help="[TTSFLEET_PORT]")
-    p.add_argument("--api-keys-file", type=Path, default=_env("API_KEYS_FILE"), help="one '[TENANT] KEY' per line, e.g. a mounted Secret [TTSFLEET_API_KEYS_FILE]")
+    p.add_argument("--api-keys-file", type=Path, default=_env("API_KEYS_FILE"), help="one 'KEY' or 'TENANT: KEY' per line, e.g. a mounted Secret [TTSFLEET_API_KEYS_FILE]")
     p.add_argument("--auth", choices=["enabled", "disabled"], default=_env("AUTH", "enabled"), help="'disabled' turns API keys off explicitly [TTSFLEET_AUTH]")
     p.add_argument("--voices-dir", type=Path, default=_env("VOICES_DIR"), help="where uploaded voices live (a PVC); unset disables uploads [TTSFLEET_VOICES_DIR]")
     p.add_argument("--anonymous-voices", choices=["on", "off"], default=_env("ANONYMOUS_VOICES", "off"), help="with --auth disabled: allow uploads that every caller shares [TTSFLEET_ANONYMOUS_VOICES]")

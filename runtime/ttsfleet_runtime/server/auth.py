@@ -3,10 +3,13 @@
 Keys come from a file (a mounted Secret) and/or from settings. Each line of the
 file is one key, optionally preceded by its tenant's name:
 
-    # comments and blank lines are ignored; a UTF-8 BOM is too
-    tenant-a  sk-first-key-of-a
-    tenant-a: sk-second-key-of-a       (a colon after the name is allowed)
+    # whole-line comments and blank lines are ignored; a UTF-8 BOM is too
+    tenant-a: sk-first-key-of-a
+    tenant-a: sk-second-key-of-a
     sk-a-key-without-a-name
+
+The colon is required, so that two keys pasted on one line reject the file
+instead of making the first a tenant name (which logs print).
 
 A tenant is the stable id that owns uploaded voices and shares a rate-limit
 bucket, so rotating a named key (adding the new line, then removing the old)
@@ -56,12 +59,12 @@ def _digest(key: str) -> str:
 
 
 def parse_key_line(line: str) -> tuple[str, str]:
-    """(tenant, key) of one `[TENANT[:]] KEY` entry; ValueError without key material."""
+    """(tenant, key) of one `KEY` or `TENANT: KEY` entry; ValueError without key material."""
     fields = line.split()
     if len(fields) == 1:
         return key_id(fields[0]), fields[0]
-    if len(fields) != 2:
-        raise ValueError(f"expected 'KEY' or 'TENANT KEY', found {len(fields)} fields")
+    if len(fields) != 2 or not fields[0].endswith(":"):
+        raise ValueError(f"expected 'KEY' or 'TENANT: KEY', found {len(fields)} words")
     tenant, key = fields[0].removesuffix(":"), fields[1]
     if not TENANT_NAME.match(tenant):
         raise ValueError("a tenant name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")

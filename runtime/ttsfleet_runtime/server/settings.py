@@ -20,7 +20,7 @@ class ServerSettings:
     port: int = 8000
     # Name clients pass as `model`; defaults to the engine's own model name.
     served_model_name: str | None = None
-    # Auth: keys from a file (a mounted Secret, one "[TENANT] KEY" per line) and/or env.
+    # Auth: keys from a file (a mounted Secret, one "KEY" or "TENANT: KEY" per line) and/or env.
     api_keys_file: Path | None = None
     api_keys: tuple[str, ...] = ()
     auth_disabled: bool = False

@@ -243,7 +243,13 @@ def _profile(folder: Path) -> dict:
 
 
 def _folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    total = 0
+    try:
+        for path in folder.iterdir():
+            total += path.stat().st_size
+    except OSError:  # erased while being counted: what is gone takes no space
+        pass
+    return total
 
 
 def _write_json(path: Path, value: dict) -> None:

@@ -86,7 +86,7 @@ def test_caller_ids_do_not_reveal_keys():
 
 def test_keys_are_named_by_tenant_and_unnamed_keys_keep_their_derived_id(tmp_path):
     keys_file = tmp_path / "keys"
-    keys_file.write_text("\ufeff# tenants\ntenant-a sk-a1\n\n  tenant-a:  sk-a2  \nsk-lone\n")
+    keys_file.write_text("\ufeff# tenants\ntenant-a: sk-a1\n\n  tenant-a:\tsk-a2  \nsk-lone\n")
     keys = ApiKeys(keys_file=keys_file)
     assert keys.authenticate("Bearer sk-a1") == keys.authenticate("Bearer sk-a2") == "tenant-a"
     assert keys.authenticate("Bearer sk-lone") == key_id("sk-lone")
@@ -102,11 +102,13 @@ def test_a_bom_does_not_disable_the_first_key(tmp_path):
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        (b"tenant-a sk-1\n\xff\xfe bad bytes\n", "not UTF-8"),
-        (b"tenant-a sk-1 extra-field\n", "keys:1: expected 'KEY' or 'TENANT KEY'"),
-        (b"key_abc sk-1\n", "reserved"),
-        (b"tenant-a sk-1\ntenant-b sk-1\n", "keys:2: a key listed for two tenants"),
-        (b"bad/name sk-1\n", "a tenant name is"),
+        (b"tenant-a: sk-1\n\xff\xfe bad bytes\n", "not UTF-8"),
+        (b"tenant-a: sk-1 extra-field\n", "keys:1: expected 'KEY' or 'TENANT: KEY'"),
+        # Two keys on a line (or a name without its colon) must not make a key a tenant name.
+        (b"sk-0 sk-1\n", "keys:1: expected 'KEY' or 'TENANT: KEY'"),
+        (b"key_abc: sk-1\n", "reserved"),
+        (b"tenant-a: sk-1\ntenant-b: sk-1\n", "keys:2: a key listed for two tenants"),
+        (b"bad/name: sk-1\n", "a tenant name is"),
     ],
 )
 def test_an_unusable_keys_file_refuses_to_start_and_names_the_line_not_the_key(tmp_path, content, reason):
@@ -128,7 +130,7 @@ def rewrite(path, content: bytes) -> None:
 def test_keys_file_reload_revokes_at_once_and_a_bad_file_keeps_the_last_good_keys(make_engine, tmp_path, caplog):
     caplog.set_level(logging.INFO)
     keys_file = tmp_path / "keys"
-    keys_file.write_text("alice sk-alice\nbob sk-bob\n")
+    keys_file.write_text("alice: sk-alice\nbob: sk-bob\n")
     with LiveServer(make_engine(), ServerSettings(), ApiKeys(keys_file=keys_file)) as server:
 
         def status(key):
@@ -137,12 +139,12 @@ def test_keys_file_reload_revokes_at_once_and_a_bad_file_keeps_the_last_good_key
         errors_metric = "ttsfleet_auth_keys_reload_errors_total"
         assert status("sk-alice") == status("sk-bob") == 200
         # Revoking bob works from the very next request.
-        rewrite(keys_file, b"alice sk-alice\n")
+        rewrite(keys_file, b"alice: sk-alice\n")
         assert (status("sk-bob"), status("sk-alice")) == (401, 200)
 
         # A broken file (not UTF-8, trying to add a key) is rejected as a whole, never a 500;
         # the keys stay as they were, and the rejection is logged once and counted.
-        rewrite(keys_file, b"alice sk-alice\ncarol sk-carol-\xff\n")
+        rewrite(keys_file, b"alice: sk-alice\ncarol: sk-carol-\xff\n")
         assert [status("sk-alice"), status("sk-alice"), status("sk-bob")] == [200, 200, 401]
         assert metric_value(server.base_url, errors_metric) == 1
         rejected = [r for r in caplog.records if r.getMessage().startswith("api keys file rejected")]
@@ -152,7 +154,7 @@ def test_keys_file_reload_revokes_at_once_and_a_bad_file_keeps_the_last_good_key
         keys_file.unlink()
         assert status("sk-alice") == 200
         assert metric_value(server.base_url, errors_metric) == 2
-        rewrite(keys_file, b"\xef\xbb\xbfcarol sk-carol\n")
+        rewrite(keys_file, b"\xef\xbb\xbfcarol: sk-carol\n")
         assert (status("sk-carol"), status("sk-alice")) == (200, 401)
         assert metric_value(server.base_url, errors_metric) == 2
     # Secrets never in logs: neither in messages nor in their extra fields.

@@ -25,7 +25,7 @@ def voices_dir(tmp_path):
 
 def live(make_engine, voices_dir, **settings):
     settings = ServerSettings(voices_dir=voices_dir, max_voice_upload_bytes=2 * 1024 * 1024, **settings)
-    return LiveServer(make_engine(), settings, ApiKeys((f"alice {ALICE}", f"bob {BOB}")))
+    return LiveServer(make_engine(), settings, ApiKeys((f"alice: {ALICE}", f"bob: {BOB}")))
 
 
 def test_a_high_rate_stereo_upload_is_stored_as_mono_at_the_model_rate(make_engine, voices_dir):

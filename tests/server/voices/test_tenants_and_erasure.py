@@ -30,14 +30,14 @@ def rewrite(path, text: str) -> None:
 
 def test_rotating_a_named_key_keeps_the_tenants_voices(make_engine, tmp_path):
     keys_file = tmp_path / "keys"
-    keys_file.write_text("tenant-a sk-old\ntenant-b sk-b\n")
+    keys_file.write_text("tenant-a: sk-old\ntenant-b: sk-b\n")
     settings = ServerSettings(voices_dir=tmp_path / "voices")
     with LiveServer(make_engine(), settings, ApiKeys(keys_file=keys_file)) as server:
         voice = upload(server.base_url, recording(), "sk-old").json()
         consent = json.loads((tmp_path / "voices" / voice["id"] / "consent.json").read_text())
         assert consent["given_by"] == "tenant-a"
 
-        rewrite(keys_file, "tenant-a: sk-new\ntenant-b sk-b\n")
+        rewrite(keys_file, "tenant-a: sk-new\ntenant-b: sk-b\n")
         assert httpx.get(server.base_url + "/v1/models", headers=bearer("sk-old")).status_code == 401
         assert uploaded_voice_ids(server.base_url, "sk-new") == [voice["id"]]
         assert uploaded_voice_ids(server.base_url, "sk-b") == []
@@ -77,7 +77,7 @@ def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(make_eng
             (voices_dir / name / file).write_bytes(b"partial")
 
     settings = ServerSettings(voices_dir=voices_dir)
-    with LiveServer(make_engine(), settings, ApiKeys(("tenant-a sk-a",))) as server:
+    with LiveServer(make_engine(), settings, ApiKeys(("tenant-a: sk-a",))) as server:
         assert sorted(p.name for p in voices_dir.iterdir()) == [kept.id]
         assert uploaded_voice_ids(server.base_url, "sk-a") == [kept.id]
 
