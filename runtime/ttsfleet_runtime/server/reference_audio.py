@@ -22,6 +22,7 @@ memory one decode may take.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import io
 
@@ -153,18 +154,31 @@ def decode_reference(data: bytes, limits: ReferenceLimits, target_rate: int) -> 
 class ReferenceDecoder:
     """Decodes uploads off the event loop, a bounded number at a time."""
 
-    def __init__(self, limits: ReferenceLimits, target_rate: int, concurrency: int = MAX_CONCURRENT_DECODES):
+    def __init__(
+        self,
+        limits: ReferenceLimits,
+        target_rate: int,
+        concurrency: int = MAX_CONCURRENT_DECODES,
+        slot_wait_s: float = DECODE_SLOT_WAIT_S,
+    ):
         self.limits = limits
         self.target_rate = target_rate
+        self.slot_wait_s = slot_wait_s
         # Created without a loop; bound to the server's loop on first use.
         self._slots = asyncio.Semaphore(concurrency)
 
-    async def decode(self, data: bytes) -> np.ndarray:
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        """One of the decode slots, or 429 when none frees up in time."""
         try:
-            await asyncio.wait_for(self._slots.acquire(), DECODE_SLOT_WAIT_S)
+            await asyncio.wait_for(self._slots.acquire(), self.slot_wait_s)
         except TimeoutError:
-            raise errors.queue_full(DECODE_SLOT_WAIT_S) from None
+            raise errors.queue_full(self.slot_wait_s) from None
         try:
-            return await asyncio.to_thread(decode_reference, data, self.limits, self.target_rate)
+            yield
         finally:
             self._slots.release()
+
+    async def decode(self, data: bytes) -> np.ndarray:
+        async with self.slot():
+            return await asyncio.to_thread(decode_reference, data, self.limits, self.target_rate)

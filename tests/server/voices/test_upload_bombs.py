@@ -4,6 +4,7 @@ for several at once. Memory is the real `ttsfleet serve` process's, read from /p
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from support.runtime import RuntimeProcess
 from support.voice_uploads import recording, silent_flac, upload, with_declared_samples
 from ttsfleet_runtime.server import errors
-from ttsfleet_runtime.server.reference_audio import ReferenceLimits, decode_mono
+from ttsfleet_runtime.server.reference_audio import ReferenceDecoder, ReferenceLimits, decode_mono
 
 # 40 M samples at 8 kHz: 5000 s of silence in about 120 kB of FLAC; a whole-file
 # float32 decode of one is 160 MB, and the old code made three copies.
@@ -104,3 +105,17 @@ def test_headers_out_of_bounds_are_refused_before_decoding(audio, fragment):
         decode_mono(audio, LIMITS)
     assert fragment in refused.value.message
     assert "0x" not in refused.value.message  # no object addresses in messages
+
+
+def test_uploads_decode_a_bounded_number_at_a_time():
+    decoder = ReferenceDecoder(LIMITS, 24000, concurrency=2, slot_wait_s=0.2)
+
+    async def while_two_decode():
+        async with decoder.slot(), decoder.slot():
+            with pytest.raises(errors.ApiError) as refused:
+                await decoder.decode(recording())
+        return refused.value, await decoder.decode(recording())
+
+    refused, decoded = asyncio.run(while_two_decode())
+    assert (refused.status, refused.code, refused.headers()) == (429, "queue_full", {"Retry-After": "1"})
+    assert len(decoded) == 2 * 24000
