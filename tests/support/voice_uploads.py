@@ -26,7 +26,9 @@ def silent_flac(samples: int, rate: int = 8000) -> bytes:
     small upload declares (and holds) hours of audio."""
     out = io.BytesIO()
     block = np.zeros(1 << 20, dtype=np.int16)
-    with soundfile.SoundFile(out, "w", samplerate=rate, channels=1, format="FLAC", subtype="PCM_16") as f:
+    with soundfile.SoundFile(
+        out, "w", samplerate=rate, channels=1, format="FLAC", subtype="PCM_16"
+    ) as f:
         for start in range(0, samples, len(block)):
             f.write(block[: min(len(block), samples - start)])
     return out.getvalue()
@@ -48,7 +50,9 @@ def bearer(key: str | None) -> dict:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def upload(base_url: str, audio: bytes, key: str | None, filename="me.wav", timeout=60, **fields) -> httpx.Response:
+def upload(
+    base_url: str, audio: bytes, key: str | None, filename="me.wav", timeout=60, **fields
+) -> httpx.Response:
     return httpx.post(
         base_url + "/v1/audio/voices",
         files={"audio": (filename, audio, "application/octet-stream")},

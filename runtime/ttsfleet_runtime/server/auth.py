@@ -67,7 +67,9 @@ def parse_key_line(line: str) -> tuple[str, str]:
         raise ValueError(f"expected 'KEY' or 'TENANT: KEY', found {len(fields)} words")
     tenant, key = fields[0].removesuffix(":"), fields[1]
     if not TENANT_NAME.match(tenant):
-        raise ValueError("a tenant name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise ValueError(
+            "a tenant name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     if tenant == ANONYMOUS or tenant.startswith(_DERIVED_PREFIX):
         raise ValueError(f"tenant names '{ANONYMOUS}' and '{_DERIVED_PREFIX}*' are reserved")
     return tenant, key
@@ -113,7 +115,9 @@ def _file_version(path: Path) -> tuple[int, int, int]:
 class ApiKeys:
     """The accepted keys and their tenants; `disabled` means auth is off."""
 
-    def __init__(self, keys: tuple[str, ...] = (), keys_file: Path | None = None, disabled: bool = False):
+    def __init__(
+        self, keys: tuple[str, ...] = (), keys_file: Path | None = None, disabled: bool = False
+    ):
         self.disabled = disabled
         self._static = parse_keys(list(keys), "TTSFLEET_API_KEYS")
         self._file = keys_file

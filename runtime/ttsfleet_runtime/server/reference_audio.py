@@ -59,7 +59,9 @@ def _refuse(message: str) -> errors.ApiError:
     return errors.invalid_request(message, param="audio")
 
 
-def _duration_refusal(limits: ReferenceLimits, duration: float, qualifier: str = "") -> errors.ApiError:
+def _duration_refusal(
+    limits: ReferenceLimits, duration: float, qualifier: str = ""
+) -> errors.ApiError:
     return _refuse(
         f"reference audio must last {limits.min_s:g} to {limits.max_s:g} seconds; "
         f"this {qualifier}lasts {duration:.2f}"
@@ -118,7 +120,8 @@ def decode_mono(data: bytes, limits: ReferenceLimits) -> tuple[np.ndarray, int]:
                 blocks.append(block.mean(axis=1))
                 decoded += len(block)
                 if decoded > cap:
-                    raise _duration_refusal(limits, decoded / rate, "file holds more than it declares and ")
+                    lie = "file holds more than it declares and "
+                    raise _duration_refusal(limits, decoded / rate, lie)
     except errors.ApiError:
         raise
     except Exception as exc:  # a corrupt frame mid-file

@@ -45,27 +45,27 @@ def open_store(settings: ServerSettings, api_keys: ApiKeys) -> VoiceStore | None
         return None
     if api_keys.disabled and not settings.anonymous_voices:
         log.warning(
-            "voice uploads are off: auth is disabled, so every caller would share (list, use and erase) "
-            "every voice; give API keys, or --anonymous-voices on to accept that"
+            "voice uploads are off: auth is disabled, so every caller would share (list, use and "
+            "erase) every voice; give API keys, or --anonymous-voices on to accept that"
         )
         return None
     if api_keys.disabled:
         log.warning(
-            "auth is disabled and --anonymous-voices is on: EVERY caller can list, use and erase EVERY "
-            "uploaded voice in %s",
+            "auth is disabled and --anonymous-voices is on: EVERY caller can list, use and erase "
+            "EVERY uploaded voice in %s",
             settings.voices_dir,
         )
-    store = VoiceStore(
-        settings.voices_dir, VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
-    )
+    quota = VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
+    store = VoiceStore(settings.voices_dir, quota)
     for leftover in store.remove_staging_leftovers():
-        log.warning("erased the leftover of an interrupted voice upload", extra={"path": str(leftover.path)})
+        log.warning("erased an interrupted voice upload", extra={"path": str(leftover.path)})
     return store
 
 
 def reference_decoder(settings: ServerSettings, sample_rate: int) -> ReferenceDecoder:
     """Decodes uploads into mono audio at the model's `sample_rate`."""
-    return ReferenceDecoder(ReferenceLimits(settings.min_voice_seconds, settings.max_voice_seconds), sample_rate)
+    limits = ReferenceLimits(settings.min_voice_seconds, settings.max_voice_seconds)
+    return ReferenceDecoder(limits, sample_rate)
 
 
 def _store(request: Request) -> VoiceStore:

@@ -162,7 +162,8 @@ class VoiceStore:
         used = sum(_folder_bytes(v.audio_path.parent) for v in voices)
         if len(voices) + 1 > self.quota.max_voices:
             raise quota_exceeded(
-                f"voice quota reached: {len(voices)} of {self.quota.max_voices} voices; delete one to upload another"
+                f"voice quota reached: {len(voices)} of {self.quota.max_voices} voices; "
+                "delete one to upload another"
             )
         if used + adding_bytes > self.quota.max_bytes:
             raise quota_exceeded(

@@ -24,7 +24,9 @@ def voices_dir(tmp_path):
 
 
 def live(make_engine, voices_dir, **settings):
-    settings = ServerSettings(voices_dir=voices_dir, max_voice_upload_bytes=2 * 1024 * 1024, **settings)
+    settings = ServerSettings(
+        voices_dir=voices_dir, max_voice_upload_bytes=2 * 1024 * 1024, **settings
+    )
     return LiveServer(make_engine(), settings, ApiKeys((f"alice: {ALICE}", f"bob: {BOB}")))
 
 
@@ -55,7 +57,9 @@ def test_a_tenant_over_its_voice_count_gets_409_and_others_are_unaffected(make_e
         assert sorted(uploaded_voice_ids(server.base_url, ALICE)) == sorted([first, second])
         assert upload(server.base_url, recording(), BOB).status_code == 201
         # Erasing one makes room again.
-        httpx.delete(server.base_url + f"/v1/audio/voices/{first}", headers=bearer(ALICE)).raise_for_status()
+        httpx.delete(
+            server.base_url + f"/v1/audio/voices/{first}", headers=bearer(ALICE)
+        ).raise_for_status()
         assert upload(server.base_url, recording(), ALICE).status_code == 201
 
 
@@ -76,6 +80,10 @@ def test_parallel_uploads_cannot_overshoot_the_count(make_engine, voices_dir):
 
     with live(make_engine, voices_dir, max_voices_per_tenant=3) as server:
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            codes = list(pool.map(lambda _: upload(server.base_url, recording(), ALICE).status_code, range(6)))
+            codes = list(
+                pool.map(
+                    lambda _: upload(server.base_url, recording(), ALICE).status_code, range(6)
+                )
+            )
         assert sorted(codes) == [201, 201, 201, 409, 409, 409]
         assert len(uploaded_voice_ids(server.base_url, ALICE)) == 3

@@ -38,10 +38,14 @@ def test_rotating_a_named_key_keeps_the_tenants_voices(make_engine, tmp_path):
         assert consent["given_by"] == "tenant-a"
 
         rewrite(keys_file, "tenant-a: sk-new\ntenant-b: sk-b\n")
-        assert httpx.get(server.base_url + "/v1/models", headers=bearer("sk-old")).status_code == 401
+        assert (
+            httpx.get(server.base_url + "/v1/models", headers=bearer("sk-old")).status_code == 401
+        )
         assert uploaded_voice_ids(server.base_url, "sk-new") == [voice["id"]]
         assert uploaded_voice_ids(server.base_url, "sk-b") == []
-        erased = httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=bearer("sk-new"))
+        erased = httpx.delete(
+            server.base_url + f"/v1/audio/voices/{voice['id']}", headers=bearer("sk-new")
+        )
         assert erased.status_code == 200
 
 
@@ -56,7 +60,9 @@ def test_with_auth_disabled_uploads_are_off_unless_explicitly_shared(make_engine
     assert "voice uploads are off: auth is disabled" in caplog.text
 
     caplog.clear()
-    shared = ServerSettings(voices_dir=tmp_path / "voices", auth_disabled=True, anonymous_voices=True)
+    shared = ServerSettings(
+        voices_dir=tmp_path / "voices", auth_disabled=True, anonymous_voices=True
+    )
     with LiveServer(make_engine(), shared, ApiKeys(disabled=True)) as server:
         assert upload(server.base_url, recording(), None).status_code == 201
     assert "EVERY caller can list, use and erase EVERY uploaded voice" in caplog.text
@@ -66,12 +72,19 @@ def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(make_eng
     voices_dir = tmp_path / "voices"
     store = VoiceStore(voices_dir)
     kept = store.create(
-        pcm=np.full(24000, 0.1, dtype=np.float32), sample_rate=24000, name="kept", transcript="t",
-        language="auto", owner="tenant-a", consent_statement="yes",
+        pcm=np.full(24000, 0.1, dtype=np.float32),
+        sample_rate=24000,
+        name="kept",
+        transcript="t",
+        language="auto",
+        owner="tenant-a",
+        consent_statement="yes",
     )
     # What a kill leaves: the old layout (audio first) and the new one (profile first).
-    for name, files in ((".voice_00000000000000aa.tmp", ["reference.wav"]),
-                        (".voice_00000000000000bb.tmp", ["profile.json", "reference.wav"])):
+    for name, files in (
+        (".voice_00000000000000aa.tmp", ["reference.wav"]),
+        (".voice_00000000000000bb.tmp", ["profile.json", "reference.wav"]),
+    ):
         (voices_dir / name).mkdir()
         for file in files:
             (voices_dir / name / file).write_bytes(b"partial")
@@ -87,7 +100,11 @@ def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(make_eng
 
 def voices_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ttsfleet("voices", *args), capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+        ttsfleet("voices", *args),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -96,8 +113,13 @@ def store(tmp_path) -> VoiceStore:
     store = VoiceStore(tmp_path / "voices")
     for owner in ("tenant-a", "tenant-a", "tenant-b"):
         store.create(
-            pcm=np.full(24000, 0.1, dtype=np.float32), sample_rate=24000, name=owner, transcript="t",
-            language="auto", owner=owner, consent_statement="yes",
+            pcm=np.full(24000, 0.1, dtype=np.float32),
+            sample_rate=24000,
+            name=owner,
+            transcript="t",
+            language="auto",
+            owner=owner,
+            consent_statement="yes",
         )
     return store
 
@@ -135,7 +157,14 @@ def test_erasing_one_voice_by_id_whoever_owns_it(store):
 
 
 def test_bad_erasure_arguments_exit_2(tmp_path):
-    assert voices_cli("delete", "--voices-dir", str(tmp_path)).returncode == 2  # neither --owner nor --id
-    assert voices_cli("delete", "--owner", "a", "--id", "voice_0", "--voices-dir", str(tmp_path)).returncode == 2
+    assert (
+        voices_cli("delete", "--voices-dir", str(tmp_path)).returncode == 2
+    )  # neither --owner nor --id
+    assert (
+        voices_cli(
+            "delete", "--owner", "a", "--id", "voice_0", "--voices-dir", str(tmp_path)
+        ).returncode
+        == 2
+    )
     missing = voices_cli("delete", "--owner", "a", "--voices-dir", str(tmp_path / "absent"))
     assert missing.returncode == 2 and "no voices directory" in missing.stderr

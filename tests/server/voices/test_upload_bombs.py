@@ -31,8 +31,14 @@ def bomb() -> bytes:
 def serve_process(tmp_path_factory, tiny_custom_voice):
     workdir = tmp_path_factory.mktemp("bombs")
     process = RuntimeProcess(
-        workdir, tiny_custom_voice, "--voices-dir", str(workdir / "voices"), "--anonymous-voices", "on",
-        "--max-voice-upload-bytes", str(1024 * 1024),
+        workdir,
+        tiny_custom_voice,
+        "--voices-dir",
+        str(workdir / "voices"),
+        "--anonymous-voices",
+        "on",
+        "--max-voice-upload-bytes",
+        str(1024 * 1024),
     )
     try:
         yield process.wait_ready()
@@ -71,7 +77,9 @@ def test_bombs_get_a_400_and_the_server_memory_stays_flat(serve_process, bomb, d
 
     def three_at_once():
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            responses.extend(pool.map(lambda _: upload(serve_process.base, audio, None, "bomb.flac"), range(3)))
+            responses.extend(
+                pool.map(lambda _: upload(serve_process.base, audio, None, "bomb.flac"), range(3))
+            )
 
     grew = peak_growth(serve_process.process.pid, three_at_once)
     assert grew < MEMORY_BOUND_BYTES, f"peak RSS grew {grew / 2**20:.0f} MiB"
@@ -94,7 +102,10 @@ def test_a_header_that_understates_the_length_is_decoded_only_as_far_as_it_says(
     ("audio", "fragment"),
     [
         (recording(seconds=2, rate=4000), "sample rate 4000 Hz is not supported"),
-        (recording(seconds=1.5, rate=655_350, fmt="FLAC"), "sample rate 655350 Hz is not supported"),
+        (
+            recording(seconds=1.5, rate=655_350, fmt="FLAC"),
+            "sample rate 655350 Hz is not supported",
+        ),
         (recording(seconds=2, channels=9, fmt="WAV"), "9 channels"),
         (b"RIFF\x00\x00garbage", "could not decode the audio (Format not recognised"),
     ],
@@ -117,5 +128,9 @@ def test_uploads_decode_a_bounded_number_at_a_time():
         return refused.value, await decoder.decode(recording())
 
     refused, decoded = asyncio.run(while_two_decode())
-    assert (refused.status, refused.code, refused.headers()) == (429, "queue_full", {"Retry-After": "1"})
+    assert (refused.status, refused.code, refused.headers()) == (
+        429,
+        "queue_full",
+        {"Retry-After": "1"},
+    )
     assert len(decoded) == 2 * 24000
