@@ -1,5 +1,5 @@
 """The runtime's command line, `ttsfleet-runtime` (or `python -m ttsfleet_runtime`):
-`serve`, `checkpoint` and `bench`.
+`serve`, `checkpoint`, `bench` and `voices`.
 
 The runtime image runs it without the operator installed. In a checkout the operator's
 `ttsfleet` CLI offers the same subcommands (`register(subparsers)`), so `ttsfleet serve`
@@ -147,11 +147,68 @@ def _bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _add_voices(subparsers) -> None:
+    p = subparsers.add_parser(
+        "voices",
+        help="administer the uploaded-voice store directly (erasure requests)",
+        description="Work on a voices directory (--voices-dir of `serve`) without the server.",
+    )
+    actions = p.add_subparsers(dest="voices_command", required=True)
+    delete = actions.add_parser(
+        "delete",
+        help="erase a tenant's voices, or one voice, whoever owns it",
+        description="Erase uploaded voices for a data-protection request: audio, profile and consent "
+                    "record, and the staging leftovers of the tenant's interrupted uploads. Prints one "
+                    "line per erased folder. Exit 0: something was erased; 1: nothing matched; "
+                    "2: bad arguments or no voices directory.",
+    )
+    which = delete.add_mutually_exclusive_group(required=True)
+    which.add_argument("--owner", help="tenant id (the name in the keys file, key_..., or anonymous)")
+    which.add_argument("--id", dest="voice_id", help="one voice id (voice_...)")
+    voices_dir = SETTINGS["voices_dir"]
+    delete.add_argument(
+        "--voices-dir",
+        type=Path,
+        default=os.environ.get(voices_dir.env) or None,
+        required=not os.environ.get(voices_dir.env),
+        help=f"the server's voices directory [{voices_dir.env}]",
+    )
+    delete.set_defaults(handler=_voices_delete)
+
+
+def _voices_delete(args: argparse.Namespace) -> int:
+    import sys
+
+    from .server.errors import ApiError
+    from .server.voice_store import VoiceStore
+
+    if not args.voices_dir.is_dir():
+        print(f"no voices directory at {args.voices_dir}", file=sys.stderr)
+        return 2
+    store = VoiceStore(args.voices_dir)
+    if args.owner is not None:
+        erased = store.erase_owner(args.owner)
+    else:
+        try:
+            erased = [store.delete(args.voice_id, owner=None)]
+        except ApiError:
+            erased = []
+    for item in erased:
+        kind = "upload leftover" if item.staging else "voice"
+        print(f"erased {kind} {item.voice_id} (owner {item.owner or 'unknown'}): {item.path}")
+    if not erased:
+        print(f"nothing to erase: no voices of owner {args.owner!r}" if args.owner is not None
+              else f"nothing to erase: no voice {args.voice_id!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def register(subparsers) -> None:
     """Add the runtime's subcommands; each sets `handler(args) -> exit code`."""
     _add_serve(subparsers)
     _add_checkpoint(subparsers)
     _add_bench(subparsers)
+    _add_voices(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:

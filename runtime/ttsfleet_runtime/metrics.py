@@ -58,6 +58,7 @@ REQUESTS = "ttsfleet_requests_total"  # labels: route, code
 ERRORS = "ttsfleet_errors_total"  # labels: type (invalid_request, queue_full, cuda_oom, internal, client_disconnect, ...)
 AUDIO_SECONDS = "ttsfleet_audio_seconds_total"  # audio produced
 FRAMES = "ttsfleet_frames_total"  # codec frames produced
+AUTH_KEYS_RELOAD_ERRORS = "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 
 # Histograms (exposed as _bucket, _sum, _count)
 TIME_TO_FIRST_AUDIO = "ttsfleet_time_to_first_audio_seconds"  # request received -> first audio byte

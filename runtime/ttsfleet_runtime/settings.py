@@ -85,8 +85,10 @@ class ServerSettings:
     port: int = setting(8000, "HTTP port", minimum=1, maximum=65535)
     # Name clients pass as `model`; defaults to the engine's own model name.
     served_model_name: str | None = setting(None, "model id clients send")
-    # Auth: keys from a file (a mounted Secret, one key per line) and/or env.
-    api_keys_file: Path | None = setting(None, "one key per line, e.g. a mounted Secret")
+    # Auth: keys from a file (a mounted Secret, one 'KEY' or 'TENANT: KEY' per line) and/or env.
+    api_keys_file: Path | None = setting(
+        None, "one 'KEY' or 'TENANT: KEY' per line, e.g. a mounted Secret"
+    )
     api_keys: tuple[str, ...] = setting((), "API keys, comma-separated", flag=None)
     auth_disabled: bool = setting(
         False,
@@ -97,6 +99,16 @@ class ServerSettings:
     # Uploaded voices live here (a PVC in Kubernetes); None means uploads are off.
     voices_dir: Path | None = setting(
         None, "where uploaded voices live (a PVC); unset disables uploads"
+    )
+    # With auth disabled every caller is one tenant ("anonymous") that could list and
+    # erase every voice: uploads stay off then unless this says otherwise.
+    anonymous_voices: bool = setting(
+        False, "with --auth disabled: allow uploads that every caller shares"
+    )
+    # What one tenant may keep in voices_dir (voices, and bytes of all their files).
+    max_voices_per_tenant: int = setting(20, "uploaded voices one tenant may keep", minimum=0)
+    max_voice_bytes_per_tenant: int = setting(
+        32 * 1024 * 1024, "bytes of voice files one tenant may keep", minimum=0
     )
     # Engine sizing, passed through to the engine. The TTSService CRD takes its
     # spec.engine defaults and bounds from these entries: what a pod gets by default

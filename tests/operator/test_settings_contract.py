@@ -129,6 +129,9 @@ def test_flag_and_variable_names_are_the_published_ones():
         None: "TTSFLEET_API_KEYS",  # environment only: keys stay off the command line
         "--auth": "TTSFLEET_AUTH",
         "--voices-dir": "TTSFLEET_VOICES_DIR",
+        "--anonymous-voices": "TTSFLEET_ANONYMOUS_VOICES",
+        "--max-voices-per-tenant": "TTSFLEET_MAX_VOICES_PER_TENANT",
+        "--max-voice-bytes-per-tenant": "TTSFLEET_MAX_VOICE_BYTES_PER_TENANT",
         "--max-batch": "TTSFLEET_MAX_BATCH",
         "--max-queue": "TTSFLEET_MAX_QUEUE",
         "--dtype": "TTSFLEET_DTYPE",

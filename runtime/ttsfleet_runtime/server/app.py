@@ -55,7 +55,7 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
     from importlib.metadata import PackageNotFoundError, version
 
     drain = Drain()
-    voices = VoiceStore(settings.voices_dir) if settings.voices_dir else None
+    voices = voice_routes.open_store(settings, api_keys)
     runtime_metrics = metric_names.RuntimeMetrics(engine.stats, lambda: runtime.ready(), gpu=gpu)
     runtime = Runtime(
         engine=engine,
@@ -76,6 +76,7 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
     except PackageNotFoundError:
         package_version = "unknown"
     info = engine.info
+    runtime_metrics.registry.register(api_keys.collector())
     runtime_metrics.build_info.labels(version=package_version, model=info.name, variant=info.variant, size=info.size).set(1)
 
     async def lifespan(app: FastAPI):
@@ -92,6 +93,7 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    app.state.reference_decoder = voice_routes.reference_decoder(settings, info.sample_rate)
     app.include_router(speech_routes.router)
     app.include_router(speech_socket.router)
     app.include_router(voice_routes.router)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import json_logging
 from .app import create_app
-from .auth import ApiKeys
+from .auth import ApiKeys, KeysFileError
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,10 @@ def load_api_keys(settings: ServerSettings) -> ApiKeys:
         return ApiKeys(disabled=True)
     if settings.api_keys_file is not None and not settings.api_keys_file.is_file():
         raise ConfigError(f"API keys file {settings.api_keys_file} does not exist")
-    keys = ApiKeys(settings.api_keys, settings.api_keys_file)
+    try:
+        keys = ApiKeys(settings.api_keys, settings.api_keys_file)
+    except KeysFileError as exc:
+        raise ConfigError(f"API keys: {exc}") from None
     if keys.count == 0:
         raise ConfigError(
             "no API keys: give --api-keys-file (or TTSFLEET_API_KEYS_FILE / TTSFLEET_API_KEYS), "

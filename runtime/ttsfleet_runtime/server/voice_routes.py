@@ -2,9 +2,15 @@
 
 Uploading a voice needs the speaker's explicit consent (`consent=true` and the
 statement the uploader makes), a transcript of the reference audio, and audio
-that decodes, lasts between the configured bounds and is not silent. Each
-refusal is a 400 naming the field and the reason; a body over the upload limit
-is a 413. Callers see and delete only their own uploads.
+that decodes, lasts between the configured bounds and is not silent (checked
+from the header first, then decoded in bounded blocks: reference_audio.py).
+Each refusal is a 400 naming the field and the reason; a body over the upload
+limit is a 413; a tenant over its voice quota gets a 409. Callers see and
+delete only their own tenant's uploads.
+
+With auth disabled every caller is the same tenant, "anonymous", and could
+list and erase everyone's voices: so uploads are off then unless the server
+is started with `--anonymous-voices on`, which says so loudly in its log.
 """
 
 from __future__ import annotations
@@ -15,25 +21,66 @@ import logging
 from fastapi import APIRouter, File, Form, Request, UploadFile
 
 from . import errors
+from .auth import ANONYMOUS, ApiKeys
+from .reference_audio import ReferenceDecoder, ReferenceLimits
+from .settings import ServerSettings
 from .speech_routes import ERROR_RESPONSES
-from .voice_store import decode_reference_audio
+from .voice_store import VoiceQuota, VoiceStore
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+VOICE_RESPONSES = {
+    **ERROR_RESPONSES,
+    404: {"description": "Unknown voice, or voice uploads are off on this server"},
+    409: {"description": "The tenant's voice quota (count or bytes) is used up"},
+}
 
 
-def _store(request: Request):
-    store = request.app.state.runtime.voices
-    if store is None:
-        raise errors.ApiError(404, "voice uploads are not enabled on this server (no --voices-dir)", code="not_found")
+def open_store(settings: ServerSettings, api_keys: ApiKeys) -> VoiceStore | None:
+    """The voice store this server serves, or None (uploads off; the log says why).
+
+    Erases the staging leftovers of uploads killed mid-way: this process is the
+    only writer of its voices directory."""
+    if settings.voices_dir is None:
+        return None
+    if api_keys.disabled and not settings.anonymous_voices:
+        log.warning(
+            "voice uploads are off: auth is disabled, so every caller would share (list, use and "
+            "erase) every voice; give API keys, or --anonymous-voices on to accept that"
+        )
+        return None
+    if api_keys.disabled:
+        log.warning(
+            "auth is disabled and --anonymous-voices is on: EVERY caller can list, use and erase "
+            "EVERY uploaded voice in %s",
+            settings.voices_dir,
+        )
+    quota = VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
+    store = VoiceStore(settings.voices_dir, quota)
+    for leftover in store.remove_staging_leftovers():
+        log.warning("erased an interrupted voice upload", extra={"path": str(leftover.path)})
     return store
 
 
+def reference_decoder(settings: ServerSettings, sample_rate: int) -> ReferenceDecoder:
+    """Decodes uploads into mono audio at the model's `sample_rate`."""
+    limits = ReferenceLimits(settings.min_voice_seconds, settings.max_voice_seconds)
+    return ReferenceDecoder(limits, sample_rate)
+
+
+def _store(request: Request) -> VoiceStore:
+    runtime = request.app.state.runtime
+    if runtime.voices is None:
+        why = "no --voices-dir" if runtime.settings.voices_dir is None else "auth is disabled"
+        raise errors.not_found(f"voice uploads are not enabled on this server ({why})")
+    return runtime.voices
+
+
 def _caller(request: Request) -> str:
-    return request.scope["state"].get("caller", "anonymous")
+    return request.scope["state"].get("caller", ANONYMOUS)
 
 
-@router.get("/v1/audio/voices", responses=ERROR_RESPONSES, summary="Built-in speakers and your uploaded voices")
+@router.get("/v1/audio/voices", responses=VOICE_RESPONSES, summary="Built-in speakers and your uploaded voices")
 async def list_voices(request: Request) -> dict:
     runtime = request.app.state.runtime
     info = runtime.engine.info
@@ -46,7 +93,7 @@ async def list_voices(request: Request) -> dict:
     return {"object": "list", "data": data}
 
 
-@router.post("/v1/audio/voices", status_code=201, responses=ERROR_RESPONSES, summary="Upload a voice (with consent)")
+@router.post("/v1/audio/voices", status_code=201, responses=VOICE_RESPONSES, summary="Upload a voice (with consent)")
 async def create_voice(
     request: Request,
     audio: UploadFile = File(description="Reference recording: WAV, FLAC, OGG or MP3"),
@@ -65,17 +112,16 @@ async def create_voice(
     settings = request.app.state.runtime.settings
     if not consent:
         raise errors.invalid_request("consent must be true: upload only voices whose speaker consented", param="consent")
+    await asyncio.to_thread(store.check_quota, _caller(request))
     data = await audio.read()
     if len(data) > settings.max_voice_upload_bytes:
         raise errors.body_too_large(settings.max_voice_upload_bytes)
-    # Decoding is CPU work: keep the event loop (and other streams) moving.
-    pcm, rate = await asyncio.to_thread(
-        decode_reference_audio, data, settings.min_voice_seconds, settings.max_voice_seconds
-    )
+    decoder: ReferenceDecoder = request.app.state.reference_decoder
+    pcm = await decoder.decode(data)
     voice = await asyncio.to_thread(
         store.create,
         pcm=pcm,
-        sample_rate=rate,
+        sample_rate=decoder.target_rate,
         name=name or (audio.filename or "voice"),
         transcript=transcript,
         language=language,
@@ -86,7 +132,7 @@ async def create_voice(
     return voice.public()
 
 
-@router.delete("/v1/audio/voices/{voice_id}", responses=ERROR_RESPONSES, summary="Erase an uploaded voice")
+@router.delete("/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="Erase an uploaded voice")
 async def delete_voice(voice_id: str, request: Request) -> dict:
     await asyncio.to_thread(_store(request).delete, voice_id, _caller(request))
     log.info("voice erased", extra={"request_id": request.state.request_id, "voice_id": voice_id})

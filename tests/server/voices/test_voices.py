@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import httpx
-import numpy as np
 import pytest
-import soundfile
 
-from support.live_server import OTHER_KEY, auth
-
-
-def recording(seconds=2.0, rate=16000, fmt="WAV", amplitude=0.3) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    out = io.BytesIO()
-    soundfile.write(out, (amplitude * np.sin(2 * np.pi * 180 * t)).astype(np.float32), rate, format=fmt)
-    return out.getvalue()
+from support.live_server import API_KEY, OTHER_KEY, auth
+from support import voice_uploads
+from support.voice_uploads import recording, uploaded_voice_ids
 
 
 def upload(server, audio: bytes, key=None, filename="me.wav", **fields):
-    form = {"transcript": "Hello, this is my voice.", "consent": "true", "name": "Alice", **fields}
-    return httpx.post(
-        server.base_url + "/v1/audio/voices",
-        files={"audio": (filename, audio, "application/octet-stream")},
-        data=form,
-        headers=auth(key) if key else auth(),
-    )
+    return voice_uploads.upload(server.base_url, audio, key or API_KEY, filename, **fields)
 
 
 def voice_ids(server, key=None) -> list[str]:
-    data = httpx.get(server.base_url + "/v1/audio/voices", headers=auth(key) if key else auth()).json()["data"]
-    return [v["id"] for v in data if v["type"] == "uploaded"]
+    return uploaded_voice_ids(server.base_url, key or API_KEY)
 
 
 def test_upload_list_and_erase_a_voice(server, voices_root):
