@@ -15,6 +15,8 @@ class Seq:
     ready_for_prefill: bool = True
     runnable: bool = True
     slot: int | None = None
+    position: int = 0
+    finished: bool = False
 
 
 def test_admission_beyond_the_queue_bound_is_refused_with_a_hint():

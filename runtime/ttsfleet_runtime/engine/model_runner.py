@@ -134,6 +134,11 @@ class ModelRunner:
             decode_mask(torch.full((1,), g, device=self.device), self.groups, self.dtype)
             for g in range(self.groups)]
 
+    @property
+    def max_prompt(self) -> int:
+        """The longest prompt `prefill` takes (positions); admission refuses longer."""
+        return min(self.prefill_buckets[-1], self.max_len - 1)
+
     def _check_memory(self, cfg, max_batch: int, max_len: int) -> None:
         """Refuse a KV cache that cannot fit, with the numbers to change."""
         if self.device.type != "cuda":
@@ -158,8 +163,8 @@ class ModelRunner:
         prompt's keys and values are copied into the slot."""
         s = self.state
         T = embeds.shape[0]
-        if T > self.prefill_buckets[-1] or T >= self.max_len:
-            raise ValueError(f"prompt of {T} positions exceeds the prefill limit ({self.prefill_buckets[-1]})")
+        if T > self.max_prompt:
+            raise ValueError(f"prompt of {T} positions exceeds the prefill limit ({self.max_prompt})")
         self._set_params(slot, params)
         P = next(n for n in self.prefill_buckets if n >= T)
         self.prefill_embeds[:T] = embeds.to(self.dtype)
