@@ -321,8 +321,11 @@ class EngineCore:
         nxt = np.zeros(extent, dtype=np.int64)
 
         def attempt(group: list[Sequence]) -> None:
+            # A row stepped in an earlier attempt sits one position further on;
+            # as a bystander now it still writes there, which must be in view.
+            length = live + 1 if stepped else live
             try:
-                group_codes, group_nxt = self._step(group, extent, live)
+                group_codes, group_nxt = self._step(group, extent, length)
             except Exception as exc:
                 if len(group) == 1:
                     culprits.append((group[0], exc))

@@ -37,15 +37,14 @@ def split_text(text: str, count_tokens: Callable[[str], int], max_tokens: int) -
     """`text` as pieces, in order, each of at most `max_tokens` tokens.
 
     Pieces are stripped and never empty; joined with spaces they say what
-    `text` says. A text that fits is returned as one piece."""
+    `text` says. A text that fits is returned as one piece, as given."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
-    text = text.strip()
-    if not text:
+    if not text.strip():
         return []
     if count_tokens(text) <= max_tokens:
-        return [text]
-    return _pack(_parts(text, _SENTENCE_END), count_tokens, max_tokens, level=0)
+        return [text]  # as given: a short text is tokenised as it always was
+    return _pack(_parts(text.strip(), _SENTENCE_END), count_tokens, max_tokens, level=0)
 
 
 _LEVELS = (_SENTENCE_END, _CLAUSE_END, _SPACE)
