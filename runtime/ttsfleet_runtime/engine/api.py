@@ -77,6 +77,8 @@ class SamplingParams:
             (0 < self.subtalker_top_p <= 1, "subtalker_top_p", "must be in (0, 1]"),
             (self.max_frames >= 1, "max_frames", "must be >= 1"),
             (0 <= self.min_frames <= self.max_frames, "min_frames", "must be in [0, max_frames]"),
+            # The runner keeps seeds as int64: a larger one would fail inside a step.
+            (self.seed is None or 0 <= self.seed < 2**63, "seed", "must be in [0, 2**63)"),
         ]
         for ok, param, rule in checks:
             if not ok:
