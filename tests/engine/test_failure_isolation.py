@@ -23,15 +23,29 @@ def three_requests():
                                     ("Second bystander speaking.", 3, "right"))]
 
 
-async def run_all(engine, requests):
-    streams = [engine.submit(r) for r in requests]
-    results = await asyncio.gather(*(collect(s) for s in streams))
+def running_victim(engine):
+    """The victim's sequence while it holds a slot, else None (any thread)."""
+    return next((s for s in list(engine.scheduler.running.values()) if s.request_id == "victim"), None)
+
+
+async def run_three(engine, patch=None):
+    """Run the three requests with `patch` = (object, attribute, replacement) in
+    place while they run -> {request id: (stream, pcm)}."""
+    if patch is not None:
+        setattr(*patch)
+    try:
+        streams = [engine.submit(r) for r in three_requests()]
+        results = await asyncio.gather(*(collect(s) for s in streams))
+    finally:
+        if patch is not None:
+            delattr(patch[0], patch[1])
     return {s.request_id: (s, pcm) for s, (_, pcm) in zip(streams, results)}
 
 
-async def assert_bystanders_unharmed(engine, faulty_run, exact_audio=True):
-    clean = await run_all(engine, three_requests())
-    faulty = await faulty_run()
+async def assert_only_the_victim_fails(engine, patch, exact_audio=True):
+    """The bystanders' codes and audio equal a clean run's; -> the victim's stream."""
+    clean = await run_three(engine)
+    faulty = await run_three(engine, patch)
     victim, _ = faulty["victim"]
     assert victim.finish_reason == "error"
     for rid in ("left", "right"):
@@ -50,28 +64,16 @@ async def test_a_decode_step_that_fails_with_one_row_ends_only_that_row(make_eng
     engine = await make_engine(max_batch=4)
     talker, state = engine.model.talker, engine.runner.state
     real_forward = talker.forward
-    victim: list = []
 
     def forward_failing_with_the_victim(x, *args, **kwargs):
-        seq = victim[0].seq if victim else None
+        seq = running_victim(engine)
         decode_step = x.shape[1] == 1
-        if decode_step and seq is not None and seq.slot is not None and bool(state.active[seq.slot]) \
-                and seq.frames >= 5:
+        if decode_step and seq is not None and bool(state.active[seq.slot]) and seq.frames >= 5:
             raise RuntimeError("injected fault in the victim's row")
         return real_forward(x, *args, **kwargs)
 
-    async def faulty_run():
-        talker.forward = forward_failing_with_the_victim
-        try:
-            streams = [engine.submit(r) for r in three_requests()]
-            victim.append(streams[1])
-            results = await asyncio.gather(*(collect(s) for s in streams))
-        finally:
-            del talker.forward
-        return {s.request_id: (s, pcm) for s, (_, pcm) in zip(streams, results)}
-
-    victim_stream = await assert_bystanders_unharmed(engine, faulty_run)
-    assert victim_stream.seq.frames == 5  # its good frames were kept up to the fault
+    victim = await assert_only_the_victim_fails(engine, (talker, "forward", forward_failing_with_the_victim))
+    assert victim.seq.frames == 5  # its good frames were kept up to the fault
 
 
 async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
@@ -79,45 +81,30 @@ async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
     real_prefill = engine.runner.prefill
 
     def prefill_failing_for_the_victim(slot, embeds, params):
-        if params.seed == 2:
+        seq = running_victim(engine)
+        if seq is not None and slot == seq.slot:
             raise RuntimeError("injected prefill fault")
         return real_prefill(slot, embeds, params)
 
-    async def faulty_run():
-        engine.runner.prefill = prefill_failing_for_the_victim
-        try:
-            return await run_all(engine, three_requests())
-        finally:
-            del engine.runner.prefill
-
-    victim = await assert_bystanders_unharmed(engine, faulty_run)
+    victim = await assert_only_the_victim_fails(engine, (engine.runner, "prefill", prefill_failing_for_the_victim))
     assert victim.seq.frames == 0 and "prefill failed" in str(victim.error)
 
 
 async def test_a_codec_decode_that_fails_for_one_stream_ends_only_that_stream(make_engine):
     engine = await make_engine(max_batch=4)
-    codec = engine.codec
-    real_decode = codec.decode
-    victim: list = []
+    worker = engine.codec_worker
+    real_decode = worker._decode_together  # one codec call over a batch of chunks
 
-    def decode_failing_with_the_victim(slots, codes):
-        if victim and victim[0].seq.codec_slot in slots and victim[0].seq.chunks > 1:
+    def decode_failing_with_the_victim(n, jobs):
+        if any(job.seq.request_id == "victim" and job.index >= 1 for job in jobs):
             raise RuntimeError("injected codec fault")
-        return real_decode(slots, codes)
-
-    async def faulty_run():
-        codec.decode = decode_failing_with_the_victim
-        try:
-            streams = [engine.submit(r) for r in three_requests()]
-            victim.append(streams[1])
-            results = await asyncio.gather(*(collect(s) for s in streams))
-        finally:
-            del codec.decode
-        return {s.request_id: (s, pcm) for s, (_, pcm) in zip(streams, results)}
+        return real_decode(n, jobs)
 
     # The failed batch is decoded again one stream at a time: the codec's CPU
     # kernels sum in another order for another batch size (float rounding).
-    await assert_bystanders_unharmed(engine, faulty_run, exact_audio=False)
+    patch = (worker, "_decode_together", decode_failing_with_the_victim)
+    victim = await assert_only_the_victim_fails(engine, patch, exact_audio=False)
+    assert victim.seq.chunks >= 2  # its first chunk was audio; the fault came later
     assert engine.codec.active == 0
 
 

@@ -116,10 +116,6 @@ class TTSEngine:
     def codec_worker(self):
         return self.core.codec_worker
 
-    @property
-    def frames_total(self) -> int:
-        return self.core.frames_total
-
     # ------------------------------------------------------------ lifecycle
     @property
     def ready(self) -> bool:
