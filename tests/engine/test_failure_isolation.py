@@ -17,15 +17,21 @@ FRAMES = 12
 
 def three_requests():
     """A victim between two bystanders, all in one batch."""
-    return [request(text=text, frames=FRAMES, seed=seed, request_id=rid)
-            for text, seed, rid in (("First bystander speaking.", 1, "left"),
-                                    ("The request that fails.", 2, "victim"),
-                                    ("Second bystander speaking.", 3, "right"))]
+    return [
+        request(text=text, frames=FRAMES, seed=seed, request_id=rid)
+        for text, seed, rid in (
+            ("First bystander speaking.", 1, "left"),
+            ("The request that fails.", 2, "victim"),
+            ("Second bystander speaking.", 3, "right"),
+        )
+    ]
 
 
 def running_victim(engine):
     """The victim's sequence while it holds a slot, else None (any thread)."""
-    return next((s for s in list(engine.scheduler.running.values()) if s.request_id == "victim"), None)
+    return next(
+        (s for s in list(engine.scheduler.running.values()) if s.request_id == "victim"), None
+    )
 
 
 async def run_three(engine, patch=None):
@@ -72,7 +78,9 @@ async def test_a_decode_step_that_fails_with_one_row_ends_only_that_row(make_eng
             raise RuntimeError("injected fault in the victim's row")
         return real_forward(x, *args, **kwargs)
 
-    victim = await assert_only_the_victim_fails(engine, (talker, "forward", forward_failing_with_the_victim))
+    victim = await assert_only_the_victim_fails(
+        engine, (talker, "forward", forward_failing_with_the_victim)
+    )
     assert victim.seq.frames == 5  # its good frames were kept up to the fault
 
 
@@ -86,7 +94,9 @@ async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
             raise RuntimeError("injected prefill fault")
         return real_prefill(slot, embeds, params)
 
-    victim = await assert_only_the_victim_fails(engine, (engine.runner, "prefill", prefill_failing_for_the_victim))
+    victim = await assert_only_the_victim_fails(
+        engine, (engine.runner, "prefill", prefill_failing_for_the_victim)
+    )
     assert victim.seq.frames == 0 and "prefill failed" in str(victim.error)
 
 
@@ -117,8 +127,9 @@ async def test_a_streamed_text_beyond_one_utterance_ends_only_its_stream(make_en
             yield "more words keep coming "
             await asyncio.sleep(0)
 
-    streamed = engine.submit(SynthesisRequest(text=endless_text(), voice="ryan",
-                                              params=fixed_length(frames=200, seed=2)))
+    streamed = engine.submit(
+        SynthesisRequest(text=endless_text(), voice="ryan", params=fixed_length(frames=200, seed=2))
+    )
     (_, pcm), _ = await asyncio.gather(collect(bystander), collect(streamed))
     assert streamed.finish_reason == "error"
     assert isinstance(streamed.error, InvalidRequest) and streamed.error.param == "text"
@@ -133,7 +144,11 @@ async def test_instructions_beyond_the_prefill_limit_are_refused_at_submit(make_
         engine.submit(long)
     assert refused.value.param == "instructions"
     assert engine.stats().queue_depth == 0 and engine.stats().active == 0
-    fits = SynthesisRequest(text="Hello.", voice="ryan", instructions="speak slowly",
-                            params=fixed_length(frames=2, seed=1))
+    fits = SynthesisRequest(
+        text="Hello.",
+        voice="ryan",
+        instructions="speak slowly",
+        params=fixed_length(frames=2, seed=1),
+    )
     _, pcm = await collect(engine.submit(fits))
     assert len(pcm) == 2 * 1920

@@ -47,7 +47,9 @@ async def test_4000_characters_of_prose_are_one_complete_stream(make_engine):
 async def test_a_text_that_fits_is_one_piece(make_engine):
     engine = await make_engine(max_batch=1)
     says_eos_after_two_frames(engine)
-    stream = engine.submit(SynthesisRequest(text=PROSE, voice="ryan", params=SamplingParams(seed=7)))
+    stream = engine.submit(
+        SynthesisRequest(text=PROSE, voice="ryan", params=SamplingParams(seed=7))
+    )
     await collect(stream)
     assert stream.finish_reason == "eos" and stream.seq.piece == 0 and stream.seq.frames == 2
 
@@ -55,7 +57,10 @@ async def test_a_text_that_fits_is_one_piece(make_engine):
 async def test_the_frame_budget_covers_the_whole_long_text(make_engine):
     engine = await make_engine(max_batch=1)
     says_eos_after_two_frames(engine)
-    stream = engine.submit(SynthesisRequest(text=(PROSE * 20)[:4000], voice="ryan",
-                                            params=SamplingParams(seed=7, max_frames=5)))
+    stream = engine.submit(
+        SynthesisRequest(
+            text=(PROSE * 20)[:4000], voice="ryan", params=SamplingParams(seed=7, max_frames=5)
+        )
+    )
     chunks, _ = await collect(stream)
     assert stream.finish_reason == "length" and sum(c.frames for c in chunks) == 5

@@ -15,7 +15,9 @@ def test_capture_all_reports_decode_progress_then_the_prefill_graphs(tiny_checkp
     """Capture needs CUDA; the loop and its reporting are what is tested, with
     each capture recorded instead of run."""
     model = load_model(tiny_checkpoint, "cpu", "float32", max_positions=4608)
-    runner = ModelRunner(model, max_batch=32, max_len=4608, max_text=64, device="cpu", cuda_graphs=False)
+    runner = ModelRunner(
+        model, max_batch=32, max_len=4608, max_text=64, device="cpu", cuda_graphs=False
+    )
     runner.use_graphs = True
     captured = []
     monkeypatch.setattr(runner, "_capture", lambda B, L: captured.append(("decode", B, L)))
@@ -41,7 +43,9 @@ def test_capture_all_reports_decode_progress_then_the_prefill_graphs(tiny_checkp
     ]
 
 
-def test_a_hub_model_is_named_after_its_id_and_fetched_at_its_revision(tiny_checkpoint, monkeypatch):
+def test_a_hub_model_is_named_after_its_id_and_fetched_at_its_revision(
+    tiny_checkpoint, monkeypatch
+):
     fetched = []
 
     def resolve(model, revision=None):
@@ -49,7 +53,9 @@ def test_a_hub_model_is_named_after_its_id_and_fetched_at_its_revision(tiny_chec
         return tiny_checkpoint  # what the hub cache would hold, under a hash-named folder
 
     monkeypatch.setattr(tts_engine, "resolve_checkpoint", resolve)
-    engine = tts_engine.TTSEngine.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", revision="v1.1")
+    engine = tts_engine.TTSEngine.from_pretrained(
+        "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", revision="v1.1"
+    )
     assert fetched == [("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "v1.1")]
     assert engine.info.name == "Qwen3-TTS-12Hz-0.6B-CustomVoice"
 

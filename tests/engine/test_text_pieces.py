@@ -12,7 +12,11 @@ from ttsfleet_runtime.engine.text_pieces import split_text
 
 def words(text: str) -> int:
     """A token counter for tests: one token per word or CJK character."""
-    return len(re.findall(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\s\u3040-\u30ff\u3400-\u9fff]+", text))
+    return len(
+        re.findall(
+            r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]|[^\s\u3040-\u30ff\u3400-\u9fff]+", text
+        )
+    )
 
 
 def chars(text: str) -> int:
@@ -48,8 +52,11 @@ def test_a_decimal_point_does_not_end_a_sentence():
 
 def test_a_sentence_too_long_is_cut_at_clause_marks():
     text = "First a long clause here, then another clause there; and a last one."
-    assert split_text(text, words, 5) == ["First a long clause here,", "then another clause there;",
-                                          "and a last one."]
+    assert split_text(text, words, 5) == [
+        "First a long clause here,",
+        "then another clause there;",
+        "and a last one.",
+    ]
 
 
 def test_a_clause_too_long_is_cut_at_spaces():
@@ -60,11 +67,14 @@ def test_an_unbroken_run_is_cut_between_characters():
     assert split_text("x" * 10, chars, 4) == ["xxxx", "xxxx", "xx"]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("今天天气很好。我们去公园吧！你来吗？", ["今天天气很好。", "我们去公园吧！", "你来吗？"]),
-    ("東京は晴れです。大阪は雨です。", ["東京は晴れです。", "大阪は雨です。"]),
-    ("「行こう。」と彼は言った。", ["「行こう。」", "と彼は言った。"]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("今天天气很好。我们去公园吧！你来吗？", ["今天天气很好。", "我们去公园吧！", "你来吗？"]),
+        ("東京は晴れです。大阪は雨です。", ["東京は晴れです。", "大阪は雨です。"]),
+        ("「行こう。」と彼は言った。", ["「行こう。」", "と彼は言った。"]),
+    ],
+)
 def test_full_width_sentence_marks_end_sentences_without_spaces(text, expected):
     assert split_text(text, words, 8) == expected
 
@@ -84,9 +94,11 @@ def test_line_breaks_end_sentences():
 
 
 def test_pieces_fit_keep_every_character_and_their_order():
-    prose = ("The engine speaks long text in pieces, each short enough for one prompt. "
-             "Every piece starts where the last one stopped! Does the listener hear a seam? "
-             "Hardly: the codec state runs on, frame after frame. 文字也一样，一句接一句。") * 7
+    prose = (
+        "The engine speaks long text in pieces, each short enough for one prompt. "
+        "Every piece starts where the last one stopped! Does the listener hear a seam? "
+        "Hardly: the codec state runs on, frame after frame. 文字也一样，一句接一句。"
+    ) * 7
     pieces = split_text(prose, words, 17)
     assert all(words(p) <= 17 for p in pieces)
     assert squeeze("".join(pieces)) == squeeze(prose)
@@ -98,8 +110,10 @@ def test_with_the_real_tokenizer_4000_characters_fit_in_pieces(tiny_checkpoint):
 
     tokenizer = TextTokenizer.from_checkpoint(tiny_checkpoint)
     count = lambda t: len(tokenizer.encode(t))  # noqa: E731
-    prose = ("Good morning. How are you today? The quick brown fox jumps over the lazy dog, "
-             "and the streaming engine keeps every listener waiting no longer than it must. ") * 25
+    prose = (
+        "Good morning. How are you today? The quick brown fox jumps over the lazy dog, "
+        "and the streaming engine keeps every listener waiting no longer than it must. "
+    ) * 25
     pieces = split_text(prose[:4000], count, 256)
     assert count(prose[:4000]) > 256 and len(pieces) > 1
     assert all(count(p) <= 256 for p in pieces)

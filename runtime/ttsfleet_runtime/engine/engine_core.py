@@ -80,8 +80,12 @@ class EngineCore:
         self.capture_all_graphs = capture_all_graphs
         self.progress = progress
         self.scheduler: Scheduler[Sequence] = Scheduler(max_batch, max_queue)
-        self.rules = StepRules(eos_id=config.talker.codec_eos_token_id, max_len=max_len,
-                               first_chunk_frames=first_chunk_frames, chunk_frames=chunk_frames)
+        self.rules = StepRules(
+            eos_id=config.talker.codec_eos_token_id,
+            max_len=max_len,
+            first_chunk_frames=first_chunk_frames,
+            chunk_frames=chunk_frames,
+        )
         self.lock = threading.RLock()  # scheduler + sequence status
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,10 +101,17 @@ class EngineCore:
     def load(self) -> None:
         t0 = time.monotonic()
         say = self.progress
-        self.model = load_model(self.path, self.device, self.dtype, max_positions=self.max_len, progress=say)
-        self.runner = ModelRunner(self.model, max_batch=self.max_batch, max_len=self.max_len,
-                                  max_text=self.max_text_tokens, device=self.device,
-                                  cuda_graphs=self.cuda_graphs)
+        self.model = load_model(
+            self.path, self.device, self.dtype, max_positions=self.max_len, progress=say
+        )
+        self.runner = ModelRunner(
+            self.model,
+            max_batch=self.max_batch,
+            max_len=self.max_len,
+            max_text=self.max_text_tokens,
+            device=self.device,
+            cuda_graphs=self.cuda_graphs,
+        )
         say("loading the codec decoder")
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
         decoder = load_speech_tokenizer(self.path / "speech_tokenizer", self.device, codec_dtype)
@@ -114,8 +125,13 @@ class EngineCore:
             say("captured codec graphs")
         else:
             frame_buckets = []
-        self.codec_worker = CodecWorker(self.codec, self.device, SAMPLE_RATE, tuple(frame_buckets),
-                                        on_failure=self._codec_failed)
+        self.codec_worker = CodecWorker(
+            self.codec,
+            self.device,
+            SAMPLE_RATE,
+            tuple(frame_buckets),
+            on_failure=self._codec_failed,
+        )
         say(f"engine ready in {time.monotonic() - t0:.1f}s")
 
     def start(self) -> None:
@@ -141,7 +157,9 @@ class EngineCore:
         self._wake.set()
 
     # ------------------------------------------------------------ from any thread
-    def finish_off_thread(self, seq: Sequence, reason: FinishReason, error: EngineError | None = None) -> None:
+    def finish_off_thread(
+        self, seq: Sequence, reason: FinishReason, error: EngineError | None = None
+    ) -> None:
         """Frees the slot now; the engine thread releases device-side state."""
         with self.lock:
             if seq.finished:
@@ -149,7 +167,9 @@ class EngineCore:
             self._finish(seq, reason, error)
         self._wake.set()
 
-    def _finish(self, seq: Sequence, reason: FinishReason, error: EngineError | None = None) -> None:
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, error: EngineError | None = None
+    ) -> None:
         """Under the lock: take seq out of the scheduler now. Its stream ends
         after its last chunk (codec worker); a cancelled or failed one at once."""
         held = time.monotonic() - seq.t_admitted if seq.t_admitted else None
@@ -181,7 +201,9 @@ class EngineCore:
             except Exception:
                 # Per-sequence failures are caught below this; what reaches here
                 # is a fault of the loop itself, which no sequence can be blamed for.
-                log.exception("engine iteration failed outside any one request; failing the running streams")
+                log.exception(
+                    "engine iteration failed outside any one request; failing the running streams"
+                )
                 with self.lock:
                     for seq in list(self.scheduler.running.values()):
                         self._finish(seq, "error")
@@ -234,7 +256,9 @@ class EngineCore:
         try:
             self._commit_text(seq)
         except Exception as exc:
-            log.exception("taking a request's text failed; ending it", extra={"request_id": seq.request_id})
+            log.exception(
+                "taking a request's text failed; ending it", extra={"request_id": seq.request_id}
+            )
             if not seq.finished:
                 self._finish(seq, "error", EngineError(f"reading the text failed: {exc}"))
 
@@ -246,17 +270,28 @@ class EngineCore:
             return
         if len(seq.text.ids) > self.max_text_tokens:
             # Only a streamed text can get here: a whole one is split to fit.
-            self._finish(seq, "error", InvalidRequest(
-                f"a streamed utterance may hold at most {self.max_text_tokens} text tokens; "
-                "end the utterance (flush) before sending more text", param="text"))
+            self._finish(
+                seq,
+                "error",
+                InvalidRequest(
+                    f"a streamed utterance may hold at most {self.max_text_tokens} text tokens; "
+                    "end the utterance (flush) before sending more text",
+                    param="text",
+                ),
+            )
             return
-        if seq.slot is None or seq.status is not Status.RUNNING or seq.awaiting_prefill or seq.text_final:
+        if (
+            seq.slot is None
+            or seq.status is not Status.RUNNING
+            or seq.awaiting_prefill
+            or seq.text_final
+        ):
             return
         ids = seq.text.ids
         trailing = ids[1:]
         if seq.text.closed:
             trailing = trailing + [self.config.tts_eos_token_id]
-        new = trailing[seq.text_sent:]
+        new = trailing[seq.text_sent :]
         if new:
             self.runner.set_text(seq.slot, new, seq.text_sent)
             seq.text_sent += len(new)
@@ -278,12 +313,22 @@ class EngineCore:
             embeds = self.builder.prefill_embeds(self.model.talker, seq.voice, seq.text.ids[0])
             # min_frames counts the whole request: later pieces owe what is left.
             min_frames = max(0, p.min_frames - seq.frames)
-            params = SlotParams(p.temperature, p.top_k, p.top_p, p.repetition_penalty,
-                                p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p,
-                                seq.piece_seed, min_frames)
+            params = SlotParams(
+                p.temperature,
+                p.top_k,
+                p.top_p,
+                p.repetition_penalty,
+                p.subtalker_temperature,
+                p.subtalker_top_k,
+                p.subtalker_top_p,
+                seq.piece_seed,
+                min_frames,
+            )
             self.runner.prefill(seq.slot, embeds, params)
         except Exception as exc:
-            log.exception("prefill failed; ending the request", extra={"request_id": seq.request_id})
+            log.exception(
+                "prefill failed; ending the request", extra={"request_id": seq.request_id}
+            )
             with self.lock:
                 if not seq.finished:
                     self._finish(seq, "error", EngineError(f"prefill failed: {exc}"))
@@ -304,8 +349,9 @@ class EngineCore:
         codes, nxt = self.runner.decode(extent, active, live)
         return codes.numpy(), nxt.numpy()
 
-    def _step_isolating(self, rows: list[Sequence], extent: int,
-                        live: int) -> tuple[list[Sequence], np.ndarray, np.ndarray]:
+    def _step_isolating(
+        self, rows: list[Sequence], extent: int, live: int
+    ) -> tuple[list[Sequence], np.ndarray, np.ndarray]:
         """The decode step over `rows`; when it raises, bisect to the rows that
         make it fail, end those with "error" and step the rest.
         -> (the rows stepped, their codes, their next codes)."""
@@ -313,8 +359,10 @@ class EngineCore:
             codes, nxt = self._step(rows, extent, live)
             return rows, codes, nxt
         except Exception as exc:
-            log.warning("decode step failed; isolating the requests that cause it",
-                        extra={"rows": len(rows), "error": repr(exc)})
+            log.warning(
+                "decode step failed; isolating the requests that cause it",
+                extra={"rows": len(rows), "error": repr(exc)},
+            )
         stepped: list[Sequence] = []
         culprits: list[tuple[Sequence, Exception]] = []
         codes = np.zeros((extent, self.runner.groups), dtype=np.int64)
@@ -347,8 +395,10 @@ class EngineCore:
             attempt(rows[half:])
         with self.lock:
             for seq, exc in culprits:
-                log.error("decode step fails with this request; ending it",
-                          extra={"request_id": seq.request_id, "error": repr(exc)})
+                log.error(
+                    "decode step fails with this request; ending it",
+                    extra={"request_id": seq.request_id, "error": repr(exc)},
+                )
                 if not seq.finished:
                     self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
         return stepped, codes, nxt

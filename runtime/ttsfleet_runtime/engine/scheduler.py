@@ -133,8 +133,9 @@ class Scheduler(Generic[S]):
         live = max(seq.position + 1 for seq in occupied)
         return [seq for seq in occupied if seq.runnable], extent, live
 
-    def postprocess(self, stepped: list[Sequence], codes: np.ndarray, nxt: np.ndarray,
-                    rules: StepRules) -> StepOutcome:
+    def postprocess(
+        self, stepped: list[Sequence], codes: np.ndarray, nxt: np.ndarray, rules: StepRules
+    ) -> StepOutcome:
         """Apply one decode step's output to the rows it advanced: `codes`
         [batch, groups] are the frames made, `nxt` [batch] the next frames'
         first codes. Takes nobody out of the scheduler: the engine finishes
@@ -165,7 +166,9 @@ class Scheduler(Generic[S]):
                 reason = "length"
             limit = rules.first_chunk_frames if seq.chunks == 0 else rules.chunk_frames
             if reason is not None or len(seq.pending) >= limit:
-                out.chunks.append(Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None))
+                out.chunks.append(
+                    Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None)
+                )
                 seq.chunks += 1
                 seq.pending = []
             if reason is not None:

@@ -14,7 +14,9 @@ from .api import AudioChunk, EngineError, FinishReason
 
 
 class EngineStream:
-    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, cancel: Callable[[object], None]):
+    def __init__(
+        self, request_id: str, loop: asyncio.AbstractEventLoop, cancel: Callable[[object], None]
+    ):
         self.request_id = request_id
         self._loop = loop
         self._cancel = cancel  # the engine's: cancel(seq)

@@ -85,13 +85,26 @@ class TTSEngine:
             supports_voice_clone=False,
         )
         self.core = EngineCore(
-            path, config, self.builder, device=device, max_batch=max_batch, max_queue=max_queue,
-            cuda_graphs=cuda_graphs, dtype=dtype, first_chunk_frames=first_chunk_frames,
-            chunk_frames=chunk_frames, max_len=max_len, max_text_tokens=max_text_tokens,
-            capture_all_graphs=capture_all_graphs, progress=progress or (lambda msg: log.info(msg)))
+            path,
+            config,
+            self.builder,
+            device=device,
+            max_batch=max_batch,
+            max_queue=max_queue,
+            cuda_graphs=cuda_graphs,
+            dtype=dtype,
+            first_chunk_frames=first_chunk_frames,
+            chunk_frames=chunk_frames,
+            max_len=max_len,
+            max_text_tokens=max_text_tokens,
+            capture_all_graphs=capture_all_graphs,
+            progress=progress or (lambda msg: log.info(msg)),
+        )
 
     @classmethod
-    def from_pretrained(cls, model: str, device: str = "cpu", revision: str | None = None, **kwargs) -> TTSEngine:
+    def from_pretrained(
+        cls, model: str, device: str = "cpu", revision: str | None = None, **kwargs
+    ) -> TTSEngine:
         """`model`: a checkpoint folder, or a hub id (fetched at `revision`)."""
         return cls(str(model), device, revision=revision, **kwargs)
 
@@ -155,7 +168,9 @@ class TTSEngine:
             raise InvalidRequest(str(e), param=e.param) from e
         self._check_prompt_fits(voice)
         if isinstance(request.text, str):
-            pieces = split_text(request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens)
+            pieces = split_text(
+                request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens
+            )
             if not pieces:
                 raise InvalidRequest("text is empty", param="text")
             text, later = TextFeed(self.builder.text_ids, pieces[0]), pieces[1:]
@@ -183,7 +198,9 @@ class TTSEngine:
             raise InvalidRequest(
                 f"instructions are too long: the prompt would take {length} positions, "
                 f"this server takes at most {limit}; shorten the instructions by "
-                f"{length - limit} tokens or more", param="instructions")
+                f"{length - limit} tokens or more",
+                param="instructions",
+            )
 
     async def _pump_text(self, seq: Sequence, deltas: AsyncIterator[str]) -> None:
         try:
@@ -207,9 +224,15 @@ class TTSEngine:
         if self.device.startswith("cuda") and torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             used = total - free
-        return EngineStats(queue_depth=waiting, active=active, max_batch=self.max_batch,
-                           max_queue=self.max_queue, frames_total=self.core.frames_total,
-                           gpu_memory_used_bytes=used, gpu_memory_total_bytes=total)
+        return EngineStats(
+            queue_depth=waiting,
+            active=active,
+            max_batch=self.max_batch,
+            max_queue=self.max_queue,
+            frames_total=self.core.frames_total,
+            gpu_memory_used_bytes=used,
+            gpu_memory_total_bytes=total,
+        )
 
 
 def model_name(model: str) -> str:

@@ -31,16 +31,26 @@ def roomy_server(make_engine):
 
 
 def body(server, **fields):
-    return {"model": server.runtime.served_models[0], "voice": "Vivian", "input": "Hello there.",
-            "response_format": "pcm", "stream_format": "audio", **fields}
+    return {
+        "model": server.runtime.served_models[0],
+        "voice": "Vivian",
+        "input": "Hello there.",
+        "response_format": "pcm",
+        "stream_format": "audio",
+        **fields,
+    }
 
 
 def speak(server, started: threading.Barrier | None = None, **fields) -> tuple[int, int]:
     """One streamed request -> (status, audio bytes); waits at `started` after its first bytes."""
     received = 0
     with httpx.Client(timeout=120) as client:
-        with client.stream("POST", server.base_url + "/v1/audio/speech", json=body(server, **fields),
-                           headers=auth()) as response:
+        with client.stream(
+            "POST",
+            server.base_url + "/v1/audio/speech",
+            json=body(server, **fields),
+            headers=auth(),
+        ) as response:
             for data in response.iter_bytes():
                 if received == 0 and started is not None:
                     started.wait(timeout=60)
@@ -51,7 +61,9 @@ def speak(server, started: threading.Barrier | None = None, **fields) -> tuple[i
 def test_a_long_input_is_spoken_while_five_bystanders_finish_their_streams(roomy_server):
     bystanders_speaking = threading.Barrier(6)
     with ThreadPoolExecutor(5) as pool:
-        bystanders = [pool.submit(speak, roomy_server, bystanders_speaking, seed=i) for i in range(5)]
+        bystanders = [
+            pool.submit(speak, roomy_server, bystanders_speaking, seed=i) for i in range(5)
+        ]
         bystanders_speaking.wait(timeout=60)
         long_status, long_bytes = speak(roomy_server, input=LONG_INPUT)
         results = [b.result(timeout=120) for b in bystanders]
@@ -61,8 +73,12 @@ def test_a_long_input_is_spoken_while_five_bystanders_finish_their_streams(roomy
 
 
 def test_instructions_beyond_the_prompt_limit_are_a_400_naming_them(roomy_server):
-    response = httpx.post(roomy_server.base_url + "/v1/audio/speech", headers=auth(), timeout=30,
-                          json=body(roomy_server, instructions="speak slowly " * 300, stream_format=None))
+    response = httpx.post(
+        roomy_server.base_url + "/v1/audio/speech",
+        headers=auth(),
+        timeout=30,
+        json=body(roomy_server, instructions="speak slowly " * 300, stream_format=None),
+    )
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == "instructions" and "instructions are too long" in error["message"]
@@ -74,7 +90,9 @@ def test_a_streamed_utterance_beyond_the_limit_ends_only_that_session(roomy_serv
         bystander = pool.submit(speak, roomy_server, bystander_speaking)
         bystander_speaking.wait(timeout=60)
         url = roomy_server.ws_url + "/v1/audio/speech/stream"
-        with connect(url, additional_headers={"Authorization": f"Bearer {API_KEY}"}, open_timeout=10) as ws:
+        with connect(
+            url, additional_headers={"Authorization": f"Bearer {API_KEY}"}, open_timeout=10
+        ) as ws:
             ws.send(json.dumps({"type": "session.config", "voice": "Vivian"}))
             assert json.loads(ws.recv(timeout=10))["type"] == "session.ready"
             for _ in range(11):
