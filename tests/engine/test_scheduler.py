@@ -78,8 +78,15 @@ RULES = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=2, chunk_frames=3)
 
 
 def running(slot: int, max_frames: int = 50, later_pieces=(), position: int = 10) -> Sequence:
-    seq = Sequence(f"r{slot}", SamplingParams(max_frames=max_frames), seed=1, voice=None,
-                   text=TextFeed(str.split, "some words"), stream=None, later_pieces=list(later_pieces))
+    seq = Sequence(
+        f"r{slot}",
+        SamplingParams(max_frames=max_frames),
+        seed=1,
+        voice=None,
+        text=TextFeed(str.split, "some words"),
+        stream=None,
+        later_pieces=list(later_pieces),
+    )
     seq.slot, seq.position, seq.awaiting_prefill = slot, position, False
     seq.text_final = True  # all its text is in the runner
     return seq
@@ -159,3 +166,12 @@ def test_step_rows_are_the_runnable_ones_and_the_kv_length_covers_all():
     s.running = {0: a, 2: b}
     rows, extent, live = s.step_rows()
     assert rows == [a] and extent == 3 and live == 31
+
+
+def test_a_row_whose_bookkeeping_raises_is_reported_and_the_others_go_on():
+    s = Scheduler(max_batch=2, max_queue=2)
+    broken, fine = running(0), running(1)
+    broken.pending = None  # appending to it raises
+    out = step(s, [broken, fine])
+    assert [(seq, type(exc)) for seq, exc in out.failed] == [(broken, AttributeError)]
+    assert fine.frames == 1 and out.frames == 1

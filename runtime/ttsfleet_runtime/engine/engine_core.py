@@ -248,6 +248,14 @@ class EngineCore:
             for seq, reason in outcome.finished:
                 if not seq.finished:
                     self._finish(seq, reason)
+            for seq, exc in outcome.failed:
+                log.error(
+                    "bookkeeping after a step failed; ending the request",
+                    exc_info=exc,
+                    extra={"request_id": seq.request_id},
+                )
+                if not seq.finished:
+                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
         return True
 
     def _take_text(self, seq: Sequence) -> None:
