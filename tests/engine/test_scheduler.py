@@ -175,3 +175,12 @@ def test_a_row_whose_bookkeeping_raises_is_reported_and_the_others_go_on():
     out = step(s, [broken, fine])
     assert [(seq, type(exc)) for seq, exc in out.failed] == [(broken, AttributeError)]
     assert fine.frames == 1 and out.frames == 1
+
+
+def test_a_sequence_cancelled_between_pieces_is_not_prefilled_again():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(0, later_pieces=["next piece"])
+    s.running[0] = seq
+    step(s, [seq], {0: EOS})
+    assert s.remove(seq) == 0
+    assert s.plan().prefill == [] and not s.running
