@@ -118,3 +118,26 @@ def test_with_the_real_tokenizer_4000_characters_fit_in_pieces(tiny_checkpoint):
     assert count(prose[:4000]) > 256 and len(pieces) > 1
     assert all(count(p) <= 256 for p in pieces)
     assert squeeze("".join(pieces)) == squeeze(prose[:4000])
+
+
+@pytest.mark.parametrize(
+    "text, count, most",
+    [
+        ("The engine speaks long text in pieces, one after another. " * 70, words, 3),
+        ("word " * 800, words, 3),
+        ("word " * 800, chars, 10),  # an estimate 25 % low: parts are given back by bisection
+        ("x" * 4000, chars, 16),  # no boundary at all: a search over characters
+    ],
+)
+def test_splitting_cost_grows_with_the_text_not_with_its_parts(text, count, most):
+    """It runs on the server's event loop at admission: no counting of every
+    candidate piece (which tokenised 4,096 characters many times over)."""
+    tokenised = []
+
+    def counting(t: str) -> int:
+        tokenised.append(len(t))
+        return count(t) if count is words else count(t) // 4
+
+    pieces = split_text(text, counting, 64)
+    assert sum(tokenised) <= most * len(text)
+    assert len(pieces) > 4 and all(counting(p) <= 64 for p in pieces)
