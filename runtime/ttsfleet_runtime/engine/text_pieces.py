@@ -42,9 +42,10 @@ def split_text(text: str, count_tokens: Callable[[str], int], max_tokens: int) -
     Runs at admission, on the server's event loop: each part is counted once
     and parts are packed by the sum of their counts (a cut falls where the
     tokenizer splits words anyway, so a part alone tokenises as it does inside
-    the whole), then each piece is counted once to be sure (and cut finer in
-    the rare case it does not fit): about two tokenisations of the text, where
-    counting every candidate piece took up to 0.7 s for 4,096 characters.
+    the whole), then each piece is counted once to be sure (parts are given
+    back where it does not fit): about three tokenisations of the text (the
+    whole, its parts, its pieces), where counting every candidate piece took
+    up to 0.7 s for 4,096 characters.
     """
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
