@@ -29,7 +29,7 @@ import torch
 
 from ttsfleet_runtime.codec import load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
-from ttsfleet_runtime.codec.writer import write_random_speech_tokenizer
+from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 
 SECONDS_PER_FRAME = 0.08
 

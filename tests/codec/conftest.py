@@ -14,7 +14,7 @@ import torch
 
 from support import reference
 from ttsfleet_runtime.codec import load_speech_tokenizer
-from ttsfleet_runtime.codec.writer import write_random_speech_tokenizer
+from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ from safetensors import safe_open
 
 from ttsfleet_runtime.codec import load_speech_tokenizer
 from ttsfleet_runtime.codec.config import SpeechTokenizerConfig, speech_tokenizer_config
-from ttsfleet_runtime.codec.encoder_layout import encoder_tensor_shapes
-from ttsfleet_runtime.codec.writer import decoder_tensor_shapes, write_random_speech_tokenizer
+from ttsfleet_runtime.checkpoint.codec_encoder_layout import encoder_tensor_shapes
+from ttsfleet_runtime.checkpoint.speech_tokenizer_files import decoder_tensor_shapes, write_random_speech_tokenizer
 
 
 @pytest.mark.parametrize("size", ["tiny", "real"])

@@ -32,12 +32,14 @@ async def test_queue_bound_refuses_with_a_retry_hint(make_engine):
     (dict(text="   "), "text is empty"),
     (dict(params=SamplingParams(top_p=0)), "top_p"),
     (dict(params=SamplingParams(max_frames=4, min_frames=5)), "min_frames"),
+    (dict(params=SamplingParams(seed=2**64)), "seed"),
 ])
 async def test_invalid_requests_are_refused_with_a_reason(make_engine, change, message):
     engine = await make_engine(max_batch=1, max_queue=1)
     base = SynthesisRequest(text="Hello.", voice="ryan", language="english")
-    with pytest.raises(InvalidRequest, match=message):
+    with pytest.raises(InvalidRequest, match=message) as refused:
         engine.submit(dataclasses.replace(base, **change))
+    assert refused.value.param in message
     assert engine.stats().queue_depth == 0 and engine.stats().active == 0
 
 

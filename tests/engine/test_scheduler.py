@@ -1,12 +1,16 @@
-"""The scheduler alone (no torch): queue bound, slots, order of admission."""
+"""The scheduler alone (no torch): queue bound, slots, order of admission, and
+the post-step rules (stops, chunk boundaries, long-text pieces)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
-from ttsfleet_runtime.engine.scheduler import QueueFullError, Scheduler
+from ttsfleet_runtime.engine.api import SamplingParams
+from ttsfleet_runtime.engine.scheduler import QueueFullError, Scheduler, StepRules
+from ttsfleet_runtime.engine.sequence import Sequence, Status, TextFeed
 
 
 @dataclasses.dataclass(eq=False)
@@ -15,6 +19,8 @@ class Seq:
     ready_for_prefill: bool = True
     runnable: bool = True
     slot: int | None = None
+    position: int = 0
+    finished: bool = False
 
 
 def test_admission_beyond_the_queue_bound_is_refused_with_a_hint():
@@ -64,3 +70,117 @@ def test_removing_a_waiting_request_frees_no_slot():
     q = Seq("a")
     s.admit(q)
     assert s.remove(q) is None and not s.waiting
+
+
+# ---------------------------------------------------------------- after a step
+EOS = 9
+RULES = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=2, chunk_frames=3)
+
+
+def running(slot: int, max_frames: int = 50, later_pieces=(), position: int = 10) -> Sequence:
+    seq = Sequence(
+        f"r{slot}",
+        SamplingParams(max_frames=max_frames),
+        seed=1,
+        voice=None,
+        text=TextFeed(str.split, "some words"),
+        stream=None,
+        later_pieces=list(later_pieces),
+    )
+    seq.slot, seq.position, seq.awaiting_prefill = slot, position, False
+    seq.text_final = True  # all its text is in the runner
+    return seq
+
+
+def step(scheduler, seqs, nxt_by_slot=None, rules=RULES):
+    """Postprocess one step in which every seq made frame [slot]*16."""
+    extent = max(s.slot for s in seqs) + 1
+    codes = np.repeat(np.arange(extent)[:, None], 16, axis=1)
+    nxt = np.zeros(extent, dtype=np.int64)
+    for slot, code in (nxt_by_slot or {}).items():
+        nxt[slot] = code
+    return scheduler.postprocess(seqs, codes, nxt, rules)
+
+
+def test_frames_become_chunks_of_first_chunk_then_chunk_frames():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(0)
+    sizes = []
+    for _ in range(8):
+        sizes += [len(c.codes) for c in step(s, [seq]).chunks]
+    assert sizes == [2, 3, 3]
+    assert seq.frames == 8 and seq.position == 18 and seq.chunks == 3
+
+
+def test_eos_ends_the_sequence_with_its_pending_frames_as_the_last_chunk():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(1)
+    step(s, [seq])
+    out = step(s, [seq], {1: EOS})
+    assert out.finished == [(seq, "eos")]
+    assert [(len(c.codes), c.index, c.last) for c in out.chunks] == [(2, 0, True)]
+
+
+def test_max_frames_and_a_full_kv_cache_end_with_length():
+    s = Scheduler(max_batch=2, max_queue=2)
+    by_frames, by_cache = running(0, max_frames=1), running(1, position=RULES.max_len - 2)
+    out = step(s, [by_frames, by_cache])
+    assert out.finished == [(by_frames, "length"), (by_cache, "length")]
+    assert all(c.last for c in out.chunks)
+
+
+def test_eos_with_text_left_moves_to_the_next_piece_in_the_same_slot():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(0, later_pieces=["second piece", "third"])
+    step(s, [seq])
+    out = step(s, [seq], {0: EOS})
+    assert out.finished == [] and out.next_piece == [seq]
+    assert seq.text.refresh() and seq.text.ids == ["second", "piece"]
+    assert seq.piece == 1 and seq.awaiting_prefill
+    assert not seq.runnable and seq.piece_frames == 0 and seq.frames == 2
+    assert s.plan().prefill == [seq]  # prefilled again before any newcomer
+    assert seq.piece_seed != seq.seed
+
+
+def test_the_request_frame_budget_spans_its_pieces():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(0, max_frames=2, later_pieces=["more text"])
+    step(s, [seq])
+    out = step(s, [seq], {0: EOS})
+    assert out.finished == [(seq, "length")] and out.next_piece == []
+
+
+def test_a_sequence_cancelled_during_the_step_is_left_alone():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(0)
+    seq.status = Status.FINISHED
+    out = step(s, [seq])
+    assert out.chunks == [] and out.frames == 0 and seq.frames == 0
+
+
+def test_step_rows_are_the_runnable_ones_and_the_kv_length_covers_all():
+    s = Scheduler(max_batch=4, max_queue=2)
+    a, b = running(0, position=5), running(2, position=30)
+    b.text = TextFeed(str.split)  # streamed text, nothing handed over yet: stalled
+    b.text_final = False
+    s.running = {0: a, 2: b}
+    rows, extent, live = s.step_rows()
+    assert rows == [a] and extent == 3 and live == 31
+
+
+def test_a_row_whose_bookkeeping_raises_is_reported_and_the_others_go_on():
+    s = Scheduler(max_batch=2, max_queue=2)
+    broken, fine = running(0), running(1)
+    broken.pending = None  # appending to it raises
+    out = step(s, [broken, fine])
+    assert [(seq, type(exc)) for seq, exc in out.failed] == [(broken, AttributeError)]
+    assert fine.frames == 1 and out.frames == 1
+
+
+def test_a_sequence_cancelled_between_pieces_is_not_prefilled_again():
+    s = Scheduler(max_batch=2, max_queue=2)
+    seq = running(0, later_pieces=["next piece"])
+    s.running[0] = seq
+    step(s, [seq], {0: EOS})
+    assert s.remove(seq) == 0
+    assert s.plan().prefill == [] and not s.running

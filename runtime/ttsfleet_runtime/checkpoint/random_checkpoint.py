@@ -92,6 +92,6 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _write_speech_tokenizer(out: Path, size: str, seed: int) -> None:
     # The codec package owns the speech tokenizer's layout; one "real" size
     # serves both 0.6B and 1.7B.
-    from ..codec.writer import write_random_speech_tokenizer
+    from .speech_tokenizer_files import write_random_speech_tokenizer
 
     write_random_speech_tokenizer(out, size="tiny" if size == "tiny" else "real", seed=seed)

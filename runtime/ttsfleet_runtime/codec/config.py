@@ -1,7 +1,7 @@
 """Configuration of the 12 Hz speech tokenizer (`speech_tokenizer/config.json`).
 
 The file's keys are the official ones (model_type `qwen3_tts_tokenizer_12hz`), so a
-downloaded checkpoint and one written by `codec.writer` read the same way. Only the
+downloaded checkpoint and one written by `checkpoint.speech_tokenizer_files` read the same way. Only the
 decoder half is typed: the encoder (a Mimi model, used later for voice cloning) is kept
 as the raw dict it was read from.
 """

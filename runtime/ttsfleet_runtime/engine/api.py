@@ -24,7 +24,14 @@ class EngineError(Exception):
 
 
 class InvalidRequest(EngineError, ValueError):
-    """The request can never succeed as given (unknown voice, bad parameter)."""
+    """The request can never succeed as given (unknown voice, bad parameter).
+
+    `param` names the `SynthesisRequest` field (or sampling parameter) at fault,
+    when there is one, so an API can point its client at it."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class QueueFull(EngineError):
@@ -51,28 +58,31 @@ class SamplingParams:
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
     seed: int | None = None
-    # Hard cap on generated codec frames (12.5 frames per audio second at 12 Hz).
+    # Hard cap on generated codec frames (12.5 frames per audio second at 12 Hz),
+    # over the whole request: all pieces of a long text together.
     max_frames: int = 4096
-    # EOS is suppressed before this many frames: benchmarks fix the length with
-    # min_frames == max_frames.
+    # EOS is suppressed before this many frames (of the whole request): benchmarks
+    # fix the length with min_frames == max_frames.
     min_frames: int = 0
 
     def validate(self) -> None:
         """Raise InvalidRequest naming the first parameter out of range."""
         checks = [
-            (self.temperature >= 0, "temperature must be >= 0"),
-            (self.top_k >= 0, "top_k must be >= 0 (0 disables top-k)"),
-            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
-            (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
-            (self.subtalker_temperature >= 0, "subtalker_temperature must be >= 0"),
-            (self.subtalker_top_k >= 0, "subtalker_top_k must be >= 0"),
-            (0 < self.subtalker_top_p <= 1, "subtalker_top_p must be in (0, 1]"),
-            (self.max_frames >= 1, "max_frames must be >= 1"),
-            (0 <= self.min_frames <= self.max_frames, "min_frames must be in [0, max_frames]"),
+            (self.temperature >= 0, "temperature", "must be >= 0"),
+            (self.top_k >= 0, "top_k", "must be >= 0 (0 disables top-k)"),
+            (0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
+            (self.repetition_penalty > 0, "repetition_penalty", "must be > 0"),
+            (self.subtalker_temperature >= 0, "subtalker_temperature", "must be >= 0"),
+            (self.subtalker_top_k >= 0, "subtalker_top_k", "must be >= 0"),
+            (0 < self.subtalker_top_p <= 1, "subtalker_top_p", "must be in (0, 1]"),
+            (self.max_frames >= 1, "max_frames", "must be >= 1"),
+            (0 <= self.min_frames <= self.max_frames, "min_frames", "must be in [0, max_frames]"),
+            # The runner keeps seeds as int64: a larger one would fail inside a step.
+            (self.seed is None or 0 <= self.seed < 2**63, "seed", "must be in [0, 2**63)"),
         ]
-        for ok, message in checks:
+        for ok, param, rule in checks:
             if not ok:
-                raise InvalidRequest(message)
+                raise InvalidRequest(f"{param} {rule}", param=param)
 
 
 @dataclasses.dataclass
@@ -81,7 +91,10 @@ class SynthesisRequest:
 
     `text` is either the whole text, or an async iterator of text deltas (an
     LLM's tokens as they arrive); the engine starts speaking before the text
-    iterator ends when it has enough text.
+    iterator ends when it has enough text. A whole text longer than the model
+    speaks in one go is split at sentence boundaries and its pieces are spoken
+    in order into the one stream (engine/text_pieces.py); a streamed text must
+    stay within one piece, or its stream ends with an `InvalidRequest` error.
     """
 
     text: str | AsyncIterator[str]
@@ -121,6 +134,11 @@ class AudioStream(Protocol):
     @property
     def finish_reason(self) -> FinishReason | None:
         """Why the stream ended; None while it runs."""
+
+    @property
+    def error(self) -> EngineError | None:
+        """For a stream that ended with "error": what went wrong, when known
+        (an `InvalidRequest` when the request itself was at fault)."""
 
 
 @dataclasses.dataclass(frozen=True)

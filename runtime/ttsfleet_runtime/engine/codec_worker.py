@@ -13,6 +13,11 @@ replays a CUDA graph instead of running the codec eagerly (hundreds of kernel
 launches from Python, under the GIL the engine thread needs). The decoder is
 causal, so the padding changes no sample of the real frames; it only spoils
 the stream's codec state, which nothing reads after the last chunk.
+
+A failed decode ends only the streams that make it fail: the codec writes a
+stream's state back only after a successful call, so a failed batched call is
+retried one stream at a time, and a stream that fails alone ends with "error"
+(`on_failure` tells the engine, which frees its batch slot).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -50,8 +56,10 @@ class EndJob:
 
 
 class CodecWorker:
-    def __init__(self, codec, device: str, sample_rate: int, frame_buckets: tuple[int, ...] = ()):
+    def __init__(self, codec, device: str, sample_rate: int, frame_buckets: tuple[int, ...] = (),
+                 on_failure: Callable[[object], None] = lambda seq: None):
         self.codec = codec
+        self.on_failure = on_failure
         self.frame_buckets = tuple(sorted(frame_buckets))  # frame counts with a captured codec graph
         self.device = torch.device(device)
         self.sample_rate = sample_rate
@@ -83,9 +91,11 @@ class CodecWorker:
                 with torch.inference_mode(), _on(self.stream):
                     self._process(jobs)
             except Exception:
-                log.exception("codec decode failed; ending the affected streams")
+                # Not a decode (those are isolated per stream below): a fault of
+                # the worker itself, with these jobs in hand.
+                log.exception("codec worker failed; ending the streams it was serving")
                 for job in jobs:
-                    job.seq.stream.end("error")
+                    self._fail(job.seq)
             if stop:
                 return
 
@@ -130,6 +140,28 @@ class CodecWorker:
         jobs = [j for j in jobs if not getattr(j.seq, "codec_closed", False)]
         if not jobs:
             return
+        try:
+            self._decode_together(n, jobs)
+        except Exception:
+            if len(jobs) == 1:
+                log.exception("codec decode failed; ending the stream",
+                              extra={"request_id": getattr(jobs[0].seq, "request_id", None)})
+                self._fail(jobs[0].seq)
+                return
+            log.warning("batched codec decode failed; decoding its streams one by one", exc_info=True)
+            for job in jobs:
+                self._decode(n, [job])
+
+    def _fail(self, seq) -> None:
+        """End `seq`'s stream with "error" and drop its later chunks."""
+        if seq.codec_slot is not None:
+            self.codec.close(seq.codec_slot)
+            seq.codec_slot = None
+        seq.codec_closed = True
+        seq.stream.end("error")
+        self.on_failure(seq)
+
+    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> None:
         for job in jobs:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open()

@@ -134,6 +134,11 @@ class ModelRunner:
             decode_mask(torch.full((1,), g, device=self.device), self.groups, self.dtype)
             for g in range(self.groups)]
 
+    @property
+    def max_prompt(self) -> int:
+        """The longest prompt `prefill` takes (positions); admission refuses longer."""
+        return min(self.prefill_buckets[-1], self.max_len - 1)
+
     def _check_memory(self, cfg, max_batch: int, max_len: int) -> None:
         """Refuse a KV cache that cannot fit, with the numbers to change."""
         if self.device.type != "cuda":
@@ -158,8 +163,8 @@ class ModelRunner:
         prompt's keys and values are copied into the slot."""
         s = self.state
         T = embeds.shape[0]
-        if T > self.prefill_buckets[-1] or T >= self.max_len:
-            raise ValueError(f"prompt of {T} positions exceeds the prefill limit ({self.prefill_buckets[-1]})")
+        if T > self.max_prompt:
+            raise ValueError(f"prompt of {T} positions exceeds the prefill limit ({self.max_prompt})")
         self._set_params(slot, params)
         P = next(n for n in self.prefill_buckets if n >= T)
         self.prefill_embeds[:T] = embeds.to(self.dtype)
@@ -341,17 +346,20 @@ class ModelRunner:
 
     @torch.inference_mode()
     def capture_all(self, progress: Callable[[str], None] | None = None) -> None:
-        """Capture every (batch, length) bucket, largest batch first so the
-        shared memory pool is sized once."""
+        """Capture every (batch, length) decode bucket, largest batch first so the
+        shared memory pool is sized once, then every prefill bucket."""
         if not self.use_graphs:
             return
         t0 = time.monotonic()
+        say = progress or (lambda message: None)
         todo = [(B, L) for B in reversed(self.batch_buckets) for L in reversed(self.length_buckets)]
         for i, (B, L) in enumerate(todo):
             self._capture(B, L)
+            if i % 8 == 7 or i == len(todo) - 1:
+                say(f"captured {i + 1}/{len(todo)} decode graphs (batch {B}, length {L})")
         for P in reversed(self.prefill_buckets):
             self._capture_prefill(P)
-            if progress and (i % 8 == 0 or i == len(todo) - 1):
-                progress(f"captured {i + 1}/{len(todo)} decode graphs (batch {B}, length {L})")
+        say(f"captured {len(self.prefill_buckets)} prefill graphs (up to {self.prefill_buckets[-1]} positions)")
         torch.cuda.synchronize()
-        log.info("decode graphs captured", extra={"graphs": len(todo), "seconds": round(time.monotonic() - t0, 2)})
+        log.info("graphs captured", extra={"decode_graphs": len(todo), "prefill_graphs": len(self.prefill_buckets),
+                                           "seconds": round(time.monotonic() - t0, 2)})

@@ -1,5 +1,10 @@
 """One request's life inside the engine: its text as it arrives, its slot, the
-frames generated but not yet turned into audio, and its stream to the caller."""
+frames generated but not yet turned into audio, and its stream to the caller.
+
+A long text is spoken as pieces (engine/text_pieces.py), one after another in
+the same slot and into the same stream: each piece is prefilled afresh when
+the one before it says EOS, so `frames` counts the whole request and
+`piece_frames` the current piece (the runner's frame counter)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import time
 
 import numpy as np
 
-from .api import FinishReason, SamplingParams
+from .api import EngineError, FinishReason, SamplingParams
 
 
 class TextFeed:
@@ -22,7 +27,7 @@ class TextFeed:
     """
 
     def __init__(self, encode, text: str | None = None):
-        self._encode = encode
+        self.encode = encode  # text -> token ids
         self._lock = threading.Lock()
         self._text = text or ""
         self._closed = text is not None
@@ -57,7 +62,7 @@ class TextFeed:
         else:
             cut = max(text.rfind(" "), text.rfind("\n"))
             stable = text[:cut] if cut > 0 else ""
-        ids = self._encode(stable) if stable.strip() else []
+        ids = self.encode(stable) if stable.strip() else []
         grew = len(ids) > len(self.ids)
         if len(ids) >= len(self.ids):
             self.ids = ids
@@ -72,21 +77,26 @@ class Status(enum.Enum):
 
 class Sequence:
     def __init__(self, request_id: str, params: SamplingParams, seed: int, voice, text: TextFeed,
-                 stream, prompt_extra: int = 0):
+                 stream, later_pieces: list[str] | None = None):
         self.request_id = request_id
         self.params = params
         self.seed = seed
         self.voice = voice  # the model's VoicePrompt
-        self.text = text
+        self.text = text  # the piece being spoken
+        self.later_pieces = list(later_pieces or ())  # whole-text pieces still to speak
+        self.piece = 0  # index of the piece being spoken
         self.stream = stream  # delivers chunks to the caller's event loop
         self.status = Status.WAITING
         self.slot: int | None = None
         self.finish_reason: FinishReason | None = None
+        self.error: EngineError | None = None  # why it ended with "error", when known
         self.t_submitted = time.monotonic()
         self.t_admitted: float | None = None
+        self.awaiting_prefill = True  # the current piece is not in its slot yet
         self.position = 0  # next talker position (host copy)
-        self.frames = 0  # frames generated
-        self.text_sent = 0  # trailing text ids handed to the runner
+        self.frames = 0  # frames generated, all pieces
+        self.piece_frames = 0  # frames generated for the current piece
+        self.text_sent = 0  # trailing text ids of the piece handed to the runner
         self.text_final = False  # tts_eos handed to the runner
         self.pending: list[np.ndarray] = []  # frames awaiting the codec
         self.chunks = 0
@@ -102,8 +112,28 @@ class Sequence:
     @property
     def runnable(self) -> bool:
         # The step for frame f adds trailing text id f; wait until it is known.
-        return self.text_final or self.frames < self.text_sent
+        if self.awaiting_prefill:
+            return False
+        return self.text_final or self.piece_frames < self.text_sent
 
     @property
     def finished(self) -> bool:
         return self.status is Status.FINISHED
+
+    @property
+    def piece_seed(self) -> int:
+        """The sampling seed of the current piece: the request's seed for the
+        first (a short text samples as it always did), a distinct one per later
+        piece so pieces do not repeat each other's noise."""
+        if self.piece == 0:
+            return self.seed
+        return (self.seed + self.piece * 0x9E3779B1) & 0x7FFFFFFF
+
+    def start_next_piece(self) -> None:
+        """Move on to the next whole-text piece; its prefill comes next."""
+        self.text = TextFeed(self.text.encode, self.later_pieces.pop(0))
+        self.piece += 1
+        self.piece_frames = 0
+        self.text_sent = 0
+        self.text_final = False
+        self.awaiting_prefill = True

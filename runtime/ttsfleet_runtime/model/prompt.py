@@ -32,7 +32,12 @@ from .text_tokenizer import TextTokenizer
 
 
 class PromptError(ValueError):
-    """The request cannot be turned into a prompt for this checkpoint."""
+    """The request cannot be turned into a prompt for this checkpoint; `param`
+    names the request field at fault ("voice", "instructions", "language")."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,21 +76,22 @@ class PromptBuilder:
         speaker_id = None
         if kind == "custom_voice":
             if not voice:
-                raise PromptError(f"a voice is required; this model has {', '.join(self.speakers)}")
+                raise PromptError(f"a voice is required; this model has {', '.join(self.speakers)}", "voice")
             if voice.lower() not in t.spk_id:
-                raise PromptError(f"unknown voice {voice!r}; this model has {', '.join(self.speakers)}")
+                raise PromptError(f"unknown voice {voice!r}; this model has {', '.join(self.speakers)}", "voice")
             speaker_id = t.spk_id[voice.lower()]
         elif kind == "voice_design":
             if voice:
-                raise PromptError("a VoiceDesign model has no built-in voices; describe the voice in instructions")
+                raise PromptError(
+                    "a VoiceDesign model has no built-in voices; describe the voice in instructions", "voice")
             if not instructions:
-                raise PromptError("a VoiceDesign model needs instructions describing the voice")
+                raise PromptError("a VoiceDesign model needs instructions describing the voice", "instructions")
         else:
-            raise PromptError(f"{kind} models (voice cloning) are not supported yet")
+            raise PromptError(f"{kind} models (voice cloning) are not supported yet", "voice")
 
         lang = (language or "auto").lower()
         if lang != "auto" and lang not in t.codec_language_id:
-            raise PromptError(f"unknown language {language!r}; supported: {', '.join(self.languages)}")
+            raise PromptError(f"unknown language {language!r}; supported: {', '.join(self.languages)}", "language")
         language_id = None if lang == "auto" else t.codec_language_id[lang]
         if speaker_id is not None and lang in ("chinese", "auto"):
             dialect = t.spk_is_dialect.get(voice.lower(), False) if voice else False
@@ -104,16 +110,25 @@ class PromptBuilder:
     def text_ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 
+    def codec_ids(self, voice: VoicePrompt) -> list[int]:
+        """The codec side of the prompt: prefix, speaker, codec_pad, codec_bos."""
+        t = self.config.talker
+        ids = list(voice.codec_prefix)
+        if voice.speaker_id is not None:
+            ids.append(voice.speaker_id)
+        return ids + [t.codec_pad_id, t.codec_bos_id]
+
+    def prompt_length(self, voice: VoicePrompt) -> int:
+        """Positions `prefill_embeds` makes for `voice`: instructions, role,
+        the codec ids (the last one with the first text token)."""
+        return len(voice.instruct_ids) + len(self.role_ids) + len(self.codec_ids(voice))
+
     @torch.no_grad()
     def prefill_embeds(self, talker: Talker, voice: VoicePrompt, first_text_id: int) -> torch.Tensor:
         """The talker's prefill input [T, hidden] for a voice and the first text token."""
-        t = self.config.talker
         device = talker.codec_embedding.device
         ids = lambda xs: torch.tensor(list(xs), dtype=torch.long, device=device)  # noqa: E731
-        codec_ids = list(voice.codec_prefix)
-        if voice.speaker_id is not None:
-            codec_ids.append(voice.speaker_id)
-        codec_ids += [t.codec_pad_id, t.codec_bos_id]
+        codec_ids = self.codec_ids(voice)
         codec = talker.codec_hidden(ids(codec_ids))
         c = self.config
         tts_bos, tts_pad = talker.text_hidden(ids([c.tts_bos_token_id, c.tts_pad_token_id]))

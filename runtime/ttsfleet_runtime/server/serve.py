@@ -9,11 +9,9 @@ process exits. A second signal exits at once.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import time
-from pathlib import Path
 
 from . import json_logging
 from .app import create_app
@@ -49,15 +47,13 @@ def load_api_keys(settings: ServerSettings) -> ApiKeys:
 
 
 def build_engine(settings: ServerSettings):
-    # torch: imported only when serving
-    from ..engine.tts_engine import TTSEngine
-    from ..model.weights import resolve_checkpoint
+    from ..engine.tts_engine import TTSEngine  # torch: imported only when serving
 
     dtype = settings.dtype or ("float32" if settings.device == "cpu" else "bfloat16")
-    checkpoint = resolve_checkpoint(settings.model, settings.model_revision)
     return TTSEngine.from_pretrained(
-        str(checkpoint),
+        settings.model,
         device=settings.device,
+        revision=settings.model_revision,
         first_chunk_frames=settings.first_chunk_frames,
         max_batch=settings.max_batch,
         max_queue=settings.max_queue,
@@ -124,9 +120,6 @@ def run(settings: ServerSettings) -> int:
     from .. import metrics
 
     engine = build_engine(settings)
-    if settings.served_model_name is None and not Path(settings.model).is_dir():
-        # A hub download lives in a hash-named cache folder: name it as the hub does.
-        settings = dataclasses.replace(settings, served_model_name=settings.model.rstrip("/").split("/")[-1])
     app = create_app(engine, settings, api_keys, gpu=metrics.NvmlReader())
     uvicorn_server(app, settings).run()
     return 0

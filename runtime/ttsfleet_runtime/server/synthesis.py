@@ -27,6 +27,8 @@ def error_type(exc: BaseException) -> str:
         return "cuda_oom"
     if isinstance(exc, api.EngineStopped):
         return "engine_stopped"
+    if isinstance(exc, api.InvalidRequest):
+        return "invalid_request"
     if isinstance(exc, api.EngineError):
         return "engine_error"
     return "internal"
@@ -35,7 +37,9 @@ def error_type(exc: BaseException) -> str:
 def engine_refusal(exc: api.EngineError) -> errors.ApiError:
     """An admission refusal from `engine.submit` as the client sees it."""
     if isinstance(exc, api.InvalidRequest):
-        return errors.invalid_request(str(exc))
+        # The engine's `text` is the speech API's `input`.
+        param = "input" if exc.param == "text" else exc.param
+        return errors.invalid_request(str(exc), param=param)
     if isinstance(exc, api.QueueFull):
         return errors.queue_full(exc.retry_after_s)
     if isinstance(exc, api.EngineStopped):
@@ -51,6 +55,8 @@ def generation_failure(exc: BaseException) -> errors.ApiError:
         return errors.unavailable("out of GPU memory; retry", code="cuda_oom", retry_after_s=1.0)
     if isinstance(exc, api.EngineStopped):
         return errors.unavailable("the engine stopped", code="engine_stopped")
+    if isinstance(exc, api.InvalidRequest):  # e.g. a streamed text grew too long
+        return errors.invalid_request(str(exc), param=exc.param)
     return errors.internal("generation failed", code=kind)
 
 
@@ -85,6 +91,9 @@ class Utterance:
             yield chunk
         reason = self.stream.finish_reason
         if reason == "error":
+            cause = getattr(self.stream, "error", None)
+            if isinstance(cause, api.InvalidRequest):
+                raise cause
             raise api.EngineError("the engine failed while generating")
         if reason == "shutdown":
             raise api.EngineStopped("the engine stopped before the utterance ended")
@@ -190,7 +199,7 @@ class Synthesizer:
         try:
             params.validate()
         except api.InvalidRequest as exc:
-            raise errors.invalid_request(str(exc)) from None
+            raise errors.invalid_request(str(exc), param=exc.param) from None
         return api.SynthesisRequest(
             text=text,
             voice=self.resolve_voice(voice, caller),

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .config import SpeechTokenizerConfig, speech_tokenizer_config
-from .decoder import CHECKPOINT_PREFIX, CodecDecoder
-from .encoder_layout import encoder_tensor_shapes
+from ..codec.config import SpeechTokenizerConfig, speech_tokenizer_config
+from ..codec.decoder import CHECKPOINT_PREFIX, CodecDecoder
+from .codec_encoder_layout import encoder_tensor_shapes
 
 PREPROCESSOR_CONFIG = {
     "feature_extractor_type": "EncodecFeatureExtractor",

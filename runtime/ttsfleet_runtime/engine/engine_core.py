@@ -1,0 +1,412 @@
+"""EngineCore: the engine thread. It owns the device and loops
+
+    plan (scheduler) -> prefill -> decode step (model runner) -> postprocess
+    (scheduler) -> chunks to the codec worker -> audio to the streams.
+
+The async front end (tts_engine.py) only admits, cancels and reads stats,
+under `lock`; everything that touches the device happens here.
+
+Failure isolation: one request must never end another. Each per-sequence
+phase (taking its text, its prefill, its codec decode) fails only that
+sequence. The batched decode step is retryable, because the runner commits a
+row's state only at the end of a successful step and the engine advances its
+host-side bookkeeping only after one: when a step raises, the rows are
+bisected (steps over halves of them) until the rows whose presence makes it
+fail are found; those end with "error", the others step on. Sampling noise is
+counter-based per row (sampling.py), so a row samples the same codes in any
+of these sub-steps as in the full one: a bystander's audio is identical to a
+run without the fault.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..codec.decoder import load_speech_tokenizer
+from ..codec.streaming import StreamingCodec
+from ..model.config import TTSConfig
+from ..model.prompt import PromptBuilder
+from ..model.weights import LoadedModel, load_model
+from .api import EngineError, FinishReason, InvalidRequest
+from .codec_worker import CODEC_BATCH, CodecWorker
+from .model_runner import ModelRunner, SlotParams
+from .scheduler import Scheduler, StepRules
+from .sequence import Sequence, Status
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24000
+
+
+class EngineCore:
+    def __init__(
+        self,
+        path: Path,
+        config: TTSConfig,
+        builder: PromptBuilder,
+        *,
+        device: str,
+        max_batch: int,
+        max_queue: int,
+        cuda_graphs: bool,
+        dtype: str,
+        first_chunk_frames: int,
+        chunk_frames: int,
+        max_len: int,
+        max_text_tokens: int,
+        capture_all_graphs: bool,
+        progress: Callable[[str], None],
+    ):
+        self.path = path
+        self.config = config
+        self.builder = builder
+        self.device = device
+        self.max_batch = max_batch
+        self.cuda_graphs = cuda_graphs
+        self.dtype = dtype
+        self.first_chunk_frames = first_chunk_frames
+        self.chunk_frames = chunk_frames
+        self.max_len = max_len
+        self.max_text_tokens = max_text_tokens
+        # False: decode graphs are captured on first use of a bucket (quicker
+        # start; the first step of each new bucket pays the capture).
+        self.capture_all_graphs = capture_all_graphs
+        self.progress = progress
+        self.scheduler: Scheduler[Sequence] = Scheduler(max_batch, max_queue)
+        self.rules = StepRules(
+            eos_id=config.talker.codec_eos_token_id,
+            max_len=max_len,
+            first_chunk_frames=first_chunk_frames,
+            chunk_frames=chunk_frames,
+        )
+        self.lock = threading.RLock()  # scheduler + sequence status
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._to_release: list[Sequence] = []  # finished; their batch slots to reset
+        self.frames_total = 0
+        self.model: LoadedModel | None = None
+        self.runner: ModelRunner | None = None
+        self.codec: StreamingCodec | None = None
+        self.codec_worker: CodecWorker | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def load(self) -> None:
+        t0 = time.monotonic()
+        say = self.progress
+        self.model = load_model(
+            self.path, self.device, self.dtype, max_positions=self.max_len, progress=say
+        )
+        self.runner = ModelRunner(
+            self.model,
+            max_batch=self.max_batch,
+            max_len=self.max_len,
+            max_text=self.max_text_tokens,
+            device=self.device,
+            cuda_graphs=self.cuda_graphs,
+        )
+        say("loading the codec decoder")
+        codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
+        decoder = load_speech_tokenizer(self.path / "speech_tokenizer", self.device, codec_dtype)
+        self.codec = StreamingCodec(decoder, self.max_batch, self.device)
+        if self.runner.use_graphs:
+            if self.capture_all_graphs:
+                self.runner.capture_all(say)
+            buckets = [b for b in self.runner.batch_buckets if b <= CODEC_BATCH] or [self.max_batch]
+            frame_buckets = sorted({self.first_chunk_frames, self.chunk_frames})
+            self.codec.capture(buckets, frame_buckets)
+            say("captured codec graphs")
+        else:
+            frame_buckets = []
+        self.codec_worker = CodecWorker(
+            self.codec,
+            self.device,
+            SAMPLE_RATE,
+            tuple(frame_buckets),
+            on_failure=self._codec_failed,
+        )
+        say(f"engine ready in {time.monotonic() - t0:.1f}s")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (callers first finish what is left); blocks until it ends."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    @property
+    def busy(self) -> bool:
+        with self.lock:
+            return bool(self.scheduler.running) or bool(self.scheduler.waiting)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------ from any thread
+    def finish_off_thread(
+        self, seq: Sequence, reason: FinishReason, error: EngineError | None = None
+    ) -> None:
+        """Frees the slot now; the engine thread releases device-side state."""
+        with self.lock:
+            if seq.finished:
+                return
+            self._finish(seq, reason, error)
+        self._wake.set()
+
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, error: EngineError | None = None
+    ) -> None:
+        """Under the lock: take seq out of the scheduler now. Its stream ends
+        after its last chunk (codec worker); a cancelled or failed one at once."""
+        held = time.monotonic() - seq.t_admitted if seq.t_admitted else None
+        self.scheduler.remove(seq, held)
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason
+        seq.error = error
+        self._to_release.append(seq)
+        if reason not in ("eos", "length"):
+            seq.stream.end(reason)
+        if self.codec_worker is not None:
+            self.codec_worker.end(seq, reason)
+        else:
+            seq.stream.end(reason)
+
+    def _codec_failed(self, seq: Sequence) -> None:
+        # Codec worker thread: its audio is lost, so its slot is wasted GPU time.
+        self.finish_off_thread(seq, "error")
+
+    # ------------------------------------------------------------ engine thread
+    def _run(self) -> None:
+        if self.device.startswith("cuda"):
+            # Work on the device the model was loaded to ("cuda" = the current one).
+            index = torch.device(self.device).index
+            torch.cuda.set_device(index if index is not None else torch.cuda.current_device())
+        while not self._stopping:
+            try:
+                did_work = self._iteration()
+            except Exception:
+                # Per-sequence failures are caught below this; what reaches here
+                # is a fault of the loop itself, which no sequence can be blamed for.
+                log.exception(
+                    "engine iteration failed outside any one request; failing the running streams"
+                )
+                with self.lock:
+                    for seq in list(self.scheduler.running.values()):
+                        self._finish(seq, "error")
+                did_work = True
+            if not did_work:
+                self._wake.wait(timeout=0.05)
+                self._wake.clear()
+        self._release_finished()
+        if self.codec_worker is not None:
+            self.codec_worker.stop()
+
+    def _release_finished(self) -> None:
+        with self.lock:
+            done, self._to_release = self._to_release, []
+        for seq in done:
+            if seq.slot is not None and self.scheduler.running.get(seq.slot) is None:
+                self.runner.release(seq.slot)
+
+    @torch.inference_mode()
+    def _iteration(self) -> bool:
+        self._release_finished()
+        with self.lock:
+            for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
+                self._take_text(seq)
+            plan = self.scheduler.plan()
+        for seq in plan.prefill:
+            self._prefill(seq)
+        with self.lock:
+            for seq in list(self.scheduler.running.values()):
+                self._take_text(seq)
+            rows, extent, live = self.scheduler.step_rows()
+        if not rows:
+            return bool(plan.prefill)
+        stepped, codes, nxt = self._step_isolating(rows, extent, live)
+        with self.lock:
+            outcome = self.scheduler.postprocess(stepped, codes, nxt, self.rules)
+            self.frames_total += outcome.frames
+        for chunk in outcome.chunks:
+            if not chunk.seq.finished:
+                self.codec_worker.chunk(chunk.seq, chunk.codes, chunk.index, last=chunk.last)
+        with self.lock:
+            for seq, reason in outcome.finished:
+                if not seq.finished:
+                    self._finish(seq, reason)
+            for seq, exc in outcome.failed:
+                log.error(
+                    "bookkeeping after a step failed; ending the request",
+                    exc_info=exc,
+                    extra={"request_id": seq.request_id},
+                )
+                if not seq.finished:
+                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
+        return True
+
+    def _take_text(self, seq: Sequence) -> None:
+        """Under the lock: commit newly arrived text ids and hand the runner the
+        trailing ones; a failure here ends `seq` alone."""
+        try:
+            self._commit_text(seq)
+        except Exception as exc:
+            log.exception(
+                "taking a request's text failed; ending it", extra={"request_id": seq.request_id}
+            )
+            if not seq.finished:
+                self._finish(seq, "error", EngineError(f"reading the text failed: {exc}"))
+
+    def _commit_text(self, seq: Sequence) -> None:
+        if seq.text.refresh() and seq.text.error is not None and not seq.finished:
+            self._finish(seq, "error")
+            return
+        if seq.finished:
+            return
+        if len(seq.text.ids) > self.max_text_tokens:
+            # Only a streamed text can get here: a whole one is split to fit.
+            self._finish(
+                seq,
+                "error",
+                InvalidRequest(
+                    f"a streamed utterance may hold at most {self.max_text_tokens} text tokens; "
+                    "end the utterance (flush) before sending more text",
+                    param="text",
+                ),
+            )
+            return
+        if (
+            seq.slot is None
+            or seq.status is not Status.RUNNING
+            or seq.awaiting_prefill
+            or seq.text_final
+        ):
+            return
+        ids = seq.text.ids
+        trailing = ids[1:]
+        if seq.text.closed:
+            trailing = trailing + [self.config.tts_eos_token_id]
+        new = trailing[seq.text_sent :]
+        if new:
+            self.runner.set_text(seq.slot, new, seq.text_sent)
+            seq.text_sent += len(new)
+        seq.text_final = seq.text.closed
+
+    def _prefill(self, seq: Sequence) -> None:
+        """Prefill `seq`'s current piece into its slot; a failure ends `seq` alone."""
+        if seq.t_admitted is None:
+            seq.t_admitted = time.monotonic()  # it holds a batch slot from here
+        if seq.finished:
+            return
+        if not seq.text.ids:  # the text stream ended empty
+            with self.lock:
+                if not seq.finished:
+                    self._finish(seq, "eos")
+            return
+        p = seq.params
+        try:
+            embeds = self.builder.prefill_embeds(self.model.talker, seq.voice, seq.text.ids[0])
+            # min_frames counts the whole request: later pieces owe what is left.
+            min_frames = max(0, p.min_frames - seq.frames)
+            params = SlotParams(
+                p.temperature,
+                p.top_k,
+                p.top_p,
+                p.repetition_penalty,
+                p.subtalker_temperature,
+                p.subtalker_top_k,
+                p.subtalker_top_p,
+                seq.piece_seed,
+                min_frames,
+            )
+            self.runner.prefill(seq.slot, embeds, params)
+        except Exception as exc:
+            log.exception(
+                "prefill failed; ending the request", extra={"request_id": seq.request_id}
+            )
+            with self.lock:
+                if not seq.finished:
+                    self._finish(seq, "error", EngineError(f"prefill failed: {exc}"))
+            return
+        seq.position = embeds.shape[0]
+        with self.lock:
+            if not seq.finished:
+                seq.status = Status.RUNNING
+                seq.awaiting_prefill = False
+                self._take_text(seq)
+
+    def _step(self, rows: list[Sequence], extent: int, live: int) -> tuple[np.ndarray, np.ndarray]:
+        """One decode step advancing `rows` -> (frame codes [extent, groups],
+        next first codes [extent]) on the host."""
+        active = [False] * extent
+        for seq in rows:
+            active[seq.slot] = True
+        codes, nxt = self.runner.decode(extent, active, live)
+        return codes.numpy(), nxt.numpy()
+
+    def _step_isolating(
+        self, rows: list[Sequence], extent: int, live: int
+    ) -> tuple[list[Sequence], np.ndarray, np.ndarray]:
+        """The decode step over `rows`; when it raises, bisect to the rows that
+        make it fail, end those with "error" and step the rest.
+        -> (the rows stepped, their codes, their next codes)."""
+        try:
+            codes, nxt = self._step(rows, extent, live)
+            return rows, codes, nxt
+        except Exception as exc:
+            log.warning(
+                "decode step failed; isolating the requests that cause it",
+                extra={"rows": len(rows), "error": repr(exc)},
+            )
+        stepped: list[Sequence] = []
+        culprits: list[tuple[Sequence, Exception]] = []
+        codes = np.zeros((extent, self.runner.groups), dtype=np.int64)
+        nxt = np.zeros(extent, dtype=np.int64)
+
+        def attempt(group: list[Sequence]) -> None:
+            # A row stepped in an earlier attempt sits one position further on;
+            # as a bystander now it still writes there, which must be in view.
+            length = live + 1 if stepped else live
+            try:
+                group_codes, group_nxt = self._step(group, extent, length)
+            except Exception as exc:
+                if len(group) == 1:
+                    culprits.append((group[0], exc))
+                    return
+                half = len(group) // 2
+                attempt(group[:half])
+                attempt(group[half:])
+                return
+            for seq in group:
+                codes[seq.slot] = group_codes[seq.slot]
+                nxt[seq.slot] = group_nxt[seq.slot]
+            stepped.extend(group)
+
+        if len(rows) == 1:
+            culprits.append((rows[0], RuntimeError("the decode step failed")))
+        else:
+            half = len(rows) // 2
+            attempt(rows[:half])
+            attempt(rows[half:])
+        with self.lock:
+            for seq, exc in culprits:
+                log.error(
+                    "decode step fails with this request; ending it",
+                    extra={"request_id": seq.request_id, "error": repr(exc)},
+                )
+                if not seq.finished:
+                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
+        return stepped, codes, nxt

@@ -1,0 +1,154 @@
+"""One request must never end another: a failure in a batched decode step, a
+prefill, a text or a codec decode ends only the request that causes it, and
+the others finish with exactly the audio they make without the fault."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from support.engine_requests import codes_of, collect, fixed_length, request
+from ttsfleet_runtime.engine.api import InvalidRequest, SynthesisRequest
+
+FRAMES = 12
+
+
+def three_requests():
+    """A victim between two bystanders, all in one batch."""
+    return [
+        request(text=text, frames=FRAMES, seed=seed, request_id=rid)
+        for text, seed, rid in (
+            ("First bystander speaking.", 1, "left"),
+            ("The request that fails.", 2, "victim"),
+            ("Second bystander speaking.", 3, "right"),
+        )
+    ]
+
+
+def running_victim(engine):
+    """The victim's sequence while it holds a slot, else None (any thread)."""
+    return next(
+        (s for s in list(engine.scheduler.running.values()) if s.request_id == "victim"), None
+    )
+
+
+async def run_three(engine, patch=None):
+    """Run the three requests with `patch` = (object, attribute, replacement) in
+    place while they run -> {request id: (stream, pcm)}."""
+    if patch is not None:
+        setattr(*patch)
+    try:
+        streams = [engine.submit(r) for r in three_requests()]
+        results = await asyncio.gather(*(collect(s) for s in streams))
+    finally:
+        if patch is not None:
+            delattr(patch[0], patch[1])
+    return {s.request_id: (s, pcm) for s, (_, pcm) in zip(streams, results)}
+
+
+async def assert_only_the_victim_fails(engine, patch, exact_audio=True):
+    """The bystanders' codes and audio equal a clean run's; -> the victim's stream."""
+    clean = await run_three(engine)
+    faulty = await run_three(engine, patch)
+    victim, _ = faulty["victim"]
+    assert victim.finish_reason == "error"
+    for rid in ("left", "right"):
+        (stream, pcm), (clean_stream, clean_pcm) = faulty[rid], clean[rid]
+        assert stream.finish_reason == "length"
+        np.testing.assert_array_equal(codes_of(stream), codes_of(clean_stream))
+        if exact_audio:
+            assert pcm.tobytes() == clean_pcm.tobytes()
+        else:
+            np.testing.assert_allclose(pcm, clean_pcm, atol=1e-5)
+    assert engine.stats().active == 0 and engine.stats().queue_depth == 0
+    return victim
+
+
+async def test_a_decode_step_that_fails_with_one_row_ends_only_that_row(make_engine):
+    engine = await make_engine(max_batch=4)
+    talker, state = engine.model.talker, engine.runner.state
+    real_forward = talker.forward
+
+    def forward_failing_with_the_victim(x, *args, **kwargs):
+        seq = running_victim(engine)
+        decode_step = x.shape[1] == 1
+        if decode_step and seq is not None and bool(state.active[seq.slot]) and seq.frames >= 5:
+            raise RuntimeError("injected fault in the victim's row")
+        return real_forward(x, *args, **kwargs)
+
+    victim = await assert_only_the_victim_fails(
+        engine, (talker, "forward", forward_failing_with_the_victim)
+    )
+    assert victim.seq.frames == 5  # its good frames were kept up to the fault
+
+
+async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
+    engine = await make_engine(max_batch=4)
+    real_prefill = engine.runner.prefill
+
+    def prefill_failing_for_the_victim(slot, embeds, params):
+        seq = running_victim(engine)
+        if seq is not None and slot == seq.slot:
+            raise RuntimeError("injected prefill fault")
+        return real_prefill(slot, embeds, params)
+
+    victim = await assert_only_the_victim_fails(
+        engine, (engine.runner, "prefill", prefill_failing_for_the_victim)
+    )
+    assert victim.seq.frames == 0 and "prefill failed" in str(victim.error)
+
+
+async def test_a_codec_decode_that_fails_for_one_stream_ends_only_that_stream(make_engine):
+    engine = await make_engine(max_batch=4)
+    worker = engine.codec_worker
+    real_decode = worker._decode_together  # one codec call over a batch of chunks
+
+    def decode_failing_with_the_victim(n, jobs):
+        if any(job.seq.request_id == "victim" and job.index >= 1 for job in jobs):
+            raise RuntimeError("injected codec fault")
+        return real_decode(n, jobs)
+
+    # The failed batch is decoded again one stream at a time: the codec's CPU
+    # kernels sum in another order for another batch size (float rounding).
+    patch = (worker, "_decode_together", decode_failing_with_the_victim)
+    victim = await assert_only_the_victim_fails(engine, patch, exact_audio=False)
+    assert victim.seq.chunks >= 2  # its first chunk was audio; the fault came later
+    assert engine.codec.active == 0
+
+
+async def test_a_streamed_text_beyond_one_utterance_ends_only_its_stream(make_engine):
+    engine = await make_engine(max_batch=4, max_text_tokens=24, piece_tokens=24)
+    bystander = engine.submit(request(frames=FRAMES, seed=1))
+
+    async def endless_text():
+        while True:
+            yield "more words keep coming "
+            await asyncio.sleep(0)
+
+    streamed = engine.submit(
+        SynthesisRequest(text=endless_text(), voice="ryan", params=fixed_length(frames=200, seed=2))
+    )
+    (_, pcm), _ = await asyncio.gather(collect(bystander), collect(streamed))
+    assert streamed.finish_reason == "error"
+    assert isinstance(streamed.error, InvalidRequest) and streamed.error.param == "text"
+    assert "at most 24 text tokens" in str(streamed.error)
+    assert bystander.finish_reason == "length" and len(pcm) == FRAMES * 1920
+
+
+async def test_instructions_beyond_the_prefill_limit_are_refused_at_submit(make_engine):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    long = SynthesisRequest(text="Hello.", voice="ryan", instructions="speak slowly " * 600)
+    with pytest.raises(InvalidRequest, match="instructions are too long") as refused:
+        engine.submit(long)
+    assert refused.value.param == "instructions"
+    assert engine.stats().queue_depth == 0 and engine.stats().active == 0
+    fits = SynthesisRequest(
+        text="Hello.",
+        voice="ryan",
+        instructions="speak slowly",
+        params=fixed_length(frames=2, seed=1),
+    )
+    _, pcm = await collect(engine.submit(fits))
+    assert len(pcm) == 2 * 1920

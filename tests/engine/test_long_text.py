@@ -1,0 +1,66 @@
+"""Long text (the API's 4,096 characters) is spoken piece after piece into one
+stream: one request, one slot, chunks numbered on across the pieces."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from support.engine_requests import collect
+from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
+from ttsfleet_runtime.engine.text_pieces import split_text
+
+PROSE = (
+    "The morning was cold and clear. She walked to the station, counting the steps as she went; "
+    "the train was late again! Would it come at all? Nobody on the platform seemed to know. "
+    "One, two, three, four, five: the numbers kept her calm while the wind picked up. "
+)
+
+
+def says_eos_after_two_frames(engine) -> None:
+    """Random weights never say EOS; bias the talker's EOS logit so that every
+    piece ends as soon as the minimum length (2 frames) allows."""
+    talker = engine.model.talker
+    bias = torch.zeros(talker.codec_head.shape[0])
+    bias[engine.model.config.talker.codec_eos_token_id] = 1e4
+    talker.logits = lambda hidden: F.linear(hidden, talker.codec_head) + bias
+
+
+async def test_4000_characters_of_prose_are_one_complete_stream(make_engine):
+    engine = await make_engine(max_batch=2)
+    says_eos_after_two_frames(engine)
+    text = (PROSE * 20)[:4000]
+    pieces = split_text(text, lambda t: len(engine.builder.text_ids(t)), engine.piece_tokens)
+    assert len(pieces) > 3
+
+    stream = engine.submit(SynthesisRequest(text=text, voice="ryan", params=SamplingParams(seed=7)))
+    chunks, pcm = await collect(stream)
+
+    assert stream.finish_reason == "eos"
+    assert stream.seq.piece == len(pieces) - 1  # every piece was spoken
+    assert sum(c.frames for c in chunks) == 2 * len(pieces) == stream.seq.frames
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert len(pcm) == 2 * len(pieces) * 1920
+    assert engine.stats().active == 0
+
+
+async def test_a_text_that_fits_is_one_piece(make_engine):
+    engine = await make_engine(max_batch=1)
+    says_eos_after_two_frames(engine)
+    stream = engine.submit(
+        SynthesisRequest(text=PROSE, voice="ryan", params=SamplingParams(seed=7))
+    )
+    await collect(stream)
+    assert stream.finish_reason == "eos" and stream.seq.piece == 0 and stream.seq.frames == 2
+
+
+async def test_the_frame_budget_covers_the_whole_long_text(make_engine):
+    engine = await make_engine(max_batch=1)
+    says_eos_after_two_frames(engine)
+    stream = engine.submit(
+        SynthesisRequest(
+            text=(PROSE * 20)[:4000], voice="ryan", params=SamplingParams(seed=7, max_frames=5)
+        )
+    )
+    chunks, _ = await collect(stream)
+    assert stream.finish_reason == "length" and sum(c.frames for c in chunks) == 5
