@@ -55,6 +55,8 @@ def _rules(node: dict, path: str) -> list[str]:
     lines = [f"- `{path or '.'}`: {entry['message']}" for entry in node.get(cel.VALIDATIONS_KEY, [])]
     for name, child in (node.get("properties") or {}).items():
         lines += _rules(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        lines += _rules(node["items"], f"{path}[]")
     return lines
 
 

@@ -4,6 +4,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import yaml
 from ttsfleet_operator import crd
 from ttsfleet_operator.cli import build_parser, main
@@ -77,3 +78,61 @@ def rule_messages(node):
     elif isinstance(node, list):
         for value in node:
             yield from rule_messages(value)
+
+
+# The 414-byte "billion laughs" of issue 10: nine levels of nine aliases, 9**9 strings.
+BILLION_LAUGHS = (
+    'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    + "".join(
+        f"{level}: &{level} [{','.join([f'*{previous}'] * 9)}]\n"
+        for previous, level in zip("abcdefgh", "bcdefghi")
+    )
+    + "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: lol}\n"
+    + "spec: {model: {size: 0.6B, variant: Base}}\n"
+)
+
+
+def render_refusal(tmp_path, capsys, text: str) -> str:
+    path = tmp_path / "input.yaml"
+    path.write_text(text)
+    assert main(["render", "-f", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    return captured.err
+
+
+def test_render_refuses_an_alias_bomb_before_building_it(tmp_path, capsys):
+    assert 400 < len(BILLION_LAUGHS.encode()) < 600
+    assert "expands to more than 20000 nodes" in render_refusal(tmp_path, capsys, BILLION_LAUGHS)
+    # Thirty levels stand for 9**30 nodes, more than any memory holds: refusing it at all
+    # proves the loader counts over the alias graph and never builds the expansion.
+    deeper = "l0: &l0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"l{n}: &l{n} [{','.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 31)
+    )
+    assert "expands to more than 20000 nodes" in render_refusal(tmp_path, capsys, deeper)
+
+
+def test_render_refuses_a_recursive_alias_and_deep_nesting(tmp_path, capsys):
+    assert "expands to more than" in render_refusal(tmp_path, capsys, "spec: &s {model: *s}\n")
+    assert "more than 64 '[' or '{'" in render_refusal(tmp_path, capsys, "[" * 500_000 + "]" * 500_000)
+    assert "nested too deeply" in render_refusal(tmp_path, capsys, "- " * 100_000)
+
+
+def test_render_refuses_a_huge_document_without_reading_it_all(tmp_path, capsys):
+    text = "# " + "x" * (2 * 1024 * 1024) + "\n"
+    assert "at most 1048576 are read" in render_refusal(tmp_path, capsys, text)
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "metadata: [1]\n", "a: b: c\n", "\xff"])
+def test_render_refuses_what_is_not_a_tts_service_with_a_message(tmp_path, capsys, text):
+    assert render_refusal(tmp_path, capsys, text).startswith("error: ")
+
+
+def test_render_names_the_hostile_field(tmp_path, capsys):
+    text = (
+        "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: tts}\n"
+        "spec:\n  model: {size: 1.7B, variant: Base, source: {pvc: {claimName: m, path: /../../etc}}}\n"
+    )
+    assert "model.source.pvc.path must not contain '..'" in render_refusal(tmp_path, capsys, text)
+
