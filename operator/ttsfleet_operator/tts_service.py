@@ -171,8 +171,16 @@ class ModelSpec(SpecModel):
 class GpuSpec(SpecModel):
     """The accelerator each pod gets."""
 
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.count == 1",
+            "gpu.count must be 1: the runtime serves with one GPU, so a pod given more would hold"
+            " GPUs it never uses (multi-GPU serving does not exist yet)",
+            field_path=".count",
+        ),
+    ]
     gpu_class: GpuClassName = Field(default="h100", alias="class", description="GPU class (see the GPU table).")
-    count: int = Field(default=1, ge=1, le=8, description="GPUs per pod.")
+    count: int = Field(default=1, ge=1, le=8, description="GPUs per pod; 1 until the runtime serves with several.")
     product: LabelValue | None = Field(
         default=None, description="Override of the nvidia.com/gpu.product node label value for this class."
     )

@@ -251,6 +251,10 @@ def test_a_null_field_is_an_absent_field_as_on_the_api_server(make_service):
     assert make_service(spot={"ratio": 1}).spec.spot.ratio == 1.0
 
 
+def test_more_than_one_gpu_per_pod_is_refused_until_the_runtime_uses_them(make_service):
+    assert "gpu.count must be 1: the runtime serves with one GPU" in refusal(make_service, gpu={"count": 2})
+
+
 @pytest.mark.parametrize(
     ("toleration", "says"),
     [
