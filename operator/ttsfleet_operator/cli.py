@@ -20,7 +20,7 @@ def _render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ttsfleet_operator import yaml_input
-    from ttsfleet_operator.render import render_fleet
+    from ttsfleet_operator.render import api_keys, render_fleet
     from ttsfleet_operator.tts_service import TTSService
 
     try:
@@ -44,6 +44,9 @@ def _render(args: argparse.Namespace) -> int:
             name = document["metadata"].get("name", "?")
             print(f"error: TTSService {name!r} is invalid:\n{error}", file=sys.stderr)
             return 1
+        if api_keys.generated_secret_name(service):
+            # What the operator creates before anything else (pods mount it): a fresh key each run.
+            manifests.append(api_keys.render_api_keys_secret(service, api_keys.new_api_key()))
         manifests += render_fleet(service)
     sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False, width=120))
     return 0

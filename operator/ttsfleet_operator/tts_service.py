@@ -399,9 +399,14 @@ class EnvVar(SpecModel):
 
 
 class RuntimeSpec(SpecModel):
-    """The runtime container: image, resources and lifecycle."""
+    """The runtime container: image, resources, auth and lifecycle."""
 
     cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.auth == 'Enabled' || !has(self.apiKeysSecret)",
+            "runtime.apiKeysSecret has no effect with runtime.auth Disabled: remove one of them",
+            field_path=".apiKeysSecret",
+        ),
         cel.rule(
             "!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))",
             "runtime.env names must be unique",
@@ -414,9 +419,15 @@ class RuntimeSpec(SpecModel):
     service_account_name: DnsSubdomain | None = Field(
         default=None, description="Pods' ServiceAccount (e.g. for a hub token via workload identity)."
     )
+    auth: Literal["Enabled", "Disabled"] = Field(
+        default="Enabled",
+        description="Enabled: clients send an API key (from apiKeysSecret, else from the Secret `<name>-api-keys`"
+        " the operator creates with one random key). Disabled: anyone who reaches the Service may call it.",
+    )
     api_keys_secret: DnsSubdomain | None = Field(
         default=None,
-        description="Secret whose key `keys` lists the API keys clients must send, one a line; unset turns auth off.",
+        description="Secret whose key `keys` lists the API keys clients must send, one a line; unset: the"
+        " operator creates and owns `<name>-api-keys`.",
     )
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
     env: list[EnvVar] | None = Field(default=None, max_length=64, description="Extra environment of the server.")

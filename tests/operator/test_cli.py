@@ -136,3 +136,13 @@ def test_render_names_the_hostile_field(tmp_path, capsys):
     )
     assert "model.source.pvc.path must not contain '..'" in render_refusal(tmp_path, capsys, text)
 
+
+def test_render_shows_the_api_keys_secret_the_operator_creates(capsys):
+    assert main(["render", "-f", str(REPO / "samples" / "base-0.6b.yaml")]) == 0
+    manifests = [m for m in yaml.safe_load_all(capsys.readouterr().out) if m]
+    assert manifests[0]["kind"] == "Secret" and manifests[0]["metadata"]["name"] == "tts-base-api-keys"
+    (key,) = manifests[0]["stringData"]["keys"].splitlines()
+    assert key.startswith("ttsf_")
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert any(v.get("secret", {}).get("secretName") == "tts-base-api-keys" for v in volumes)

@@ -255,6 +255,13 @@ def test_more_than_one_gpu_per_pod_is_refused_until_the_runtime_uses_them(make_s
     assert "gpu.count must be 1: the runtime serves with one GPU" in refusal(make_service, gpu={"count": 2})
 
 
+def test_api_keys_secret_contradicts_auth_disabled(make_service):
+    assert "apiKeysSecret has no effect with runtime.auth Disabled" in refusal(
+        make_service, runtime={"auth": "Disabled", "apiKeysSecret": "keys"}
+    )
+    assert make_service().spec.runtime.auth == "Enabled"
+
+
 @pytest.mark.parametrize(
     ("toleration", "says"),
     [

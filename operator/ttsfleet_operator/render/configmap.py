@@ -11,15 +11,11 @@ import hashlib
 import json
 
 from ttsfleet_operator import labels
-from ttsfleet_operator.render import names
+from ttsfleet_operator.render import api_keys, names
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.model_source import model_location
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
-
-# Where a runtime.apiKeysSecret is mounted; its key `keys` holds one API key a line.
-API_KEYS_DIR = "/etc/ttsfleet/api-keys"
-API_KEYS_SECRET_KEY = "keys"
 
 
 def engine_environment(service: TTSService) -> dict[str, str]:
@@ -41,11 +37,7 @@ def engine_environment(service: TTSService) -> dict[str, str]:
     }
     if model.revision:
         environment["TTSFLEET_MODEL_REVISION"] = model.revision
-    if runtime.api_keys_secret:
-        environment["TTSFLEET_API_KEYS_FILE"] = f"{API_KEYS_DIR}/{API_KEYS_SECRET_KEY}"
-    else:
-        # No keys given: the Service is in-cluster only; say so explicitly.
-        environment["TTSFLEET_AUTH"] = "disabled"
+    environment.update(api_keys.auth_environment(service))
     return environment
 
 
