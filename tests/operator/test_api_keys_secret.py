@@ -7,7 +7,7 @@ import logging
 
 import pytest
 from ttsfleet_operator.cluster import ApiError
-from ttsfleet_operator.reconcile import Reconciler
+from ttsfleet_operator.reconcile import Reconciler, owner_reference
 
 
 def body(**runtime):
@@ -34,16 +34,8 @@ async def test_a_service_without_keys_gets_an_owned_secret_that_its_pods_mount(r
     outcome = await reconciler.reconcile(body())
     assert outcome.problem is None
     secret = fake_cluster.get("Secret", "voice", "demo-api-keys")
-    assert secret["metadata"]["ownerReferences"] == [
-        {
-            "apiVersion": "ttsfleet.io/v1alpha1",
-            "kind": "TTSService",
-            "name": "demo",
-            "uid": "uid-1",
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    # The same controller reference as every child (its fields: test_reconcile.py).
+    assert secret["metadata"]["ownerReferences"] == [owner_reference(body())]
     assert the_key(fake_cluster).startswith("ttsf_")
     assert ("Normal", "Created", "Created Secret demo-api-keys") in fake_cluster.events
     deployment = fake_cluster.get("Deployment", "voice", "demo-on-demand")
