@@ -129,6 +129,13 @@ def test_render_refuses_what_is_not_a_tts_service_with_a_message(tmp_path, capsy
     assert render_refusal(tmp_path, capsys, text).startswith("error: ")
 
 
+def test_render_refuses_a_file_that_is_not_utf_8(tmp_path, capsys):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"spec: \xff\xfe\n")
+    assert main(["render", "-f", str(path)]) == 1
+    assert "codec can't decode" in capsys.readouterr().err
+
+
 def test_render_names_the_hostile_field(tmp_path, capsys):
     text = (
         "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: tts}\n"
