@@ -270,7 +270,9 @@ class CanaryCandidate(SpecModel):
             "canary.candidate needs an image or a modelRevision",
         ),
     ]
-    image: ImageReference | None = Field(default=None, description="Runtime image of the candidate.")
+    image: ImageReference | None = Field(
+        default=None, description="Runtime image of the candidate: [host[:port]/]path[:tag][@digest]."
+    )
     model_revision: HubRevision | None = Field(default=None, description="Hub revision the candidate serves.")
 
 
@@ -413,7 +415,9 @@ class RuntimeSpec(SpecModel):
             field_path=".env",
         ),
     ]
-    image: ImageReference = Field(default=DEFAULT_RUNTIME_IMAGE, description="Runtime image (stable).")
+    image: ImageReference = Field(
+        default=DEFAULT_RUNTIME_IMAGE, description="Runtime image (stable): [host[:port]/]path[:tag][@digest]."
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     image_pull_secrets: list[DnsSubdomain] | None = Field(default=None, max_length=LIST_MAX)
     service_account_name: DnsSubdomain | None = Field(
