@@ -19,7 +19,9 @@ def secret(cluster, name: str, namespace: str) -> dict | None:
     return json.loads(proc.stdout) if proc.returncode == 0 else None
 
 
-def test_a_service_without_keys_gets_an_owned_secret_that_outlives_passes(cluster, running_operator, namespace):
+def test_a_service_without_keys_gets_an_owned_secret_that_outlives_passes(
+    cluster, running_operator, namespace
+):
     manifest = load_sample("base-0.6b.yaml")
     name = manifest["metadata"]["name"]
     cluster.apply(manifest, "-n", namespace)
@@ -43,7 +45,9 @@ def test_a_service_without_keys_gets_an_owned_secret_that_outlives_passes(cluste
 
     # A spec change makes a pass (Ready for the new generation proves it ran); the Secret,
     # key and all, is as it was.
-    cluster.kubectl("patch", "tts", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":3}}')
+    cluster.kubectl(
+        "patch", "tts", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":3}}'
+    )
     assert tts(cluster, name, namespace)["metadata"]["generation"] > owner["metadata"]["generation"]
     wait_ready(cluster, name, namespace)
     after = secret(cluster, f"{name}-api-keys", namespace)

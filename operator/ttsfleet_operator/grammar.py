@@ -35,7 +35,9 @@ _DOMAIN_COMPONENT = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
 _TAG = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-IMAGE_REFERENCE = rf"^(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+IMAGE_REFERENCE = (
+    rf"^(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+)
 IMAGE_REFERENCE_MAX = 512
 
 # A hub repository id `owner/name`: letters, digits and `_`, runs joined by single
@@ -59,10 +61,14 @@ ENV_NAME = "^[A-Za-z_][A-Za-z0-9_]*$"
 ENV_NAME_MAX = 128
 
 DnsLabel = Annotated[str, Field(min_length=1, max_length=DNS_LABEL_MAX, pattern=DNS1123_LABEL)]
-DnsSubdomain = Annotated[str, Field(min_length=1, max_length=DNS_SUBDOMAIN_MAX, pattern=DNS1123_SUBDOMAIN)]
+DnsSubdomain = Annotated[
+    str, Field(min_length=1, max_length=DNS_SUBDOMAIN_MAX, pattern=DNS1123_SUBDOMAIN)
+]
 LabelValue = Annotated[str, Field(max_length=DNS_LABEL_MAX, pattern=LABEL_VALUE)]
 LabelKey = Annotated[str, Field(min_length=1, max_length=LABEL_KEY_MAX, pattern=LABEL_KEY)]
-ImageReference = Annotated[str, Field(min_length=1, max_length=IMAGE_REFERENCE_MAX, pattern=IMAGE_REFERENCE)]
+ImageReference = Annotated[
+    str, Field(min_length=1, max_length=IMAGE_REFERENCE_MAX, pattern=IMAGE_REFERENCE)
+]
 HubRepoId = Annotated[str, Field(min_length=3, max_length=HUB_REPO_ID_MAX, pattern=HUB_REPO_ID)]
 HubRevision = Annotated[str, Field(min_length=1, max_length=HUB_REVISION_MAX, pattern=HUB_REVISION)]
 VolumePath = Annotated[str, Field(min_length=1, max_length=VOLUME_PATH_MAX, pattern=VOLUME_PATH)]

@@ -41,7 +41,9 @@ def load_documents(text: str) -> list[Any]:
     if size > MAX_BYTES:
         raise YamlInputError(f"the input is {size} bytes; at most {MAX_BYTES} are read")
     if flow_depth(text) > MAX_FLOW_DEPTH:
-        raise YamlInputError(f"the input opens more than {MAX_FLOW_DEPTH} '[' or '{{' below one another")
+        raise YamlInputError(
+            f"the input opens more than {MAX_FLOW_DEPTH} '[' or '{{' below one another"
+        )
     loader = yaml.SafeLoader(text)
     documents = []
     try:

@@ -30,7 +30,9 @@ def the_key(fake_cluster) -> str:
     return line
 
 
-async def test_a_service_without_keys_gets_an_owned_secret_that_its_pods_mount(reconciler, fake_cluster):
+async def test_a_service_without_keys_gets_an_owned_secret_that_its_pods_mount(
+    reconciler, fake_cluster
+):
     outcome = await reconciler.reconcile(body())
     assert outcome.problem is None
     secret = fake_cluster.get("Secret", "voice", "demo-api-keys")
@@ -40,7 +42,10 @@ async def test_a_service_without_keys_gets_an_owned_secret_that_its_pods_mount(r
     assert ("Normal", "Created", "Created Secret demo-api-keys") in fake_cluster.events
     deployment = fake_cluster.get("Deployment", "voice", "demo-on-demand")
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "api-keys", "secret": {"secretName": "demo-api-keys", "items": [{"key": "keys", "path": "keys"}]}} in volumes
+    assert {
+        "name": "api-keys",
+        "secret": {"secretName": "demo-api-keys", "items": [{"key": "keys", "path": "keys"}]},
+    } in volumes
     assert fake_cluster.get("ConfigMap", "voice", "demo-engine")["data"]["TTSFLEET_API_KEYS_FILE"]
 
 
@@ -60,7 +65,9 @@ async def test_keys_a_user_put_in_the_secret_are_kept(reconciler, fake_cluster):
     secret = fake_cluster.get("Secret", "voice", "demo-api-keys")
     secret["stringData"]["keys"] += "their-own-key\n"
     await reconciler.reconcile(body())
-    assert fake_cluster.get("Secret", "voice", "demo-api-keys")["stringData"]["keys"].endswith("their-own-key\n")
+    assert fake_cluster.get("Secret", "voice", "demo-api-keys")["stringData"]["keys"].endswith(
+        "their-own-key\n"
+    )
 
 
 async def test_a_deleted_secret_comes_back_with_a_new_key(reconciler, fake_cluster):
@@ -72,7 +79,9 @@ async def test_a_deleted_secret_comes_back_with_a_new_key(reconciler, fake_clust
 
 
 @pytest.mark.parametrize("runtime", [{"apiKeysSecret": "team-keys"}, {"auth": "Disabled"}])
-async def test_no_secret_when_the_spec_brings_keys_or_turns_auth_off(reconciler, fake_cluster, runtime):
+async def test_no_secret_when_the_spec_brings_keys_or_turns_auth_off(
+    reconciler, fake_cluster, runtime
+):
     outcome = await reconciler.reconcile(body(**runtime))
     assert outcome.problem is None
     assert fake_cluster.names("Secret") == []
@@ -81,11 +90,15 @@ async def test_no_secret_when_the_spec_brings_keys_or_turns_auth_off(reconciler,
 
 async def test_without_the_secret_nothing_is_applied(reconciler, fake_cluster):
     async def refuse(manifest):
-        raise ApiError(403, 'secrets is forbidden: User "system:serviceaccount:x:y" cannot create resource')
+        raise ApiError(
+            403, 'secrets is forbidden: User "system:serviceaccount:x:y" cannot create resource'
+        )
 
     fake_cluster.create = refuse
     outcome = await reconciler.reconcile(body())
-    assert outcome.problem.reason == "ApiKeysSecretFailed" and "forbidden" in outcome.problem.message
+    assert (
+        outcome.problem.reason == "ApiKeysSecretFailed" and "forbidden" in outcome.problem.message
+    )
     assert fake_cluster.names("Deployment") == [] and fake_cluster.names("ConfigMap") == []
 
 

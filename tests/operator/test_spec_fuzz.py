@@ -62,12 +62,18 @@ def assert_safe(document: dict, manifests: list[dict]) -> None:
         metadata = manifest["metadata"]
         assert full(grammar.DNS1123_SUBDOMAIN, metadata["name"]) and len(metadata["name"]) <= 63
         assert all(full(grammar.LABEL_VALUE, value) for value in metadata["labels"].values())
-        for text in strings_outside_env_values({k: v for k, v in manifest.items() if k != "stringData"}):
+        for text in strings_outside_env_values(
+            {k: v for k, v in manifest.items() if k != "stringData"}
+        ):
             assert not UNPRINTABLE.search(text), (manifest["kind"], text)
         if manifest["kind"] == "ConfigMap":
             data = manifest["data"]
-            assert "/../" not in data["TTSFLEET_MODEL"] + "/" and not data["TTSFLEET_MODEL"].startswith("..")
-            assert data["TTSFLEET_MODEL"].startswith("/models") or full(grammar.HUB_REPO_ID, data["TTSFLEET_MODEL"])
+            assert "/../" not in data["TTSFLEET_MODEL"] + "/" and not data[
+                "TTSFLEET_MODEL"
+            ].startswith("..")
+            assert data["TTSFLEET_MODEL"].startswith("/models") or full(
+                grammar.HUB_REPO_ID, data["TTSFLEET_MODEL"]
+            )
             if "TTSFLEET_MODEL_REVISION" in data:
                 assert full(grammar.HUB_REVISION, data["TTSFLEET_MODEL_REVISION"])
             assert (data.get("TTSFLEET_AUTH") == "disabled") == auth_disabled
@@ -77,16 +83,22 @@ def assert_safe(document: dict, manifests: list[dict]) -> None:
             assert full(grammar.IMAGE_REFERENCE, container["image"])
             assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
             names = [item["name"] for item in container["env"]]
-            assert len(names) == len(set(names)) and all(full(grammar.ENV_NAME, name) for name in names)
+            assert len(names) == len(set(names)) and all(
+                full(grammar.ENV_NAME, name) for name in names
+            )
             for name in set(names) - OPERATOR_ENV:
-                assert not name.startswith((tts_service.ENV_SETTINGS_PREFIX, *tts_service.ENV_LOADER_PREFIXES))
+                assert not name.startswith(
+                    (tts_service.ENV_SETTINGS_PREFIX, *tts_service.ENV_LOADER_PREFIXES)
+                )
                 assert not name.startswith(tts_service.ENV_GPU_RUNTIME_PREFIX)
                 assert name not in tts_service.ENV_LOADER_NAMES
             referenced = [pod.get("serviceAccountName", "ok")]
             referenced += [item["name"] for item in pod.get("imagePullSecrets", [])]
             for volume in pod["volumes"]:
                 referenced.append((volume.get("secret") or {}).get("secretName", "ok"))
-                referenced.append((volume.get("persistentVolumeClaim") or {}).get("claimName", "ok"))
+                referenced.append(
+                    (volume.get("persistentVolumeClaim") or {}).get("claimName", "ok")
+                )
             assert all(full(grammar.DNS1123_SUBDOMAIN, name) for name in referenced), referenced
             assert any(v.get("secret") for v in pod["volumes"]) != auth_disabled
 

@@ -22,7 +22,11 @@ BASE: dict[str, Any] = {
         "model": {"size": "1.7B", "variant": "Base"},
         "gpu": {"class": "h100"},
         "replicas": 2,
-        "spot": {"ratio": 0.5, "nodeSelector": {"example.com/pool": "spot"}, "tolerations": [{"key": "spot"}]},
+        "spot": {
+            "ratio": 0.5,
+            "nodeSelector": {"example.com/pool": "spot"},
+            "tolerations": [{"key": "spot"}],
+        },
         "runtime": {"env": [{"name": "HF_TOKEN_FILE", "value": "/var/run/hf/token"}]},
     },
 }
@@ -129,7 +133,10 @@ STRING_PATHS: dict[tuple, list[str]] = {
     ("spec", "model", "source", "hub"): ["me/tts", "Qwen/Qwen3-TTS-12Hz-1.7B-Base"],
     ("spec", "gpu", "product"): ["NVIDIA-H100-80GB-HBM3", "custom.gpu_1"],
     ("spec", "gpu", "class"): ["h200", "l4"],
-    ("spec", "runtime", "image"): ["ghcr.io/ttsfleet/runtime:0.3.0", "localhost:5000/tts@sha256:" + "a" * 64],
+    ("spec", "runtime", "image"): [
+        "ghcr.io/ttsfleet/runtime:0.3.0",
+        "localhost:5000/tts@sha256:" + "a" * 64,
+    ],
     ("spec", "runtime", "serviceAccountName"): ["tts", "tts.runtime"],
     ("spec", "runtime", "apiKeysSecret"): ["tts-keys", "a.b"],
     ("spec", "runtime", "auth"): ["Enabled", "Disabled"],
@@ -172,13 +179,23 @@ def hostile_documents(draw) -> dict:
     """A TTSService document with 1..3 fields replaced."""
     document = copy.deepcopy(BASE)
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        kind = draw(st.sampled_from(["string", "string", "string", "number", "pvc", "node_selector", "duplicate"]))
+        kind = draw(
+            st.sampled_from(
+                ["string", "string", "string", "number", "pvc", "node_selector", "duplicate"]
+            )
+        )
         if kind == "string":
             path = draw(st.sampled_from(sorted(STRING_PATHS, key=str)))
             valid = st.sampled_from(STRING_PATHS[path])
-            _set(document, path, draw(st.one_of(valid, valid, strings, st.sampled_from(WRONG_TYPES))))
+            _set(
+                document, path, draw(st.one_of(valid, valid, strings, st.sampled_from(WRONG_TYPES)))
+            )
         elif kind == "number":
-            _set(document, draw(st.sampled_from(NUMBER_PATHS)), draw(st.one_of(numbers, numbers, values)))
+            _set(
+                document,
+                draw(st.sampled_from(NUMBER_PATHS)),
+                draw(st.one_of(numbers, numbers, values)),
+            )
         elif kind == "pvc":
             document["spec"]["model"]["source"] = draw(_pvc_source())
         elif kind == "node_selector":
