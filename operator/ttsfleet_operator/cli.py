@@ -19,7 +19,7 @@ import yaml
 def _render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from ttsfleet_operator import yaml_input
+    from ttsfleet_operator import grammar, yaml_input
     from ttsfleet_operator.render import api_keys, render_fleet
     from ttsfleet_operator.tts_service import TTSService
 
@@ -37,7 +37,10 @@ def _render(args: argparse.Namespace) -> int:
             spec = document.setdefault("spec", {})
             if isinstance(spec, dict):
                 spec["replicas"] = args.replicas
-        document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+        namespace = document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+        if not isinstance(namespace, str) or not grammar.is_dns_label(namespace):
+            print(f"error: {namespace!r} is not a namespace name (a DNS-1123 label)", file=sys.stderr)
+            return 1
         try:
             service = TTSService.model_validate(document)
         except ValidationError as error:

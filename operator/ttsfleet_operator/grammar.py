@@ -9,6 +9,7 @@ or `\\w`, whose meaning is ASCII in Go but Unicode in Rust.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -73,3 +74,9 @@ HubRepoId = Annotated[str, Field(min_length=3, max_length=HUB_REPO_ID_MAX, patte
 HubRevision = Annotated[str, Field(min_length=1, max_length=HUB_REVISION_MAX, pattern=HUB_REVISION)]
 VolumePath = Annotated[str, Field(min_length=1, max_length=VOLUME_PATH_MAX, pattern=VOLUME_PATH)]
 EnvName = Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX, pattern=ENV_NAME)]
+
+
+
+def is_dns_label(value: str) -> bool:
+    """A DNS-1123 label, such as a namespace name."""
+    return len(value) <= DNS_LABEL_MAX and re.fullmatch(DNS1123_LABEL, value) is not None

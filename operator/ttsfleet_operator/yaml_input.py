@@ -35,6 +35,20 @@ class YamlInputError(ValueError):
     """The input is not YAML we will load; the message says why."""
 
 
+class JsonCompatibleLoader(yaml.SafeLoader):
+    """The safe loader, building only what JSON can say, as kubectl sends it to the API server:
+    a timestamp stays a string, and `!!binary`, `!!set`, `!!omap` and `!!pairs` are refused."""
+
+    yaml_constructors = {
+        tag: constructor
+        for tag, constructor in yaml.SafeLoader.yaml_constructors.items()
+        if tag not in {f"tag:yaml.org,2002:{name}" for name in ("binary", "set", "omap", "pairs")}
+    }
+
+
+JsonCompatibleLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+
+
 def load_documents(text: str) -> list[Any]:
     """Every non-empty document of `text`, each checked before it is constructed."""
     size = len(text.encode("utf-8", errors="surrogatepass"))
@@ -44,7 +58,7 @@ def load_documents(text: str) -> list[Any]:
         raise YamlInputError(
             f"the input opens more than {MAX_FLOW_DEPTH} '[' or '{{' below one another"
         )
-    loader = yaml.SafeLoader(text)
+    loader = JsonCompatibleLoader(text)
     documents = []
     try:
         while loader.check_node():
@@ -60,7 +74,12 @@ def load_documents(text: str) -> list[Any]:
             document = loader.construct_document(node)
             if document is not None:
                 documents.append(document)
+    except YamlInputError:
+        raise
     except yaml.YAMLError as error:
+        raise YamlInputError(f"not valid YAML: {error}") from None
+    except (ValueError, TypeError, ArithmeticError, LookupError) as error:
+        # PyYAML's constructors fail so on a scalar its tag cannot hold (`!!int 0xZZ`, `!!float ''`).
         raise YamlInputError(f"not valid YAML: {error}") from None
     except RecursionError:
         raise YamlInputError("the input is nested too deeply") from None

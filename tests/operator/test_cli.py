@@ -129,6 +129,29 @@ def test_render_refuses_what_is_not_a_tts_service_with_a_message(tmp_path, capsy
     assert render_refusal(tmp_path, capsys, text).startswith("error: ")
 
 
+@pytest.mark.parametrize("value", ["!!float ''", "!!int 0xZZ", "!!binary /w==", "!!set {a}"])
+def test_render_refuses_scalars_their_tags_cannot_hold(tmp_path, capsys, value):
+    # Found by test_spec_fuzz: PyYAML's constructors raised IndexError and ValueError here.
+    text = f"apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {{name: tts, x: {value}}}\n"
+    assert "not valid YAML" in render_refusal(tmp_path, capsys, text)
+
+
+def test_render_reads_timestamps_as_strings_as_kubectl_sends_them():
+    from ttsfleet_operator.yaml_input import load_documents
+
+    assert load_documents("a: 2001-13-45\nb: 2026-11-23T01:00:00Z\n") == [
+        {"a": "2001-13-45", "b": "2026-11-23T01:00:00Z"}
+    ]
+
+
+@pytest.mark.parametrize("namespace", ["../kube-system", "Voice", "a" * 64])
+def test_render_refuses_a_namespace_that_is_no_dns_label(tmp_path, capsys, namespace):
+    path = tmp_path / "tts.yaml"
+    path.write_text((REPO / "samples" / "base-0.6b.yaml").read_text())
+    assert main(["render", "-f", str(path), "-n", namespace]) == 1
+    assert "is not a namespace name" in capsys.readouterr().err
+
+
 def test_render_refuses_a_file_that_is_not_utf_8(tmp_path, capsys):
     path = tmp_path / "binary.yaml"
     path.write_bytes(b"spec: \xff\xfe\n")

@@ -16,6 +16,7 @@ from unittest import mock
 
 import yaml
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.hostile_specs import hostile_documents
 from ttsfleet_operator import grammar, tts_service
 from ttsfleet_operator.cli import main
@@ -26,11 +27,13 @@ OPERATOR_ENV = {"HF_HOME", "HF_HUB_OFFLINE", "TTSFLEET_SERVICE"}
 UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def render(document: dict) -> tuple[int, str, str]:
-    """`ttsfleet render -f -` on the document as JSON (which is YAML and escapes everything)."""
+def render(document: dict | str) -> tuple[int, str, str]:
+    """`ttsfleet render -f -` on YAML text, or on a document as JSON (which is YAML and
+    escapes everything)."""
+    text = document if isinstance(document, str) else json.dumps(document)
     out, err = io.StringIO(), io.StringIO()
     with (
-        mock.patch.object(sys, "stdin", io.StringIO(json.dumps(document))),
+        mock.patch.object(sys, "stdin", io.StringIO(text)),
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
     ):
@@ -119,3 +122,25 @@ def test_render_refuses_hostile_specs_cleanly_and_renders_only_safe_manifests(do
     else:
         assert code == 1 and out == ""
         assert err.startswith("error: ") and "Traceback" not in err, err
+
+
+# YAML's syntax characters, some tags, and a valid TTSService to splice them into.
+YAML_PIECES = st.sampled_from(
+    [" ", "\n", "  ", "- ", ": ", "[", "]", "{", "}", ",", "&a ", "*a", "!!int ", "!!float ",
+     "!!binary ", "!!set ", "!!timestamp ", "!!python/object:os.system ", "<<: ", "? ", "|", ">",
+     "'", '"', "#", "%YAML 1.1\n", "---\n", "...\n", "0x1F", "1e999", "2001-13-45", "~", "null",
+     "metadata: ", "spec: ", "name: ", "replicas: ", "\t", "\ufeff", "\x85", "\u2028"]
+)
+SPEC_TEXT = (
+    "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: tts}\n"
+    "spec:\n  model: {size: 1.7B, variant: Base}\n  replicas: 2\n"
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(YAML_PIECES, max_size=12), st.integers(min_value=0, max_value=len(SPEC_TEXT)))
+def test_render_answers_any_yaml_with_manifests_or_an_error_message(pieces, at):
+    code, out, err = render(SPEC_TEXT[:at] + "".join(pieces) + SPEC_TEXT[at:])
+    assert code in (0, 1)
+    if code == 1:
+        assert out == "" and err.startswith("error: ") and "Traceback" not in err, err
