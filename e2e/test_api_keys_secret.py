@@ -1,7 +1,7 @@
 """Auth on by default, against a real API server: a TTSService that names no API keys Secret
 gets one from the operator (running as the chart's ServiceAccount, so its RBAC is tested),
-owned by the TTSService, mounted by every pod, unchanged by later passes, and deleted with
-the TTSService; `runtime.auth: Disabled` gets none."""
+owned by the TTSService, mounted by every pod and unchanged by later passes (deleted with the
+TTSService: test_operator.py's garbage collection test); `runtime.auth: Disabled` gets none."""
 
 from __future__ import annotations
 
@@ -53,13 +53,6 @@ def test_a_service_without_keys_gets_an_owned_secret_that_outlives_passes(
     after = secret(cluster, f"{name}-api-keys", namespace)
     assert after["metadata"]["resourceVersion"] == keys["metadata"]["resourceVersion"]
     assert after["data"] == keys["data"]
-
-    cluster.kubectl("delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s")
-    cluster.wait_for(
-        lambda: secret(cluster, f"{name}-api-keys", namespace) is None,
-        timeout=60,
-        what="the API keys Secret garbage-collected with its TTSService",
-    )
 
 
 def test_auth_disabled_in_the_spec_gets_no_secret(cluster, running_operator, namespace):
