@@ -162,12 +162,16 @@ def test_deleting_the_tts_service_garbage_collects_its_children(
     assert not obj["metadata"].get("finalizers"), (
         f"finalizers on the TTSService: {obj['metadata']['finalizers']}"
     )
+    # The API keys Secret the operator created (auth on by default) goes with the rest.
+    assert [s["metadata"]["name"] for s in children(cluster, "secrets", name, namespace)] == [
+        f"{name}-api-keys"
+    ]
 
     # --wait: a finalizer left behind would hang here, not pass.
     cluster.kubectl(
         "delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s"
     )
-    kinds = (*CHILD_KINDS, "horizontalpodautoscalers", "pods")
+    kinds = (*CHILD_KINDS, "horizontalpodautoscalers", "pods", "secrets")
 
     def leftovers():
         return {

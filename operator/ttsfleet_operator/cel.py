@@ -9,6 +9,7 @@ refuses exactly the specs the API server refuses.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import celpy
@@ -39,14 +40,22 @@ def failed_messages(rules: list[dict], value: dict[str, Any]) -> list[str]:
     `value` must be what the API server would see: JSON with defaults applied and
     absent optional fields left out (has() depends on it).
     """
-    activation = {"self": celpy.json_to_cel(value)}
+    rules_key = tuple((entry["rule"], entry["message"]) for entry in rules)
+    return list(_failed_messages(rules_key, json.dumps(value, sort_keys=True, separators=(",", ":"))))
+
+
+# celpy interprets a rule in milliseconds, and the operator validates every TTSService on
+# every pass: verdicts are kept per (rules, value), since the same parts recur unchanged.
+@functools.lru_cache(maxsize=4096)
+def _failed_messages(rules: tuple[tuple[str, str], ...], value_json: str) -> tuple[str, ...]:
+    activation = {"self": celpy.json_to_cel(json.loads(value_json))}
     failed = []
-    for entry in rules:
+    for expression, message in rules:
         try:
-            result = _program(entry["rule"]).evaluate(activation)
+            result = _program(expression).evaluate(activation)
         except celpy.CELEvalError:
             # The API server refuses an object whose rule cannot be evaluated, too.
             result = False
         if isinstance(result, Exception) or not bool(result):
-            failed.append(entry["message"])
-    return failed
+            failed.append(message)
+    return tuple(failed)

@@ -20,25 +20,50 @@ import yaml
 def _render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from ttsfleet_operator.render import render_fleet
+    from ttsfleet_operator import grammar, yaml_input
+    from ttsfleet_operator.render import api_keys, render_fleet
     from ttsfleet_operator.tts_service import TTSService
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-    documents = [doc for doc in yaml.safe_load_all(text) if doc]
+    try:
+        documents = yaml_input.load_documents(_read_input(args.file))
+    except (OSError, UnicodeDecodeError, yaml_input.YamlInputError) as error:
+        print(f"error: {args.file}: {error}", file=sys.stderr)
+        return 1
     manifests = []
-    for document in documents:
+    for number, document in enumerate(documents, 1):
+        if not isinstance(document, dict) or not isinstance(document.get("metadata", {}), dict):
+            print(f"error: document {number} is not a TTSService (a mapping with metadata)", file=sys.stderr)
+            return 1
         if args.replicas is not None:
-            document.setdefault("spec", {})["replicas"] = args.replicas
-        document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+            spec = document.setdefault("spec", {})
+            if isinstance(spec, dict):
+                spec["replicas"] = args.replicas
+        namespace = document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
+        if not isinstance(namespace, str) or not grammar.is_dns_label(namespace):
+            print(f"error: {namespace!r} is not a namespace name (a DNS-1123 label)", file=sys.stderr)
+            return 1
         try:
             service = TTSService.model_validate(document)
         except ValidationError as error:
-            name = document.get("metadata", {}).get("name", "?")
+            name = document["metadata"].get("name", "?")
             print(f"error: TTSService {name!r} is invalid:\n{error}", file=sys.stderr)
             return 1
+        if api_keys.generated_secret_name(service):
+            # What the operator creates before anything else (pods mount it): a fresh key each run.
+            manifests.append(api_keys.render_api_keys_secret(service, api_keys.new_api_key()))
         manifests += render_fleet(service)
     sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False, width=120))
     return 0
+
+
+def _read_input(path: str) -> str:
+    """The file (or stdin), refused past the loader's limit without reading the rest."""
+    from ttsfleet_operator.yaml_input import MAX_BYTES
+
+    if path == "-":
+        return sys.stdin.read(MAX_BYTES + 1)
+    with open(path, encoding="utf-8") as file:
+        return file.read(MAX_BYTES + 1)
 
 
 def _crd(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@ import json
 from ttsfleet_operator import cel, crd
 
 
+PATTERN_SHOWN_MAX = 80
+
+
 def _type(node: dict) -> str:
     if "enum" in node:
         return " \\| ".join(f"`{value}`" for value in node["enum"])
@@ -29,7 +32,9 @@ def _bounds(node: dict) -> str:
     if "maxItems" in node:
         parts.append(f"≤ {node['maxItems']} items")
     if "pattern" in node:
-        parts.append(f"matches `{node['pattern']}`")
+        # A grammar as long as the image reference's would drown the table: the CRD has it.
+        pattern = node["pattern"]
+        parts.append(f"matches `{pattern}`" if len(pattern) <= PATTERN_SHOWN_MAX else "matches the CRD's pattern")
     return ", ".join(parts)
 
 
@@ -56,6 +61,8 @@ def _rules(node: dict, path: str) -> list[str]:
     lines = [f"- `{path or '.'}`: {entry['message']}" for entry in node.get(cel.VALIDATIONS_KEY, [])]
     for name, child in (node.get("properties") or {}).items():
         lines += _rules(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        lines += _rules(node["items"], f"{path}[]")
     return lines
 
 

@@ -19,7 +19,7 @@ from ttsfleet_operator.canary import state_machine
 from ttsfleet_operator.canary.plan import plan
 from ttsfleet_operator.canary.tracks import candidate_revision
 from ttsfleet_operator.cluster import ApiError, Cluster
-from ttsfleet_operator.render import httproute, render_fleet
+from ttsfleet_operator.render import api_keys, httproute, render_fleet
 from ttsfleet_operator.render.fleet import Tracks
 from ttsfleet_operator.status import Problem, compute_status
 from ttsfleet_operator.tts_service import AnalysisResult, CanaryStatus, TTSService
@@ -53,6 +53,9 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
 )
 # Listed only where the cluster serves Gateway API.
 ROUTE_KIND = (httproute.API_VERSION, httproute.KIND)
+# Created once if missing, then never read back whole, patched or deleted (garbage collection
+# follows the ownerReference): the generated API keys Secret. RBAC: get (metadata) and create.
+CREATED_ONCE_KINDS: tuple[tuple[str, str], ...] = (("v1", "Secret"),)
 
 
 @dataclasses.dataclass
@@ -168,7 +171,9 @@ class Reconciler:
         transition = await self._step_canary(service, body, live, now)
         tracks = plan(service, transition.status, gateway_api)
         deployments: list[dict] = []
-        for manifest in render_fleet(service, tracks):
+        # Pods mount the keys Secret: without it they would never start, so nothing is applied.
+        await self._ensure_api_keys_secret(service, body, outcome)
+        for manifest in render_fleet(service, tracks) if outcome.problem is None else []:
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
@@ -218,6 +223,25 @@ class Reconciler:
                 },
             )
         return outcome
+
+    async def _ensure_api_keys_secret(self, service: TTSService, body: dict, outcome: Outcome) -> None:
+        """Create the generated API keys Secret if it is missing; one that exists is never rewritten."""
+        name = api_keys.generated_secret_name(service)
+        if name is None:
+            return
+        try:
+            if await self.cluster.get_metadata("v1", "Secret", service.namespace, name) is not None:
+                return
+            secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
+            secret["metadata"]["ownerReferences"] = [owner_reference(body)]
+            await self.cluster.create(secret)
+        except ApiError as error:
+            if error.status == 409:  # created since we looked: that one stands
+                return
+            outcome.problem = Problem("ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000])
+            outcome.failed_kind = "Secret"
+            return
+        outcome.created.append(f"Secret {name}")
 
     async def _serves_gateway_api(self) -> bool:
         try:

@@ -7,12 +7,24 @@ specs. Field names on the wire are camelCase; Python uses snake_case.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from ttsfleet_operator import cel, gpu_classes
+from ttsfleet_operator import cel, gpu_classes, grammar
+from ttsfleet_operator.grammar import (
+    DNS1035_LABEL,
+    DnsLabel,
+    DnsSubdomain,
+    EnvName,
+    HubRepoId,
+    HubRevision,
+    ImageReference,
+    LabelKey,
+    LabelValue,
+    VolumePath,
+)
 from ttsfleet_runtime.settings import SETTINGS as RUNTIME_SETTINGS
 
 GROUP = "ttsfleet.io"
@@ -27,11 +39,8 @@ DEFAULT_RUNTIME_IMAGE = "ghcr.io/ttsfleet/runtime:0.1.0"
 
 # Bounds that keep CEL cost estimates inside the API server's budget and stop
 # absurd objects at the door.
-NAME_MAX = 253
-LABEL_VALUE_MAX = 63
 LIST_MAX = 16
 
-LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX)]
 Size = Literal["0.6B", "1.7B"]
 Variant = Literal["Base", "CustomVoice", "VoiceDesign"]
 # The GPU table is the one list of classes; the schema's enum comes from it.
@@ -61,11 +70,25 @@ def _schema_with_cel_rules(schema: dict[str, Any], model: type[BaseModel]) -> No
 class SpecModel(BaseModel):
     """Base of every part of the resource: camelCase on the wire, CEL rules checked."""
 
+    # strict: `replicas: "3"` or `cudaGraphs: "yes"` is refused, as the API server refuses it.
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", json_schema_extra=_schema_with_cel_rules
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        strict=True,
+        json_schema_extra=_schema_with_cel_rules,
     )
     # Each subclass lists its own rules; they apply to objects of that class.
     cel_rules: ClassVar[list[dict]] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        # The API server prunes a null field (none is nullable) before defaulting:
+        # `replicas: null` means "not given" there, so it does here.
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
     @model_validator(mode="after")
     def _check_cel_rules(self) -> SpecModel:
@@ -84,12 +107,16 @@ class SpecModel(BaseModel):
 class PvcSource(SpecModel):
     """A checkpoint already on a PersistentVolumeClaim (offline clusters)."""
 
-    claim_name: str = Field(max_length=NAME_MAX, min_length=1, description="PVC in the TTSService's namespace.")
-    path: str = Field(
-        default="/",
-        max_length=1024,
-        pattern=r"^/",
-        description="Checkpoint directory inside the volume (config.json + safetensors).",
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "!(self.path.contains('/../') || self.path.endsWith('/..'))",
+            "model.source.pvc.path must not contain '..': it names a directory inside the volume",
+            field_path=".path",
+        ),
+    ]
+    claim_name: DnsSubdomain = Field(description="PVC in the TTSService's namespace.")
+    path: VolumePath = Field(
+        default="/", description="Checkpoint directory inside the volume (config.json + safetensors)."
     )
 
 
@@ -99,11 +126,8 @@ class ModelSource(SpecModel):
     cel_rules: ClassVar[list[dict]] = [
         cel.rule("has(self.hub) != has(self.pvc)", "model.source needs exactly one of hub or pvc"),
     ]
-    hub: str | None = Field(
-        default=None,
-        max_length=256,
-        pattern=r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$",
-        description="Hub repository id, e.g. Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice.",
+    hub: HubRepoId | None = Field(
+        default=None, description="Hub repository id (owner/name), e.g. Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice."
     )
     pvc: PvcSource | None = None
 
@@ -136,12 +160,7 @@ class ModelSpec(SpecModel):
     source: ModelSource | None = Field(
         default=None, description="Defaults to the official hub repository for size, variant and rate."
     )
-    revision: str | None = Field(
-        default=None,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9._/-]+$",
-        description="Hub revision (commit, tag or branch) to pin.",
-    )
+    revision: HubRevision | None = Field(default=None, description="Hub revision (commit, tag or branch) to pin.")
 
     def hub_id(self) -> str | None:
         """The hub repository served, or None for a PVC source."""
@@ -153,12 +172,18 @@ class ModelSpec(SpecModel):
 class GpuSpec(SpecModel):
     """The accelerator each pod gets."""
 
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.count == 1",
+            "gpu.count must be 1: the runtime serves with one GPU, so a pod given more would hold"
+            " GPUs it never uses (multi-GPU serving does not exist yet)",
+            field_path=".count",
+        ),
+    ]
     gpu_class: GpuClassName = Field(default="h100", alias="class", description="GPU class (see the GPU table).")
-    count: int = Field(default=1, ge=1, le=8, description="GPUs per pod.")
-    product: str | None = Field(
-        default=None,
-        max_length=LABEL_VALUE_MAX,
-        description="Override of the nvidia.com/gpu.product node label value for this class.",
+    count: int = Field(default=1, ge=1, le=8, description="GPUs per pod; 1 until the runtime serves with several.")
+    product: LabelValue | None = Field(
+        default=None, description="Override of the nvidia.com/gpu.product node label value for this class."
     )
 
 
@@ -187,11 +212,26 @@ class AutoscalingSpec(SpecModel):
 
 
 class Toleration(SpecModel):
-    key: str | None = Field(default=None, max_length=NAME_MAX)
+    """A pod toleration, with the rules Kubernetes applies to one (so a Deployment is never refused)."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule("has(self.key) || self.operator == 'Exists'", "a toleration without a key needs operator Exists"),
+        cel.rule(
+            "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            "a toleration with operator Exists has no value",
+            field_path=".value",
+        ),
+        cel.rule(
+            "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "tolerationSeconds applies to effect NoExecute only",
+            field_path=".tolerationSeconds",
+        ),
+    ]
+    key: LabelKey | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = Field(default=None, max_length=LABEL_VALUE_MAX)
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0, le=86400 * 365)
 
 
 class SpotSpec(SpecModel):
@@ -200,6 +240,12 @@ class SpotSpec(SpecModel):
     cel_rules: ClassVar[list[dict]] = [
         cel.rule(
             "self.ratio >= 0.0 && self.ratio <= 1.0", "spot.ratio is a fraction between 0 and 1", field_path=".ratio"
+        ),
+        cel.rule(
+            f"!has(self.nodeSelector) || self.nodeSelector.all(key, key.matches(r'{grammar.LABEL_KEY}'))",
+            "spot.nodeSelector keys are label keys: an optional DNS prefix and '/', then a name of letters,"
+            " digits, '-', '_' and '.'",
+            field_path=".nodeSelector",
         ),
     ]
     ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Share of replicas on spot nodes, 0..1.")
@@ -225,10 +271,10 @@ class CanaryCandidate(SpecModel):
             "canary.candidate needs an image or a modelRevision",
         ),
     ]
-    image: str | None = Field(default=None, max_length=512, min_length=1, description="Runtime image of the candidate.")
-    model_revision: str | None = Field(
-        default=None, max_length=64, pattern=r"^[A-Za-z0-9._/-]+$", description="Hub revision the candidate serves."
+    image: ImageReference | None = Field(
+        default=None, description="Runtime image of the candidate: [host[:port]/]path[:tag][@digest]."
     )
+    model_revision: HubRevision | None = Field(default=None, description="Hub revision the candidate serves.")
 
 
 class CanaryAnalysis(SpecModel):
@@ -253,9 +299,9 @@ class CanaryAnalysis(SpecModel):
 class GatewayRef(SpecModel):
     """The Gateway (or mesh parent) the canary's HTTPRoute attaches to."""
 
-    name: str = Field(max_length=NAME_MAX, min_length=1)
-    namespace: str | None = Field(default=None, max_length=LABEL_VALUE_MAX)
-    section_name: str | None = Field(default=None, max_length=LABEL_VALUE_MAX)
+    name: DnsSubdomain
+    namespace: DnsLabel | None = None
+    section_name: DnsSubdomain | None = None
 
 
 class CanarySpec(SpecModel):
@@ -309,30 +355,93 @@ class RuntimeResources(SpecModel):
     )
 
 
+# Environment a spec may not set, and why (the messages name them; docs/fields.md lists them).
+# TTSFLEET_*: the runtime's settings come from the spec through the engine ConfigMap; an
+# override would make the spec lie (and a bad one stops the server at start-up).
+ENV_SETTINGS_PREFIX = "TTSFLEET_"
+# The dynamic loader's and the interpreter's: each loads code of the caller's choosing into
+# the server (LD_PRELOAD, LD_AUDIT; PYTHONPATH, PYTHONSTARTUP, PYTHONWARNINGS imports a
+# module; glibc's iconv modules and tunables).
+ENV_LOADER_PREFIXES = ("LD_", "PYTHON")
+ENV_LOADER_NAMES = ("GCONV_PATH", "GLIBC_TUNABLES")
+# The NVIDIA container runtime's: NVIDIA_VISIBLE_DEVICES=all hands the container every GPU
+# of the node, past the device plugin's allocation (other pods' GPUs included).
+ENV_GPU_RUNTIME_PREFIX = "NVIDIA_"
+# Set by the operator from model.source (deployment.py).
+ENV_OPERATOR_NAMES = ("HF_HOME", "HF_HUB_OFFLINE")
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{value}'" for value in values) + "]"
+
+
 class EnvVar(SpecModel):
-    name: str = Field(max_length=NAME_MAX, min_length=1)
+    """One extra environment variable of the server."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            f"!self.name.startsWith('{ENV_SETTINGS_PREFIX}')",
+            f"runtime.env may not set {ENV_SETTINGS_PREFIX}* variables: the runtime's settings come from the"
+            " spec (engine, runtime, model) through the engine ConfigMap",
+            field_path=".name",
+        ),
+        cel.rule(
+            " && ".join(f"!self.name.startsWith('{prefix}')" for prefix in ENV_LOADER_PREFIXES)
+            + f" && !(self.name in {_cel_list(ENV_LOADER_NAMES)})",
+            "runtime.env may not set loader or interpreter variables ("
+            + ", ".join([f"{prefix}*" for prefix in ENV_LOADER_PREFIXES] + list(ENV_LOADER_NAMES))
+            + "): they load code into the server",
+            field_path=".name",
+        ),
+        cel.rule(
+            f"!self.name.startsWith('{ENV_GPU_RUNTIME_PREFIX}')",
+            f"runtime.env may not set {ENV_GPU_RUNTIME_PREFIX}* variables: the NVIDIA container runtime reads"
+            " them (NVIDIA_VISIBLE_DEVICES=all would expose GPUs the pod was not given)",
+            field_path=".name",
+        ),
+        cel.rule(
+            f"!(self.name in {_cel_list(ENV_OPERATOR_NAMES)})",
+            f"runtime.env may not set {' or '.join(ENV_OPERATOR_NAMES)}: the operator sets them from"
+            " model.source",
+            field_path=".name",
+        ),
+    ]
+    name: EnvName
     value: str = Field(default="", max_length=4096)
 
 
 class RuntimeSpec(SpecModel):
-    """The runtime container: image, resources and lifecycle."""
+    """The runtime container: image, resources, auth and lifecycle."""
 
-    image: str = Field(
-        default=DEFAULT_RUNTIME_IMAGE, max_length=512, min_length=1, description="Runtime image (stable)."
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.auth == 'Enabled' || !has(self.apiKeysSecret)",
+            "runtime.apiKeysSecret has no effect with runtime.auth Disabled: remove one of them",
+            field_path=".apiKeysSecret",
+        ),
+        cel.rule(
+            "!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))",
+            "runtime.env names must be unique",
+            field_path=".env",
+        ),
+    ]
+    image: ImageReference = Field(
+        default=DEFAULT_RUNTIME_IMAGE, description="Runtime image (stable): [host[:port]/]path[:tag][@digest]."
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    image_pull_secrets: list[Annotated[str, Field(max_length=NAME_MAX)]] | None = Field(
-        default=None, max_length=LIST_MAX
+    image_pull_secrets: list[DnsSubdomain] | None = Field(default=None, max_length=LIST_MAX)
+    service_account_name: DnsSubdomain | None = Field(
+        default=None, description="Pods' ServiceAccount (e.g. for a hub token via workload identity)."
     )
-    service_account_name: str | None = Field(
-        default=None,
-        max_length=NAME_MAX,
-        description="Pods' ServiceAccount (e.g. for a hub token via workload identity).",
+    auth: Literal["Enabled", "Disabled"] = Field(
+        default="Enabled",
+        description="Enabled: clients send an API key (from apiKeysSecret, else from the Secret `<name>-api-keys`"
+        " the operator creates with one random key). Disabled: anyone who reaches the Service may call it.",
     )
-    api_keys_secret: str | None = Field(
+    api_keys_secret: DnsSubdomain | None = Field(
         default=None,
-        max_length=NAME_MAX,
-        description="Secret whose key `keys` lists the API keys clients must send, one a line; unset turns auth off.",
+        description="Secret whose key `keys` lists the API keys clients must send, one a line; unset: the"
+        " operator creates and owns `<name>-api-keys`.",
     )
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
     env: list[EnvVar] | None = Field(default=None, max_length=64, description="Extra environment of the server.")
@@ -456,6 +565,11 @@ class TTSService(SpecModel):
         cel.rule(
             f"self.metadata.name.size() <= {NAME_LENGTH_MAX}",
             f"a TTSService name has at most {NAME_LENGTH_MAX} characters (its children's names extend it)",
+        ),
+        cel.rule(
+            f"self.metadata.name.matches('{DNS1035_LABEL}')",
+            "a TTSService name is lowercase letters, digits and '-', starting with a letter and ending with a"
+            " letter or digit (a DNS-1035 label: its Service takes the same name)",
         ),
     ]
     api_version: Literal["ttsfleet.io/v1alpha1"] = API_VERSION

@@ -15,7 +15,7 @@ import yaml
 from support.tools import tool
 from ttsfleet_operator.child_watch import WATCHED_CHILD_KINDS
 from ttsfleet_operator.kube_cluster import PLURALS
-from ttsfleet_operator.reconcile import CHILD_KINDS, ROUTE_KIND
+from ttsfleet_operator.reconcile import CHILD_KINDS, CREATED_ONCE_KINDS, ROUTE_KIND
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ttsfleet"
@@ -74,6 +74,9 @@ def expected_rules() -> dict[str, set[str]]:
     }
     for api_version, kind in (*CHILD_KINDS, ROUTE_KIND):
         expected[resource_key(api_version, kind)] = {"list", "create", "patch", "delete"}
+    # Created if missing (a metadata-only get first), never patched or deleted.
+    for api_version, kind in CREATED_ONCE_KINDS:
+        expected[resource_key(api_version, kind)] = {"get", "create"}
     # kopf lists, then watches, the children handlers.py registers on.
     for api_version, kind in WATCHED_CHILD_KINDS:
         expected.setdefault(resource_key(api_version, kind), set()).update({"list", "watch"})

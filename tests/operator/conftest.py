@@ -47,7 +47,7 @@ class FakeCluster:
 
     @property
     def writes(self) -> list[tuple[str, str]]:
-        return [r for r in self.requests if r[0] not in ("list", "discovery")]
+        return [r for r in self.requests if r[0] not in ("list", "discovery", "get")]
 
     async def list(self, api_version, kind, namespace, selector):
         self.requests.append(("list", kind))
@@ -62,6 +62,22 @@ class FakeCluster:
     async def serves(self, api_version, kind):
         self.requests.append(("discovery", kind))
         return (api_version, kind) in self.served
+
+    async def get_metadata(self, api_version, kind, namespace, name):
+        self.requests.append(("get", f"{kind}/{name}"))
+        obj = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(obj["metadata"]) if obj else None
+
+    async def create(self, manifest):
+        kind, meta = manifest["kind"], manifest["metadata"]
+        self.requests.append(("create", f"{kind}/{meta['name']}"))
+        key = (kind, meta["namespace"], meta["name"])
+        if key in self.objects:
+            raise ApiError(409, f"{kind} {meta['name']} already exists")
+        stored = copy.deepcopy(manifest)
+        stored["metadata"].update(uid=str(uuid.uuid4()), generation=1, resourceVersion="1")
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
 
     async def apply(self, manifest, live=None):
         kind, meta = manifest["kind"], manifest["metadata"]

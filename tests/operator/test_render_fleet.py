@@ -127,3 +127,40 @@ def test_hpa_never_goes_below_the_on_demand_floor(make_service):
     service = make_service(autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 8}, spot={"minOnDemand": 3})
     hpa = next(m for m in render_fleet(service) if m["kind"] == "HorizontalPodAutoscaler")
     assert hpa["spec"]["minReplicas"] == 3
+
+
+def test_the_longest_name_leaves_every_child_name_valid(make_service):
+    # Every name a TTSService of the longest allowed name becomes (both tracks, both pools,
+    # Gateway API Services and route, HPA, the API keys Secret) is valid for its kind:
+    # Services are DNS-1035 labels, the rest DNS-1123 subdomains, and the service name is a
+    # label value on all of them.
+    import re
+
+    from ttsfleet_operator import grammar
+    from ttsfleet_operator.canary.tracks import candidate_service
+    from ttsfleet_operator.render import api_keys
+    from ttsfleet_operator.render.fleet import Tracks
+    from ttsfleet_operator.tts_service import NAME_LENGTH_MAX
+
+    service = make_service(
+        name="t" * NAME_LENGTH_MAX,
+        replicas=4,
+        spot={"ratio": 0.5},
+        autoscaling={"enabled": True},
+        canary={"candidate": {"image": "ghcr.io/ttsfleet/runtime:0.2.0"}},
+    )
+    tracks = Tracks(stable=service, candidate=candidate_service(service), weight=50, gateway=True)
+    manifests = render_fleet(service, tracks) + [api_keys.render_api_keys_secret(service, "k")]
+    names = {m["kind"]: [] for m in manifests}
+    for manifest in manifests:
+        names[manifest["kind"]].append(manifest["metadata"]["name"])
+        name = manifest["metadata"]["name"]
+        if manifest["kind"] == "Service":
+            assert re.fullmatch(grammar.DNS1035_LABEL.strip("^$"), name) and len(name) <= 63, name
+        else:
+            assert re.fullmatch(grammar.DNS1123_SUBDOMAIN.strip("^$"), name) and len(name) <= 63, name
+        for value in manifest["metadata"]["labels"].values():
+            assert re.fullmatch(grammar.LABEL_VALUE.strip("^$"), value) and len(value) <= 63, value
+    assert len(names["Deployment"]) == 4 and len(names["Service"]) == 3 and "HTTPRoute" in names
+    longest = max((name for kind in names.values() for name in kind), key=len)
+    assert longest == "t" * NAME_LENGTH_MAX + "-canary-on-demand"

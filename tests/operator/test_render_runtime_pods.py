@@ -5,7 +5,7 @@ import re
 
 import pytest
 from ttsfleet_operator.cli import main
-from ttsfleet_operator.render import render_fleet
+from ttsfleet_operator.render import api_keys, render_fleet
 from ttsfleet_operator.render.deployment import RUNTIME_UID
 
 
@@ -23,9 +23,10 @@ def container_of(service, pool="on-demand"):
 
 
 def test_gpu_limit_and_request_follow_the_spec(make_service):
-    resources = container_of(make_service(gpu={"class": "h200", "count": 2}))["resources"]
-    assert resources["limits"]["nvidia.com/gpu"] == "2"
-    assert resources["requests"]["nvidia.com/gpu"] == "2"
+    # One GPU a pod: the runtime serves with one, and the CRD refuses more (gpu.count).
+    resources = container_of(make_service(gpu={"class": "h200", "count": 1}))["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == "1"
+    assert resources["requests"]["nvidia.com/gpu"] == "1"
 
 
 def test_gpu_pods_tolerate_the_gpu_taint(make_service):
@@ -118,17 +119,58 @@ def test_the_runtime_cli_knows_the_variables_it_is_given(make_service, capsys):
         assert f"[{variable}]" in serve_help, variable
 
 
-def test_without_api_keys_auth_is_off_and_with_them_the_secret_is_mounted(make_service):
-    assert engine_environment(make_service())["TTSFLEET_AUTH"] == "disabled"
-    service = make_service(runtime={"apiKeysSecret": "tts-keys"})
+def api_keys_volume(service):
+    volumes = [v for v in pod_of(service)["volumes"] if v["name"] == "api-keys"]
+    mounts = [m for m in container_of(service)["volumeMounts"] if m["name"] == "api-keys"]
+    if not volumes:
+        assert not mounts
+        return None
+    assert mounts == [{"name": "api-keys", "mountPath": "/etc/ttsfleet/api-keys", "readOnly": True}]
+    return volumes[0]["secret"]
+
+
+def test_auth_is_on_by_default_with_the_operators_generated_secret(make_service):
+    service = make_service()
     environment = engine_environment(service)
     assert "TTSFLEET_AUTH" not in environment
     assert environment["TTSFLEET_API_KEYS_FILE"] == "/etc/ttsfleet/api-keys/keys"
-    assert {"name": "api-keys", "mountPath": "/etc/ttsfleet/api-keys", "readOnly": True} in container_of(service)[
-        "volumeMounts"
-    ]
-    volume = next(v for v in pod_of(service)["volumes"] if v["name"] == "api-keys")
-    assert volume["secret"]["secretName"] == "tts-keys"
+    assert api_keys_volume(service) == {"secretName": "demo-api-keys", "items": [{"key": "keys", "path": "keys"}]}
+    assert api_keys.generated_secret_name(service) == "demo-api-keys"
+
+
+def test_a_spec_secret_replaces_the_generated_one(make_service):
+    service = make_service(runtime={"apiKeysSecret": "tts-keys"})
+    assert engine_environment(service)["TTSFLEET_API_KEYS_FILE"] == "/etc/ttsfleet/api-keys/keys"
+    assert api_keys_volume(service)["secretName"] == "tts-keys"
+    assert api_keys.generated_secret_name(service) is None
+
+
+def test_auth_is_off_only_when_the_spec_says_so(make_service):
+    service = make_service(runtime={"auth": "Disabled"})
+    environment = engine_environment(service)
+    assert environment["TTSFLEET_AUTH"] == "disabled" and "TTSFLEET_API_KEYS_FILE" not in environment
+    assert api_keys_volume(service) is None
+    assert api_keys.generated_secret_name(service) is None
+
+
+def test_the_generated_secret_holds_one_random_key_the_runtime_accepts(make_service, tmp_path):
+    from ttsfleet_runtime.server.auth import ApiKeys
+
+    service = make_service()
+    keys = {api_keys.new_api_key() for _ in range(100)}
+    assert len(keys) == 100
+    key = keys.pop()
+    assert re.fullmatch(r"ttsf_[A-Za-z0-9_-]{43}", key)
+    secret = api_keys.render_api_keys_secret(service, key)
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "demo-api-keys"
+    assert secret["metadata"]["labels"]["ttsfleet.io/service"] == "demo"
+    assert secret["stringData"] == {"keys": key + "\n"}
+    # The file the pods mount, read by the runtime's own auth.
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(secret["stringData"]["keys"])
+    accepted = ApiKeys(keys_file=keys_file)
+    assert accepted.count == 1
+    accepted.authenticate(f"Bearer {key}")
 
 
 def test_a_pvc_checkpoint_is_mounted_read_only_and_the_hub_is_not_used(make_service):

@@ -112,7 +112,7 @@ def test_every_configmap_variable_is_a_catalogue_setting_that_serve_reads_back(
         assert getattr(args, name) == getattr(engine, name), name
     assert args.drain_timeout_s == service.spec.runtime.termination_grace_seconds
     assert args.model_revision == (service.spec.model.revision or None)
-    assert args.auth_disabled is (service.spec.runtime.api_keys_secret is None)
+    assert args.auth_disabled is (service.spec.runtime.auth == "Disabled")
     assert (args.device, args.port) == ("cuda", 8000)
 
 

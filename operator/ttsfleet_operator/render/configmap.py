@@ -13,16 +13,12 @@ import hashlib
 import json
 
 from ttsfleet_operator import labels
-from ttsfleet_operator.render import names
+from ttsfleet_operator.render import api_keys, names
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.model_source import model_location
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
 from ttsfleet_runtime import settings
-
-# Where a runtime.apiKeysSecret is mounted; its key `keys` holds one API key a line.
-API_KEYS_DIR = "/etc/ttsfleet/api-keys"
-API_KEYS_SECRET_KEY = "keys"
 
 
 def engine_environment(service: TTSService) -> dict[str, str]:
@@ -44,11 +40,7 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         "drain_timeout_s": runtime.termination_grace_seconds,
         "model_revision": model.revision or None,
     }
-    if runtime.api_keys_secret:
-        values["api_keys_file"] = f"{API_KEYS_DIR}/{API_KEYS_SECRET_KEY}"
-    else:
-        # No keys given: the Service is in-cluster only; say so explicitly.
-        values["auth_disabled"] = True
+    values.update(api_keys.auth_settings(service))
     return settings.environment(values)
 
 

@@ -8,7 +8,7 @@ Pod Security profile (non-root, read-only root, no capabilities).
 from __future__ import annotations
 
 from ttsfleet_operator import gpu_classes, labels
-from ttsfleet_operator.render import configmap, names, scheduling
+from ttsfleet_operator.render import api_keys, configmap, names, scheduling
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.model_source import PVC_MOUNT, uses_pvc
@@ -161,13 +161,14 @@ def _volumes(service: TTSService) -> list[dict]:
     if uses_pvc(service):
         claim = service.spec.model.source.pvc.claim_name
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
-    if service.spec.runtime.api_keys_secret:
+    keys_secret = api_keys.mounted_secret_name(service)
+    if keys_secret:
         volumes.append(
             {
                 "name": "api-keys",
                 "secret": {
-                    "secretName": service.spec.runtime.api_keys_secret,
-                    "items": [{"key": configmap.API_KEYS_SECRET_KEY, "path": configmap.API_KEYS_SECRET_KEY}],
+                    "secretName": keys_secret,
+                    "items": [{"key": api_keys.API_KEYS_SECRET_KEY, "path": api_keys.API_KEYS_SECRET_KEY}],
                 },
             }
         )
@@ -182,6 +183,6 @@ def _volume_mounts(service: TTSService) -> list[dict]:
     ]
     if uses_pvc(service):
         mounts.append({"name": "model", "mountPath": PVC_MOUNT, "readOnly": True})
-    if service.spec.runtime.api_keys_secret:
-        mounts.append({"name": "api-keys", "mountPath": configmap.API_KEYS_DIR, "readOnly": True})
+    if api_keys.mounted_secret_name(service):
+        mounts.append({"name": "api-keys", "mountPath": api_keys.API_KEYS_DIR, "readOnly": True})
     return mounts

@@ -24,6 +24,11 @@ def track_service_name(service_name: str, track: str) -> str:
     return f"{service_name}-{track}"
 
 
+def api_keys_secret_name(service_name: str) -> str:
+    """`<svc>-api-keys`: the Secret the operator creates when the spec names none."""
+    return f"{service_name}-api-keys"
+
+
 def route_name(service_name: str) -> str:
     return service_name
 
