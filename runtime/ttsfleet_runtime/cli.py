@@ -43,6 +43,15 @@ def _add_serve(subparsers) -> None:
     p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(64 * 1024))), help="[TTSFLEET_MAX_BODY_BYTES]")
     p.add_argument("--max-input-chars", type=int, default=int(_env("MAX_INPUT_CHARS", "4096")), help="[TTSFLEET_MAX_INPUT_CHARS]")
     p.add_argument("--max-voice-upload-bytes", type=int, default=int(_env("MAX_VOICE_UPLOAD_BYTES", str(10 * 1024 * 1024))), help="[TTSFLEET_MAX_VOICE_UPLOAD_BYTES]")
+    p.add_argument("--ws-idle-timeout", type=float, default=float(_env("WS_IDLE_TIMEOUT", "30")), help="seconds a WebSocket session may wait on its client before it is closed [TTSFLEET_WS_IDLE_TIMEOUT]")
+    p.add_argument("--ws-text-stall", type=float, default=float(_env("WS_TEXT_STALL", "5")), help="seconds without text after which an open WebSocket utterance is flushed [TTSFLEET_WS_TEXT_STALL]")
+    p.add_argument("--ws-max-sessions-per-key", type=int, default=int(_env("WS_MAX_SESSIONS_PER_KEY", "8")), help="open WebSocket sessions per API key, 0 = no limit [TTSFLEET_WS_MAX_SESSIONS_PER_KEY]")
+    p.add_argument("--auth-failure-rate", type=float, default=float(_env("AUTH_FAILURE_RATE", "1")), help="failed authentications per second per client address after the burst [TTSFLEET_AUTH_FAILURE_RATE]")
+    p.add_argument("--auth-failure-burst", type=int, default=int(_env("AUTH_FAILURE_BURST", "20")), help="[TTSFLEET_AUTH_FAILURE_BURST]")
+    p.add_argument("--http-header-timeout", type=float, default=float(_env("HTTP_HEADER_TIMEOUT", "10")), help="seconds for a request's line and headers to arrive [TTSFLEET_HTTP_HEADER_TIMEOUT]")
+    p.add_argument("--http-body-timeout", type=float, default=float(_env("HTTP_BODY_TIMEOUT", "60")), help="seconds for a request's body to arrive [TTSFLEET_HTTP_BODY_TIMEOUT]")
+    p.add_argument("--http-keep-alive", type=float, default=float(_env("HTTP_KEEP_ALIVE", "5")), help="seconds an idle keep-alive connection stays open [TTSFLEET_HTTP_KEEP_ALIVE]")
+    p.add_argument("--max-header-bytes", type=int, default=int(_env("MAX_HEADER_BYTES", str(16 * 1024))), help="request line and headers, larger is refused with 431 [TTSFLEET_MAX_HEADER_BYTES]")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), help="[TTSFLEET_LOG_LEVEL]")
     p.set_defaults(handler=_serve)
 
@@ -75,6 +84,15 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_input_chars=args.max_input_chars,
         max_voice_upload_bytes=args.max_voice_upload_bytes,
+        ws_idle_timeout_s=args.ws_idle_timeout,
+        ws_text_stall_s=args.ws_text_stall,
+        ws_max_sessions_per_key=args.ws_max_sessions_per_key,
+        auth_failure_rate_per_s=args.auth_failure_rate,
+        auth_failure_burst=args.auth_failure_burst,
+        http_header_timeout_s=args.http_header_timeout,
+        http_body_timeout_s=args.http_body_timeout,
+        http_keep_alive_s=args.http_keep_alive,
+        max_header_bytes=args.max_header_bytes,
         log_level=args.log_level,
     )
     return run(settings)

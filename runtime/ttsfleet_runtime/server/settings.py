@@ -50,4 +50,20 @@ class ServerSettings:
     max_voice_seconds: float = 30.0
     # WebSocket sessions must send their config message within this time.
     ws_config_timeout_s: float = 10.0
+    # A session waiting on its client (nothing left to say) this long is closed.
+    ws_idle_timeout_s: float = 30.0
+    # An unflushed utterance that gets no text this long is flushed, so the
+    # engine finishes what it has and frees the batch slot.
+    ws_text_stall_s: float = 5.0
+    # WebSocket sessions one API key may hold open at once; 0 = no limit.
+    ws_max_sessions_per_key: int = 8
+    # Failed authentications per client address: a burst, then this rate.
+    auth_failure_rate_per_s: float = 1.0
+    auth_failure_burst: int = 20
+    # HTTP: the request line and headers must arrive within this time and size,
+    # the body within its own time; idle keep-alive connections are closed.
+    http_header_timeout_s: float = 10.0
+    http_body_timeout_s: float = 60.0
+    http_keep_alive_s: float = 5.0
+    max_header_bytes: int = 16 * 1024
     log_level: str = "info"
