@@ -25,8 +25,10 @@ def decode(data: bytes, fmt: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
-def test_whole_file_in_every_format_decodes_to_the_spoken_audio(openai_client, model_id, fmt):
-    response = openai_client.audio.speech.create(model=model_id, voice="Vivian", input="Hello there", response_format=fmt)
+def test_whole_file_on_request_in_every_format_decodes_to_the_spoken_audio(openai_client, model_id, fmt):
+    response = openai_client.audio.speech.create(
+        model=model_id, voice="Vivian", input="Hello there", response_format=fmt, extra_body={"stream_format": "file"}
+    )
     samples = decode(response.content, fmt)
     duration = float(response.response.headers["X-Audio-Duration"])
     # mp3 pads the stream with encoder delay; the other codecs are sample-exact.
@@ -36,12 +38,22 @@ def test_whole_file_in_every_format_decodes_to_the_spoken_audio(openai_client, m
 
 
 def test_whole_wav_states_its_true_length_in_the_header(openai_client, model_id):
-    data = openai_client.audio.speech.create(model=model_id, voice="Vivian", input="Hi", response_format="wav").content
+    data = openai_client.audio.speech.create(
+        model=model_id, voice="Vivian", input="Hi", response_format="wav", extra_body={"stream_format": "file"}
+    ).content
     assert int.from_bytes(data[40:44], "little") == len(data) - 44
 
 
+def test_flac_cannot_stream_so_it_is_a_whole_file_by_default(openai_client, model_id):
+    response = openai_client.audio.speech.create(model=model_id, voice="Vivian", input="Hi", response_format="flac")
+    assert response.response.headers["content-length"] == str(len(response.content))
+    assert len(decode(response.content, "flac")) / SAMPLE_RATE == pytest.approx(
+        float(response.response.headers["X-Audio-Duration"]), abs=1e-3
+    )
+
+
 @pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus"])
-def test_streamed_audio_arrives_in_pieces_and_decodes(openai_client, model_id, fmt):
+def test_explicit_audio_stream_arrives_in_pieces_and_decodes(openai_client, model_id, fmt):
     with openai_client.audio.speech.with_streaming_response.create(
         model=model_id, voice="Ryan", input="Streaming speech, piece by piece", response_format=fmt,
         extra_body={"stream_format": "audio"},
