@@ -147,7 +147,7 @@ class HttpGuard:
                 return await receive()  # only a disconnect can come now: wait as long as it takes
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if status["started"]:
                     return {"type": "http.disconnect"}
                 return await refuse_body(

@@ -18,7 +18,10 @@ from __future__ import annotations
 import json
 
 import h11
-from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
+from uvicorn.protocols.http.h11_impl import (
+    DEFAULT_MAX_INCOMPLETE_EVENT_SIZE,
+    H11Protocol,
+)
 
 from . import errors
 
@@ -53,7 +56,10 @@ def guarded_protocol(header_timeout_s: float) -> type[H11Protocol]:
     class GuardedH11Protocol(H11Protocol):
         def __init__(self, config, *args, **kwargs):
             super().__init__(config, *args, **kwargs)
-            self.conn = _Connection(h11.SERVER, config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
+            self.conn = _Connection(
+                h11.SERVER,
+                config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE,
+            )
             self._head_timer = None
 
         def _arm_head_timer(self) -> None:
@@ -88,7 +94,9 @@ def guarded_protocol(header_timeout_s: float) -> type[H11Protocol]:
             if self.cycle is not None and not self.cycle.response_complete:
                 return  # a response is still going out (pipelining): its own cycle ends it
             error = errors.ApiError(
-                408, f"the request headers did not arrive within {header_timeout_s:g} s", code="request_timeout"
+                408,
+                f"the request headers did not arrive within {header_timeout_s:g} s",
+                code="request_timeout",
             )
             self.transport.write(_raw_error(error))
             self.transport.close()
@@ -97,7 +105,9 @@ def guarded_protocol(header_timeout_s: float) -> type[H11Protocol]:
             cause = self.conn.last_error
             status = getattr(cause, "error_status_hint", 400) or 400
             if status == 431:
-                error = errors.ApiError(431, "the request headers are too large", code="headers_too_large")
+                error = errors.ApiError(
+                    431, "the request headers are too large", code="headers_too_large"
+                )
             else:
                 error = errors.for_status(status, f"malformed HTTP request ({cause or msg})")
             self.transport.write(_raw_error(error))

@@ -69,20 +69,20 @@ def uvicorn_config(app, settings: ServerSettings, **overrides):
 
     from .http_protocol import guarded_protocol
 
-    options = dict(
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,  # HttpGuard logs each request with its id
-        lifespan="on",
-        timeout_graceful_shutdown=5,
+    options = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,  # HttpGuard logs each request with its id
+        "lifespan": "on",
+        "timeout_graceful_shutdown": 5,
         # h11 (not httptools) so a request head has a size limit; see http_protocol.py.
-        http=guarded_protocol(settings.http_header_timeout_s),
-        h11_max_incomplete_event_size=settings.max_header_bytes,
-        timeout_keep_alive=settings.http_keep_alive_s,
-        ws_ping_interval=20,
-        ws_max_size=settings.max_body_bytes,  # one WebSocket message, like one HTTP body
-    )
+        "http": guarded_protocol(settings.http_header_timeout_s),
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "timeout_keep_alive": settings.http_keep_alive_s,
+        "ws_ping_interval": 20,
+        "ws_max_size": settings.max_body_bytes,  # one WebSocket message, like one HTTP body
+    }
     return uvicorn.Config(app, **{**options, **overrides})
 
 

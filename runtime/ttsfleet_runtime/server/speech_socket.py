@@ -142,9 +142,9 @@ class _Session:
         ws, keys = self.ws, self.runtime.api_keys
         header = ws.headers.get("authorization")
         if header or keys.disabled:
-            check = lambda: keys.authenticate(header)  # noqa: E731
+            check = lambda: keys.authenticate(header)
         else:
-            check = lambda: keys.authenticate_key(ws.query_params.get("api_key", ""))  # noqa: E731
+            check = lambda: keys.authenticate_key(ws.query_params.get("api_key", ""))
         return authenticate(keys, self.runtime.auth_failures, client_address(ws.scope), check)
 
     def _claim_session(self) -> None:
@@ -174,7 +174,7 @@ class _Session:
             raise errors.rate_limited(wait_s)
         try:
             raw = _text_of(await asyncio.wait_for(ws.receive(), runtime.settings.ws_config_timeout_s))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise errors.ApiError(400, "no session.config message in time", code="protocol_error") from None
         try:
             self.config = SessionConfig.model_validate_json(raw)
@@ -224,7 +224,7 @@ class _Session:
                 deadline = self.active_at + settings.ws_idle_timeout_s
             try:
                 return await asyncio.wait_for(self.ws.receive(), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if current is not None:
                     return None
                 if self.speaking or time.monotonic() < self.active_at + settings.ws_idle_timeout_s:

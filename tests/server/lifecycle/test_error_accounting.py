@@ -28,24 +28,44 @@ SPEECH = "/v1/audio/speech"
 
 
 def body(server, **fields):
-    return {"model": server.runtime.served_models[0], "voice": "Vivian", "input": "Hi", "response_format": "pcm", **fields}
+    return {
+        "model": server.runtime.served_models[0],
+        "voice": "Vivian",
+        "input": "Hi",
+        "response_format": "pcm",
+        **fields,
+    }
 
 
 def errors_by_type(server) -> dict[str, float]:
-    kinds = ("internal", "cuda_oom", "engine_error", "invalid_request", "client_disconnect", "engine_stopped")
+    kinds = (
+        "internal",
+        "cuda_oom",
+        "engine_error",
+        "invalid_request",
+        "client_disconnect",
+        "engine_stopped",
+    )
     return {t: metric_value(server.base_url, metrics.ERRORS, {"type": t}) for t in kinds}
 
 
 def requests_by_code(server) -> dict[str, float]:
-    return {c: metric_value(server.base_url, metrics.REQUESTS, {"route": SPEECH, "code": c})
-            for c in ("200", "400", "499", "500")}
+    return {
+        c: metric_value(server.base_url, metrics.REQUESTS, {"route": SPEECH, "code": c})
+        for c in ("200", "400", "499", "500")
+    }
+
+
+def stream_audio(server):
+    return httpx.stream(
+        "POST", server.base_url + SPEECH, json=body(server, stream_format="audio"), headers=auth()
+    )
 
 
 def read_cut_stream(server) -> None:
-    with pytest.raises(httpx.RemoteProtocolError):
-        with httpx.stream("POST", server.base_url + SPEECH, json=body(server, stream_format="audio"), headers=auth()) as response:
-            assert response.status_code == 200
-            b"".join(response.iter_bytes())
+    with pytest.raises(httpx.RemoteProtocolError), stream_audio(server) as response:
+        assert response.status_code == 200
+        b"".join(response.iter_bytes())
 
 
 def test_a_stream_the_engine_cuts_counts_one_server_fault_with_status_500():
@@ -58,10 +78,14 @@ def test_a_stream_the_engine_cuts_counts_one_server_fault_with_status_500():
 
 
 def test_text_the_engine_refuses_mid_stream_is_the_clients_fault():
-    engine = StandInEngine(frames=20, fail_after_chunks=2, fail_with=api.InvalidRequest("text longer than 1024 tokens"))
+    engine = StandInEngine(
+        frames=20, fail_after_chunks=2, fail_with=api.InvalidRequest("text longer than 1024 tokens")
+    )
     with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
         read_cut_stream(server)
-        refused = httpx.post(server.base_url + SPEECH, json=body(server, stream_format="file"), headers=auth())
+        refused = httpx.post(
+            server.base_url + SPEECH, json=body(server, stream_format="file"), headers=auth()
+        )
         assert refused.status_code == 400
         assert "1024 tokens" in refused.json()["error"]["message"]
         assert {k: v for k, v in errors_by_type(server).items() if v} == {"invalid_request": 2}
@@ -71,10 +95,17 @@ def test_text_the_engine_refuses_mid_stream_is_the_clients_fault():
 def test_a_client_leaving_mid_stream_is_499_and_no_server_fault():
     engine = StandInEngine(frames=400, frame_s=0.02)
     with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
-        with httpx.stream("POST", server.base_url + SPEECH, json=body(server, stream_format="audio"), headers=auth()) as response:
+        with stream_audio(server) as response:
             next(response.iter_bytes())
-        wait_for(lambda: requests_by_code(server)["499"] == 1, timeout=20, interval=0.05, what="a 499")
-        wait_for(lambda: server.runtime.drain.inflight == 0, timeout=20, interval=0.05, what="the slot freed")
+        wait_for(
+            lambda: requests_by_code(server)["499"] == 1, timeout=20, interval=0.05, what="a 499"
+        )
+        wait_for(
+            lambda: server.runtime.drain.inflight == 0,
+            timeout=20,
+            interval=0.05,
+            what="the slot freed",
+        )
         assert {k: v for k, v in errors_by_type(server).items() if v} == {"client_disconnect": 1}
         assert {k: v for k, v in requests_by_code(server).items() if v} == {"499": 1}
 
@@ -85,9 +116,23 @@ def test_every_error_type_the_server_names_is_in_exactly_one_group():
     assert len(grouped) == len(set(grouped))
     server_dir = Path(errors.__file__).parent
     source = "\n".join(p.read_text() for p in server_dir.glob("*.py"))
-    named = set(re.findall(r'\bcode="(\w+)"', source)) | set(re.findall(r'labels\(type="(\w+)"\)', source))
+    named = set(re.findall(r'\bcode="(\w+)"', source)) | set(
+        re.findall(r'labels\(type="(\w+)"\)', source)
+    )
     named |= set(errors._STATUS_CODES.values())
-    named |= {error_type(e) for e in (RuntimeError("x"), api.EngineError("x"), api.InvalidRequest("x"),
-                                      api.EngineStopped("x"), RuntimeError("CUDA out of memory"))}
+    named |= {
+        error_type(e)
+        for e in (
+            RuntimeError("x"),
+            api.EngineError("x"),
+            api.InvalidRequest("x"),
+            api.EngineStopped("x"),
+            RuntimeError("CUDA out of memory"),
+        )
+    }
     assert named - set(grouped) == set()
-    assert set(metrics.SERVER_FAULT_ERRORS) == {"internal", "cuda_oom", "engine_error"}  # what the canary reads
+    assert set(metrics.SERVER_FAULT_ERRORS) == {
+        "internal",
+        "cuda_oom",
+        "engine_error",
+    }  # what the canary reads

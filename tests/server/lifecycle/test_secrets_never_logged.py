@@ -14,7 +14,9 @@ SECRETS = ("sk-query-5f1d2e9a", "sk-header-77ab01cd", "sk-token-0c9e4411")
 
 
 def test_keys_in_urls_and_headers_are_masked_in_every_log_line(tmp_path, tiny_custom_voice):
-    server = RuntimeProcess(tmp_path, tiny_custom_voice, "--max-audio-seconds", "0.4", log_level="info")
+    server = RuntimeProcess(
+        tmp_path, tiny_custom_voice, "--max-audio-seconds", "0.4", log_level="info"
+    )
     try:
         server.wait_ready()
         url = f"ws://127.0.0.1:{server.port}/v1/audio/speech/stream?api_key={SECRETS[0]}"
@@ -24,12 +26,17 @@ def test_keys_in_urls_and_headers_are_masked_in_every_log_line(tmp_path, tiny_cu
             ws.send(json.dumps({"type": "end"}))
             while json.loads(ws.recv(timeout=30))["type"] != "session.done":
                 pass
-        httpx.get(server.base + f"/v1/models?token={SECRETS[2]}", headers={"Authorization": f"Bearer {SECRETS[1]}"})
+        httpx.get(
+            server.base + f"/v1/models?token={SECRETS[2]}",
+            headers={"Authorization": f"Bearer {SECRETS[1]}"},
+        )
         httpx.get(server.base + f"/no/such?access_token={SECRETS[2]}")
     finally:
         server.stop()
     log = server.log_text()
-    assert "WebSocket /v1/audio/speech/stream?api_key=[redacted]" in log  # uvicorn's line, still there
+    assert (
+        "WebSocket /v1/audio/speech/stream?api_key=[redacted]" in log
+    )  # uvicorn's line, still there
     for secret in SECRETS:
         assert secret not in log
 
@@ -41,6 +48,10 @@ def test_redaction_keeps_names_and_masks_values():
         "GET /x?api_key=[redacted]&lang=en&accessToken=[redacted];sig=[redacted]"
     )
     assert redact("Authorization: Bearer sk-1") == "Authorization: Bearer [redacted]"
-    assert redact('{"authorization": "Basic dXNlcjpwYXNz"}') == '{"authorization": "Basic [redacted]"}'
+    assert (
+        redact('{"authorization": "Basic dXNlcjpwYXNz"}') == '{"authorization": "Basic [redacted]"}'
+    )
     assert redact("x-api-key: sk-2") == "x-api-key: [redacted]"
-    assert redact("text longer than 1024 tokens; monkey=3") == "text longer than 1024 tokens; monkey=3"
+    assert (
+        redact("text longer than 1024 tokens; monkey=3") == "text longer than 1024 tokens; monkey=3"
+    )

@@ -21,8 +21,12 @@ BODY_S = 1.0
 
 @pytest.fixture(scope="module")
 def impatient_server(make_engine):
-    settings = ServerSettings(http_header_timeout_s=HEAD_S, http_body_timeout_s=BODY_S, http_keep_alive_s=1.0,
-                              max_audio_seconds=SHORT_AUDIO_S)
+    settings = ServerSettings(
+        http_header_timeout_s=HEAD_S,
+        http_body_timeout_s=BODY_S,
+        http_keep_alive_s=1.0,
+        max_audio_seconds=SHORT_AUDIO_S,
+    )
     with LiveServer(make_engine(), settings, ApiKeys((API_KEY,))) as live:
         yield live
 
@@ -51,7 +55,7 @@ def test_a_head_that_never_ends_gets_408_and_the_connection_closes(impatient_ser
 
 def test_a_silent_connection_is_closed_too(impatient_server):
     with connect(impatient_server) as sock:
-        status, body = answer_of(sock)
+        status, _ = answer_of(sock)
     assert status == 408
 
 
@@ -59,7 +63,7 @@ def test_a_body_that_never_comes_gets_408(impatient_server):
     with connect(impatient_server) as sock:
         sock.sendall(
             f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"model\": ".encode()
+            'Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{"model": '.encode()
         )
         status, body = answer_of(sock)
     assert status == 408
@@ -67,7 +71,9 @@ def test_a_body_that_never_comes_gets_408(impatient_server):
 
 
 def test_a_megabyte_of_headers_is_refused_with_431(server):
-    response = httpx.get(server.base_url + "/v1/models", headers={**auth(), "X-Big": "a" * 1024 * 1024})
+    response = httpx.get(
+        server.base_url + "/v1/models", headers={**auth(), "X-Big": "a" * 1024 * 1024}
+    )
     assert response.status_code == 431
     assert response.json()["error"]["code"] == "headers_too_large"
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bystander import Bystander
 from conftest import API_KEY, OTHER_KEY
+from hostile import Bystander, json_values
 from live_server import LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
@@ -28,28 +28,46 @@ MAX_BODY = 8 * 1024
 @pytest.fixture(scope="module")
 def fuzz_server(make_engine):
     # Bad keys are part of the input: a failed-auth lockout would refuse the bystander too.
-    settings = ServerSettings(max_audio_seconds=AUDIO_S, max_body_bytes=MAX_BODY, max_input_chars=400,
-                              auth_failure_burst=10_000)
-    with LiveServer(make_engine(max_batch=4, max_queue=8), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
+    settings = ServerSettings(
+        max_audio_seconds=AUDIO_S,
+        max_body_bytes=MAX_BODY,
+        max_input_chars=400,
+        auth_failure_burst=10_000,
+    )
+    with LiveServer(
+        make_engine(max_batch=4, max_queue=8), settings, ApiKeys((API_KEY, OTHER_KEY))
+    ) as live:
         yield live
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
+SPEECH_FIELDS = (
+    "model",
+    "input",
+    "voice",
+    "response_format",
+    "instructions",
+    "speed",
+    "stream_format",
+    "language",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "subtalker_temperature",
+    "subtalker_top_k",
+    "subtalker_top_p",
+    "seed",
 )
-SPEECH_FIELDS = ("model", "input", "voice", "response_format", "instructions", "speed", "stream_format", "language",
-                 "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_temperature", "subtalker_top_k",
-                 "subtalker_top_p", "seed")
 
 
 def speech_bodies(model: str):
     plausible = {
         "model": st.just(model) | json_values,
         "input": st.text(min_size=1, max_size=30) | json_values,
-        "voice": st.sampled_from(["Vivian", "ryan", "alloy", "voice_0123456789abcdef"]) | json_values,
-        "response_format": st.sampled_from(["wav", "pcm", "flac", "mp3", "opus", "aac"]) | json_values,
+        "voice": st.sampled_from(["Vivian", "ryan", "alloy", "voice_0123456789abcdef"])
+        | json_values,
+        "response_format": st.sampled_from(["wav", "pcm", "flac", "mp3", "opus", "aac"])
+        | json_values,
         "stream_format": st.sampled_from(["audio", "sse", "file", "video"]) | json_values,
         "speed": st.sampled_from([1, 1.0, "1", True, 0.25, 4.0]) | json_values,
     }
@@ -66,8 +84,18 @@ raw_bodies = st.one_of(
 )
 requests = st.tuples(
     st.sampled_from(["POST", "POST", "POST", "GET", "PUT", "DELETE", "PATCH"]),
-    st.sampled_from(["/v1/audio/speech", "/v1/audio/speech", "/v1/audio/voices", "/v1/models",
-                     "/v1/audio/voices/voice_0123456789abcdef", "/v1/nothing", "/health/ready", "/v1/audio/speech/"]),
+    st.sampled_from(
+        [
+            "/v1/audio/speech",
+            "/v1/audio/speech",
+            "/v1/audio/voices",
+            "/v1/models",
+            "/v1/audio/voices/voice_0123456789abcdef",
+            "/v1/nothing",
+            "/health/ready",
+            "/v1/audio/speech/",
+        ]
+    ),
     st.sampled_from(["application/json", "text/plain", "multipart/form-data; boundary=x", ""]),
     st.sampled_from([f"Bearer {API_KEY}"] * 4 + ["Bearer wrong", "Basic abc", "", "Bearer"]),
 )
@@ -76,14 +104,24 @@ requests = st.tuples(
 def test_no_hostile_request_gets_a_server_error_or_hurts_a_bystander(fuzz_server):
     model = fuzz_server.runtime.served_models[0]
     statuses = set()
-    with Bystander(fuzz_server, OTHER_KEY, expected_bytes=round(AUDIO_S * 12.5) * 1920 * 2) as bystander, \
-            httpx.Client(base_url=fuzz_server.base_url, timeout=60) as client:
+    with (
+        Bystander(
+            fuzz_server, OTHER_KEY, expected_bytes=round(AUDIO_S * 12.5) * 1920 * 2
+        ) as bystander,
+        httpx.Client(base_url=fuzz_server.base_url, timeout=60) as client,
+    ):
 
         @given(request=requests, body=st.one_of(speech_bodies(model), raw_bodies))
-        @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def hostile(request, body):
             method, path, content_type, authorization = request
-            headers = {k: v for k, v in (("Content-Type", content_type), ("Authorization", authorization)) if v}
+            headers = {
+                k: v
+                for k, v in (("Content-Type", content_type), ("Authorization", authorization))
+                if v
+            }
             response = client.request(method, path, content=body, headers=headers)
             statuses.add(response.status_code)
             assert response.status_code < 500, response.text[:300]

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from bystander import Bystander
 from conftest import API_KEY, OTHER_KEY, metric_value
+from hostile import Bystander, json_values
 from live_server import LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
@@ -29,17 +29,20 @@ SERVER_FAULT_CLOSES = {1006, 1011}
 
 @pytest.fixture(scope="module")
 def fuzz_server(make_engine):
-    settings = ServerSettings(max_audio_seconds=AUDIO_S, max_body_bytes=MAX_MESSAGE, max_input_chars=400,
-                              ws_idle_timeout_s=5, ws_text_stall_s=1, ws_max_sessions_per_key=4)
-    with LiveServer(make_engine(max_batch=4, max_queue=8), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
+    settings = ServerSettings(
+        max_audio_seconds=AUDIO_S,
+        max_body_bytes=MAX_MESSAGE,
+        max_input_chars=400,
+        ws_idle_timeout_s=5,
+        ws_text_stall_s=1,
+        ws_max_sessions_per_key=4,
+    )
+    with LiveServer(
+        make_engine(max_batch=4, max_queue=8), settings, ApiKeys((API_KEY, OTHER_KEY))
+    ) as live:
         yield live
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
 config_fields = {
     "voice": st.sampled_from(["Vivian", "Ryan", "nobody", ""]) | json_values,
     "language": st.sampled_from(["auto", "english"]) | json_values,
@@ -51,8 +54,12 @@ config_fields = {
 }
 messages = st.one_of(
     st.fixed_dictionaries({"type": st.just("session.config")}, optional=config_fields),
-    st.fixed_dictionaries({"type": st.just("text.delta"), "text": st.text(max_size=60) | json_values}),
-    st.fixed_dictionaries({"type": st.sampled_from(["flush", "end", "session.config", "text.delta", "bogus"])}),
+    st.fixed_dictionaries(
+        {"type": st.just("text.delta"), "text": st.text(max_size=60) | json_values}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["flush", "end", "session.config", "text.delta", "bogus"])}
+    ),
     st.dictionaries(st.text(max_size=10), json_values, max_size=4),
     json_values,
 )
@@ -61,7 +68,9 @@ frames = st.one_of(
     st.binary(max_size=64),
     st.text(max_size=64),  # not JSON, or JSON of the wrong shape
     st.integers(100, 3000).map(lambda depth: "[" * depth + "]" * depth),
-    st.integers(MAX_MESSAGE + 1, 2 * MAX_MESSAGE).map(lambda size: json.dumps({"type": "text.delta", "text": "a" * size})),
+    st.integers(MAX_MESSAGE + 1, 2 * MAX_MESSAGE).map(
+        lambda size: json.dumps({"type": "text.delta", "text": "a" * size})
+    ),
 )
 VALID_CONFIG = json.dumps({"type": "session.config", "voice": "Vivian"})
 
@@ -70,8 +79,12 @@ def run_session(server, opening: list, sequence: list) -> tuple[int | None, list
     """Send the frames, then `end`; read until the server closes. (close code, error events)"""
     url = server.ws_url + "/v1/audio/speech/stream"
     events = []
-    with connect(url, additional_headers={"Authorization": f"Bearer {API_KEY}"}, open_timeout=10,
-                 max_size=None) as ws:
+    with connect(
+        url,
+        additional_headers={"Authorization": f"Bearer {API_KEY}"},
+        open_timeout=10,
+        max_size=None,
+    ) as ws:
         try:
             for frame in [*opening, *sequence, json.dumps({"type": "end"})]:
                 ws.send(frame)
@@ -88,12 +101,18 @@ def run_session(server, opening: list, sequence: list) -> tuple[int | None, list
 
 def test_no_client_input_gets_an_abnormal_close_or_hurts_a_bystander(fuzz_server):
     seen_closes = set()
-    with Bystander(fuzz_server, OTHER_KEY, expected_bytes=round(AUDIO_S * 12.5) * 1920 * 2) as bystander:
+    with Bystander(
+        fuzz_server, OTHER_KEY, expected_bytes=round(AUDIO_S * 12.5) * 1920 * 2
+    ) as bystander:
 
         @given(configured=st.booleans(), sequence=st.lists(frames, min_size=1, max_size=6))
-        @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def session(configured, sequence):
-            close_code, error_events = run_session(fuzz_server, [VALID_CONFIG] if configured else [], sequence)
+            close_code, error_events = run_session(
+                fuzz_server, [VALID_CONFIG] if configured else [], sequence
+            )
             seen_closes.add(close_code)
             assert close_code not in SERVER_FAULT_CLOSES, (close_code, error_events)
             assert not [e for e in error_events if e["code"] in ("internal", "engine_error")]

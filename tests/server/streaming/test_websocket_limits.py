@@ -25,15 +25,22 @@ STALL_S = 0.5
 def guarded_server(make_engine):
     """One batch slot, short idle and stall timeouts, two sessions per key."""
     settings = ServerSettings(
-        max_audio_seconds=SHORT_AUDIO_S, ws_idle_timeout_s=IDLE_S, ws_text_stall_s=STALL_S, ws_max_sessions_per_key=2
+        max_audio_seconds=SHORT_AUDIO_S,
+        ws_idle_timeout_s=IDLE_S,
+        ws_text_stall_s=STALL_S,
+        ws_max_sessions_per_key=2,
     )
-    with LiveServer(make_engine(max_batch=1, max_queue=4), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
+    with LiveServer(
+        make_engine(max_batch=1, max_queue=4), settings, ApiKeys((API_KEY, OTHER_KEY))
+    ) as live:
         yield live
 
 
 def open_session(server, key=API_KEY):
     return connect(
-        server.ws_url + "/v1/audio/speech/stream", additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=10
+        server.ws_url + "/v1/audio/speech/stream",
+        additional_headers={"Authorization": f"Bearer {key}"},
+        open_timeout=10,
     )
 
 
@@ -83,11 +90,22 @@ def test_a_session_that_goes_quiet_mid_utterance_gives_its_slot_back(guarded_ser
     with open_session(guarded_server) as ws:
         assert configure(ws)["type"] == "session.ready"
         ws.send(json.dumps({"type": "text.delta", "text": "A sentence that never"}))  # and no flush
-        wait_for(lambda: guarded_server.engine.stats().active == 1, timeout=20, interval=0.05, what="a slot held")
+        wait_for(
+            lambda: guarded_server.engine.stats().active == 1,
+            timeout=20,
+            interval=0.05,
+            what="a slot held",
+        )
         speech = httpx.post(
-            guarded_server.base_url + "/v1/audio/speech", headers=auth(OTHER_KEY), timeout=30,
-            json={"model": guarded_server.runtime.served_models[0], "voice": "Ryan", "input": "Me too",
-                  "response_format": "pcm"},
+            guarded_server.base_url + "/v1/audio/speech",
+            headers=auth(OTHER_KEY),
+            timeout=30,
+            json={
+                "model": guarded_server.runtime.served_models[0],
+                "voice": "Ryan",
+                "input": "Me too",
+                "response_format": "pcm",
+            },
         )
         assert speech.status_code == 200 and len(speech.content) == SHORT_AUDIO_S * 24000 * 2
         messages = messages_until_closed(ws)
@@ -107,12 +125,21 @@ def test_one_key_holds_a_bounded_number_of_sessions(guarded_server):
         with open_session(guarded_server, OTHER_KEY) as other_key:
             assert configure(other_key)["type"] == "session.ready"
     # Closed sessions give their places back.
-    wait_for(lambda: not guarded_server.runtime.ws_sessions._open, timeout=20, interval=0.05, what="sessions released")
+    wait_for(
+        lambda: not guarded_server.runtime.ws_sessions._open,
+        timeout=20,
+        interval=0.05,
+        what="sessions released",
+    )
     with open_session(guarded_server) as again:
         assert configure(again)["type"] == "session.ready"
 
 
 def test_closed_sessions_are_counted_and_leave_nothing_running(guarded_server):
-    wait_for(lambda: metric_value(guarded_server.base_url, "ttsfleet_active_streams") == 0, timeout=20,
-             interval=0.05, what="no stream left")
+    wait_for(
+        lambda: metric_value(guarded_server.base_url, "ttsfleet_active_streams") == 0,
+        timeout=20,
+        interval=0.05,
+        what="no stream left",
+    )
     assert metric_value(guarded_server.base_url, "ttsfleet_errors_total", {"type": "internal"}) == 0

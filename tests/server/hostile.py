@@ -1,7 +1,9 @@
-"""A well-behaved client streaming speech in a loop beside a hostile one.
+"""Shared pieces of the hostile-input suites (tests/server/schema).
 
-The hostile-input suites run it while they fuzz: one client must never hurt
-another, so every one of its streams must finish whole.
+`json_values`: JSON of every type and shape, for fields and messages.
+`Bystander`: a well-behaved client streaming speech in a loop beside the
+fuzzer; one client must never hurt another, so its every stream must finish
+whole.
 """
 
 from __future__ import annotations
@@ -9,6 +11,13 @@ from __future__ import annotations
 import threading
 
 import httpx
+from hypothesis import strategies as st
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 class Bystander:
@@ -24,8 +33,12 @@ class Bystander:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        body = {"model": self.server.runtime.served_models[0], "voice": "Vivian", "input": "I am just passing by.",
-                "response_format": "pcm"}
+        body = {
+            "model": self.server.runtime.served_models[0],
+            "voice": "Vivian",
+            "input": "I am just passing by.",
+            "response_format": "pcm",
+        }
         headers = {"Authorization": f"Bearer {self.key}"}
         with httpx.Client(base_url=self.server.base_url, headers=headers, timeout=60) as client:
             while not self._stop.is_set():
