@@ -75,10 +75,13 @@ _STATUS_CODES = {
 
 def for_status(status: int, message: str | None = None) -> ApiError:
     """An ApiError for a bare HTTP status (Starlette's HTTPException, uvicorn's 400)."""
-    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    try:
+        message = message or HTTPStatus(status).phrase.lower()
+    except ValueError:  # a status Python does not name
+        message = message or "error"
     if status >= 500:
-        return ApiError(status, message or phrase.lower(), code="internal", type="server_error")
-    return ApiError(status, message or phrase.lower(), code=_STATUS_CODES.get(status, "invalid_request"))
+        return ApiError(status, message, code="internal", type="server_error")
+    return ApiError(status, message, code=_STATUS_CODES.get(status, "invalid_request"))
 
 
 def invalid_request(message: str, param: str | None = None) -> ApiError:

@@ -218,12 +218,15 @@ class _Session:
         """
         settings = self.runtime.settings
         while True:
+            now = time.monotonic()
             if current is not None:
-                deadline = self.active_at + settings.ws_text_stall_s
+                timeout = self.active_at + settings.ws_text_stall_s - now
+            elif self.speaking:
+                timeout = settings.ws_idle_timeout_s  # look again later (an utterance may wait in the queue)
             else:
-                deadline = self.active_at + settings.ws_idle_timeout_s
+                timeout = self.active_at + settings.ws_idle_timeout_s - now
             try:
-                return await asyncio.wait_for(self.ws.receive(), max(0.0, deadline - time.monotonic()))
+                return await asyncio.wait_for(self.ws.receive(), max(0.0, timeout))
             except TimeoutError:
                 if current is not None:
                     return None
