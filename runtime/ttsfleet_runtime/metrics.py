@@ -16,15 +16,20 @@ What each metric means, exactly:
   present only where an NVIDIA driver is (so clusters without DCGM still scale).
 - ttsfleet_build_info (gauge, 1): labels version, model, variant, size.
 - ttsfleet_requests_total (counter, labels route, code): every finished API
-  request by route template and HTTP status ("101" never appears: a WebSocket
-  utterance is counted with the status an HTTP request would have had).
-- ttsfleet_errors_total (counter, label type): every refusal or failure, by
-  the `code` of the error the client got. The server's fault: internal,
-  cuda_oom, engine_error (SERVER_FAULT_ERRORS). The client's or the load's:
-  invalid_request, invalid_api_key, model_not_found, not_found,
-  body_too_large, rate_limited, queue_full, draining, engine_stopped,
-  protocol_error (WebSocket), client_disconnect. The canary analysis and the
-  error-ratio alert count the server's-fault types only.
+  request by route template and its real outcome as an HTTP status ("101"
+  never appears: a WebSocket utterance is counted with the status an HTTP
+  request would have had). A response cut after its headers is not a 200:
+  499 when the client went away (as nginx counts it), else the status of the
+  failure that cut it (500, 503).
+- ttsfleet_errors_total (counter, label type): every refusal or failure, at
+  most one per request (WebSocket: per session), by the `code` of the error
+  the client got. Each type is in exactly one of three groups:
+  SERVER_FAULT_ERRORS (the server failed: internal, cuda_oom, engine_error),
+  CLIENT_FAULT_ERRORS (what the client sent or did: bad input, text the
+  engine finds too long, bad key, limits, a client that left) and
+  CAPACITY_ERRORS (load and lifecycle: queue_full, draining, engine_stopped).
+  The canary analysis and the error-ratio alert count the server's faults
+  only, so no client can push a canary into rollback.
 - ttsfleet_audio_seconds_total (counter): seconds of audio sent to clients.
 - ttsfleet_frames_total (counter): codec frames the engine generated (engine count).
 - ttsfleet_time_to_first_audio_seconds (histogram): request received -> first
@@ -55,7 +60,7 @@ BUILD_INFO = "ttsfleet_build_info"  # 1, labels: version, model, variant, size
 
 # Counters (exposed with the _total suffix)
 REQUESTS = "ttsfleet_requests_total"  # labels: route, code
-ERRORS = "ttsfleet_errors_total"  # labels: type (invalid_request, queue_full, cuda_oom, internal, client_disconnect, ...)
+ERRORS = "ttsfleet_errors_total"  # label: type (one of the three groups below)
 AUDIO_SECONDS = "ttsfleet_audio_seconds_total"  # audio produced
 FRAMES = "ttsfleet_frames_total"  # codec frames produced
 AUTH_KEYS_RELOAD_ERRORS = "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
@@ -67,6 +72,25 @@ REAL_TIME_FACTOR = "ttsfleet_real_time_factor"  # generation time / audio durati
 
 # Error types that mean the server failed (not the client, not load).
 SERVER_FAULT_ERRORS = ("internal", "cuda_oom", "engine_error")
+# Error types the client caused: what it sent, how it sent it, or leaving.
+CLIENT_FAULT_ERRORS = (
+    "invalid_request",  # a field, or text the engine finds too long to speak
+    "invalid_api_key",
+    "model_not_found",
+    "not_found",
+    "method_not_allowed",
+    "body_too_large",
+    "headers_too_large",
+    "request_timeout",  # head or body too slow to arrive
+    "rate_limited",  # the key's bucket, or an address's failed authentications
+    "too_many_sessions",  # WebSocket sessions per key
+    "voice_quota_exceeded",  # a tenant over its voice count or bytes
+    "protocol_error",  # WebSocket
+    "idle_timeout",  # WebSocket
+    "client_disconnect",
+)
+# Error types of load and lifecycle: retry later or elsewhere.
+CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped")
 
 # TTFA targets are tens to hundreds of ms; tails to seconds under overload.
 TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)

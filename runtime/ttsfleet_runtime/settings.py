@@ -156,6 +156,40 @@ class ServerSettings:
     ws_config_timeout_s: float = setting(
         10.0, "seconds a WebSocket session has to send its config message", minimum=0
     )
+    # A session waiting on its client (nothing left to say) this long is closed.
+    ws_idle_timeout_s: float = setting(
+        30.0, "seconds a WebSocket session may wait on its client before it is closed", minimum=0
+    )
+    # An unflushed utterance that gets no text this long is flushed, so the engine
+    # finishes what it has and frees the batch slot.
+    ws_text_stall_s: float = setting(
+        5.0, "seconds without text after which an open WebSocket utterance is flushed", minimum=0
+    )
+    ws_max_sessions_per_key: int = setting(
+        8, "open WebSocket sessions per API key, 0 = no limit", minimum=0
+    )
+    # Failed authentications per client address: a burst, then this rate.
+    auth_failure_rate_per_s: float = setting(
+        1.0,
+        "failed authentications per second per client address after the burst",
+        flag="--auth-failure-rate",
+        minimum=0,
+    )
+    auth_failure_burst: int = setting(
+        20, "failed authentications a client address may make at once", minimum=1
+    )
+    # HTTP: the request line and headers must arrive within this time and size, the
+    # body within its own time; idle keep-alive connections are closed.
+    http_header_timeout_s: float = setting(
+        10.0, "seconds for a request's line and headers to arrive", minimum=0
+    )
+    http_body_timeout_s: float = setting(60.0, "seconds for a request's body to arrive", minimum=0)
+    http_keep_alive_s: float = setting(
+        5.0, "seconds an idle keep-alive connection stays open", minimum=0
+    )
+    max_header_bytes: int = setting(
+        16 * 1024, "request line and headers; larger is refused with 431", minimum=1024
+    )
     log_level: str = setting("info", "debug, info, warning or error")
 
 

@@ -147,6 +147,15 @@ def test_flag_and_variable_names_are_the_published_ones():
         "--min-voice-seconds": "TTSFLEET_MIN_VOICE_SECONDS",
         "--max-voice-seconds": "TTSFLEET_MAX_VOICE_SECONDS",
         "--ws-config-timeout": "TTSFLEET_WS_CONFIG_TIMEOUT",
+        "--ws-idle-timeout": "TTSFLEET_WS_IDLE_TIMEOUT",
+        "--ws-text-stall": "TTSFLEET_WS_TEXT_STALL",
+        "--ws-max-sessions-per-key": "TTSFLEET_WS_MAX_SESSIONS_PER_KEY",
+        "--auth-failure-rate": "TTSFLEET_AUTH_FAILURE_RATE",
+        "--auth-failure-burst": "TTSFLEET_AUTH_FAILURE_BURST",
+        "--http-header-timeout": "TTSFLEET_HTTP_HEADER_TIMEOUT",
+        "--http-body-timeout": "TTSFLEET_HTTP_BODY_TIMEOUT",
+        "--http-keep-alive": "TTSFLEET_HTTP_KEEP_ALIVE",
+        "--max-header-bytes": "TTSFLEET_MAX_HEADER_BYTES",
         "--log-level": "TTSFLEET_LOG_LEVEL",
     }
 

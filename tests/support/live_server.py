@@ -1,5 +1,6 @@
-"""A real uvicorn server on 127.0.0.1 (a free port) in a background thread, the API
-keys the server tests' servers accept, and the client side: auth header, one metric."""
+"""A real uvicorn server on 127.0.0.1 (a free port) in a background thread, configured
+as `ttsfleet serve` configures it (limits, timeouts, protocol); the API keys the server
+tests' servers accept, and the client side: auth header, one metric."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import uvicorn
 
 from ttsfleet_runtime.server.app import create_app
 from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.server.serve import uvicorn_config
 from ttsfleet_runtime.server.settings import ServerSettings
 
 API_KEY = "test-key-alice"
@@ -31,7 +33,7 @@ class LiveServer:
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+        config = uvicorn_config(self.app, settings, timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -74,7 +74,7 @@ class _Stream:
                             if engine.fail_quietly:
                                 self._finish = "error"
                                 return
-                            raise CudaOutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
+                            raise engine.fail_with or CudaOutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
                         n = min(engine.frames_per_chunk, frames - done)
                         t = (np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME) / SAMPLE_RATE
                         pcm = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
@@ -114,6 +114,7 @@ class StandInEngine:
         frames_per_chunk: int = 2,
         fail_after_chunks: int | None = None,
         fail_quietly: bool = False,
+        fail_with: Exception | None = None,
         variant: str = "CustomVoice",
     ):
         self.info = api.ModelInfo(
@@ -137,6 +138,8 @@ class StandInEngine:
         # Quietly: end the stream with finish_reason "error" instead of raising
         # (what the real engine does when a batch step fails).
         self.fail_quietly = fail_quietly
+        # What a loud failure raises (default: CUDA out of memory).
+        self.fail_with = fail_with
         self._ready = False
         self._stopped = False
         self._stopping_now = False

@@ -13,14 +13,15 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics as metric_names
 from ..engine import api
 from . import audio_encoding, errors, playground_routes, service_routes, speech_routes, speech_socket, voice_routes
 from .auth import ApiKeys
 from .drain import Drain
-from .http_guard import HttpGuard
-from .rate_limit import TokenBucketLimiter
+from .http_guard import HttpGuard, record_error
+from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
 from .settings import ServerSettings
 from .synthesis import Synthesizer
 from .voice_store import VoiceStore
@@ -34,6 +35,9 @@ class Runtime:
     settings: ServerSettings
     api_keys: ApiKeys
     limiter: TokenBucketLimiter
+    # Failed authentications per client address (HTTP and WebSocket alike).
+    auth_failures: TokenBucketLimiter
+    ws_sessions: ConcurrencyLimiter
     metrics: metric_names.RuntimeMetrics
     drain: Drain
     voices: VoiceStore | None
@@ -51,6 +55,17 @@ class Runtime:
             await self.engine.stop(drain_timeout_s)
 
 
+def validation_error(exc: RequestValidationError) -> errors.ApiError:
+    """FastAPI's list of validation errors as one 400 naming the first field."""
+    first = exc.errors()[0]
+    location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    param = ".".join(location) or None
+    message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+    if first.get("type") == "json_invalid":
+        message = f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})"
+    return errors.invalid_request(message, param=param)
+
+
 def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, *, gpu=None) -> FastAPI:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -62,6 +77,8 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
         settings=settings,
         api_keys=api_keys,
         limiter=TokenBucketLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
+        auth_failures=TokenBucketLimiter(settings.auth_failure_rate_per_s, settings.auth_failure_burst),
+        ws_sessions=ConcurrencyLimiter(settings.ws_max_sessions_per_key),
         metrics=runtime_metrics,
         drain=drain,
         voices=voices,
@@ -102,24 +119,36 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
 
     @app.exception_handler(errors.ApiError)
     async def api_error(request: Request, exc: errors.ApiError):
-        runtime_metrics.errors.labels(type=exc.code).inc()
-        request.scope.setdefault("state", {})["error"] = exc.code
+        record_error(request.scope.setdefault("state", {}), runtime_metrics, exc.code)
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0]
-        location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
-        param = ".".join(location) or None
-        message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
-        if first.get("type") == "json_invalid":
-            message = f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})"
-        return await api_error(request, errors.invalid_request(message, param=param))
+        return await api_error(request, validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def framework_error(request: Request, exc: StarletteHTTPException):
+        # Unknown route (404), wrong method (405), a body FastAPI cannot parse
+        # (400: invalid UTF-8, JSON nested too deep): the same shape as ours.
+        message = exc.detail if isinstance(exc.detail, str) else None
+        if exc.status_code == 400 and message == "There was an error parsing the body":
+            message = "the request body is not valid JSON (undecodable, or nested too deeply)"
+        error = errors.for_status(exc.status_code, message)
+        response = await api_error(request, error)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         log.error("unhandled error", exc_info=exc, extra={"request_id": request.scope.get("state", {}).get("request_id")})
         return await api_error(request, errors.internal())
 
-    app.add_middleware(HttpGuard, settings=settings, api_keys=api_keys, limiter=runtime.limiter, metrics=runtime_metrics)
+    app.add_middleware(
+        HttpGuard,
+        settings=settings,
+        api_keys=api_keys,
+        limiter=runtime.limiter,
+        auth_failures=runtime.auth_failures,
+        metrics=runtime_metrics,
+    )
     return app

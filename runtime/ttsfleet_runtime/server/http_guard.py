@@ -5,14 +5,21 @@ client disconnects from streaming routes). In order:
 1. a request id: the client's `X-Request-Id` when it is sane, else a new one;
    echoed in the response and carried by every log line of the request;
 2. body size: `Content-Length` over the route's limit -> 413 before reading;
-   a chunked body is counted as it arrives and cut at the limit;
+   a chunked body is counted as it arrives and cut at the limit; a body that
+   has not fully arrived within the body timeout -> 408;
 3. `/v1/*` needs a bearer key (401) and spends a token of the caller's
-   bucket (429 + Retry-After);
+   bucket (429 + Retry-After); an address whose keys keep failing gets 429
+   for everything until its failed-auth bucket refills (keys are not
+   guessable one request at a time, however fast one asks);
 4. on the way out: `ttsfleet_requests_total{route,code}`, an access log line.
+   A response cut after its headers is counted with the status it would have
+   had (499 when the client left, the failure's status otherwise), not 200.
+   Each request counts at most one `ttsfleet_errors_total` (`record_error`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -43,6 +50,36 @@ def request_id_from(headers: dict[bytes, bytes]) -> str:
     return given if _SANE_REQUEST_ID.match(given) else new_request_id()
 
 
+def record_error(state: dict, metrics, code: str) -> None:
+    """Count the request's error once, whichever layer notices it first."""
+    if state.get("error") is None:
+        state["error"] = code
+        metrics.errors.labels(type=code).inc()
+
+
+def client_address(scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+def authenticate(api_keys: ApiKeys, failures: TokenBucketLimiter, address: str, check) -> str:
+    """`check()` (an ApiKeys method call) under the address's failed-auth bucket.
+
+    While the address has no failures left, nothing is checked: a 429 says
+    when to come back, whether or not the key would have been good.
+    """
+    if api_keys.disabled:
+        return check()
+    wait_s = failures.wait_s(address)
+    if wait_s > 0:
+        raise errors.rate_limited(wait_s, "too many requests with invalid API keys from this address")
+    try:
+        return check()
+    except errors.ApiError:
+        failures.take(address)
+        raise
+
+
 async def send_error(send, error: errors.ApiError, request_id: str) -> None:
     body = json.dumps(error.body()).encode()
     headers = [
@@ -56,11 +93,14 @@ async def send_error(send, error: errors.ApiError, request_id: str) -> None:
 
 
 class HttpGuard:
-    def __init__(self, app, *, settings, api_keys: ApiKeys, limiter: TokenBucketLimiter, metrics):
+    def __init__(
+        self, app, *, settings, api_keys: ApiKeys, limiter: TokenBucketLimiter, auth_failures: TokenBucketLimiter, metrics
+    ):
         self.app = app
         self.settings = settings
         self.api_keys = api_keys
         self.limiter = limiter
+        self.auth_failures = auth_failures
         self.metrics = metrics
 
     def _body_limit(self, method: str, path: str) -> int:
@@ -78,11 +118,10 @@ class HttpGuard:
         state["request_id"] = request_id
         state["received_at"] = started
         status = {"code": 0, "started": False, "cut": False}
-        error_code = None
 
         async def send_with_id(message):
             if status["cut"]:
-                return  # a 413 went out already; the app's answer has no reader
+                return  # a 413/408 went out already; the app's answer has no reader
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 status["started"] = True
@@ -90,25 +129,38 @@ class HttpGuard:
             await send(message)
 
         limit = self._body_limit(scope["method"], scope["path"])
-        received = 0
+        body_deadline = started + self.settings.http_body_timeout_s
+        body = {"received": 0, "complete": False}
+
+        async def refuse_body(error: errors.ApiError):
+            # Answer now and tell the app the client is gone (frameworks turn
+            # any exception raised in receive() into their own 400).
+            record_error(state, self.metrics, error.code)
+            await send_error(send, error, request_id)
+            status.update(code=error.status, started=True, cut=True)
+            return {"type": "http.disconnect"}
 
         async def counted_receive():
-            # A body without Content-Length is cut at the limit: answer 413
-            # now and tell the app the client is gone (frameworks turn any
-            # exception raised here into their own 400).
-            nonlocal received, error_code
             if status["cut"]:
                 return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit and not status["started"]:
-                    error = errors.body_too_large(limit)
-                    error_code = error.code
-                    self.metrics.errors.labels(type=error.code).inc()
-                    await send_error(send, error, request_id)
-                    status.update(code=error.status, started=True, cut=True)
+            if body["complete"]:
+                return await receive()  # only a disconnect can come now: wait as long as it takes
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.monotonic()))
+            except TimeoutError:
+                if status["started"]:
                     return {"type": "http.disconnect"}
+                return await refuse_body(
+                    errors.ApiError(
+                        408, f"the request body did not arrive within {self.settings.http_body_timeout_s:g} s",
+                        code="request_timeout",
+                    )
+                )
+            if message["type"] == "http.request":
+                body["received"] += len(message.get("body", b""))
+                body["complete"] = not message.get("more_body", False)
+                if body["received"] > limit and not status["started"]:
+                    return await refuse_body(errors.body_too_large(limit))
             return message
 
         try:
@@ -116,7 +168,11 @@ class HttpGuard:
             if length is not None and (not length.isdigit() or int(length) > limit):
                 raise _BodyTooLarge()
             if scope["path"].startswith("/v1/"):
-                caller = self.api_keys.authenticate(headers.get(b"authorization", b"").decode("latin-1") or None)
+                authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+                caller = authenticate(
+                    self.api_keys, self.auth_failures, client_address(scope),
+                    lambda: self.api_keys.authenticate(authorization),
+                )
                 state["caller"] = caller
                 wait_s = self.limiter.take(caller)
                 if wait_s > 0:
@@ -124,12 +180,23 @@ class HttpGuard:
             await self.app(scope, counted_receive, send_with_id)
         except (_BodyTooLarge, errors.ApiError) as exc:
             error = errors.body_too_large(limit) if isinstance(exc, _BodyTooLarge) else exc
-            error_code = error.code
-            self.metrics.errors.labels(type=error.code).inc()
+            record_error(state, self.metrics, error.code)
             if status["started"]:
-                raise
-            status["code"] = error.status
-            await send_error(send, error, request_id)
+                state.setdefault("final_status", error.status)
+            else:
+                status["code"] = error.status
+                await send_error(send, error, request_id)
+        except Exception as exc:
+            if not status["started"]:
+                raise  # the app's catch-all answers 500 and counts it
+            # Cut after the headers. The route counted and logged why (a failed
+            # generation, a client that left); anything else is ours. Returning
+            # without ending the body makes uvicorn drop the connection, which
+            # is how an HTTP/1.1 client learns the response is incomplete.
+            if state.get("error") is None:
+                log.error("response failed after it started", exc_info=exc, extra={"request_id": request_id})
+            record_error(state, self.metrics, "internal")
+            state.setdefault("final_status", 500)
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
@@ -145,7 +212,7 @@ class HttpGuard:
                     "route": template,
                     "status": code,
                     "caller": state.get("caller"),
-                    "error": error_code or state.get("error"),
+                    "error": state.get("error"),
                     "duration_ms": round((time.monotonic() - started) * 1000, 1),
                 },
             )

@@ -2,6 +2,11 @@
 
 Log collectors (Loki, Cloud Logging, ...) index these fields; `extra={...}` on
 a log call adds fields. uvicorn's own loggers go through the same formatter.
+
+Secrets never reach a line: whatever logged it (uvicorn's WebSocket line
+carries the URL, and browsers put their key in `?api_key=`), the formatter
+masks credential-like query parameters and Authorization values in the
+message, in every string field and in tracebacks.
 """
 
 from __future__ import annotations
@@ -9,7 +14,38 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
 import sys
+
+REDACTED = "[redacted]"
+# `?api_key=...`, `&token=...`, `access_token`, `x-api-key`, `password`, `sig`, ...
+_SECRET_PARAM = re.compile(
+    r"(?P<name>[?&;][\w.~-]*(?:key|token|secret|password|passwd|auth|signature|sig|credential)[\w.~-]*=)[^&;\s\"'#]*",
+    re.IGNORECASE,
+)
+# `Authorization: Bearer ...`, `Basic ...`, and the header named with any value.
+_SECRET_SCHEME = re.compile(r"(?P<name>\b(?:bearer|basic)\s+)[^\s\"',;]+", re.IGNORECASE)
+_SECRET_HEADER = re.compile(
+    r"(?P<name>\b(?:authorization|x-api-key|api[_-]key)[\"']?\s*[:=]\s*[\"']?)(?!bearer\b|basic\b)[^\s\"',;&]+",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """`text` with credentials masked (the names stay, so the line still says what was sent)."""
+    for pattern in (_SECRET_PARAM, _SECRET_SCHEME, _SECRET_HEADER):
+        text = pattern.sub(lambda m: m.group("name") + REDACTED, text)
+    return text
+
+
+def _redacted(value):
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    return value
 
 # Attributes every LogRecord has; anything else came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
@@ -21,14 +57,14 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and value is not None:
-                entry[key] = value
+                entry[key] = _redacted(value)
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, default=lambda v: redact(str(v)))
 
 
 def configure(level: str = "info") -> None:

@@ -62,6 +62,33 @@ def build_engine(settings: ServerSettings):
     )
 
 
+def uvicorn_config(app, settings: ServerSettings, **overrides):
+    """How uvicorn serves the app: limits and timeouts included (tests use it too)."""
+    import uvicorn
+
+    from .http_protocol import guarded_protocol
+
+    options = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,  # HttpGuard logs each request with its id
+        "lifespan": "on",
+        "timeout_graceful_shutdown": 5,
+        # h11 (not httptools) so a request head has a size limit; see http_protocol.py.
+        "http": guarded_protocol(settings.http_header_timeout_s),
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "timeout_keep_alive": settings.http_keep_alive_s,
+        "ws_ping_interval": 20,
+        # The session refuses a message over --max-body-bytes itself, with a close
+        # handshake (1009). uvicorn's own cap only stops frames far beyond it: it
+        # drops the connection while the client may still be writing (the client
+        # then sees a reset, 1006, instead of the close frame).
+        "ws_max_size": max(4 * settings.max_body_bytes, 1 << 20),
+    }
+    return uvicorn.Config(app, **{**options, **overrides})
+
+
 def uvicorn_server(app, settings: ServerSettings):
     import uvicorn
 
@@ -96,17 +123,7 @@ def uvicorn_server(app, settings: ServerSettings):
             )
             self.should_exit = True
 
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,  # HttpGuard logs each request with its id
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-        ws_ping_interval=20,
-        ws_max_size=settings.max_body_bytes,  # one WebSocket message, like one HTTP body
-    )
+    config = uvicorn_config(app, settings)
     return DrainingServer(config)
 
 

@@ -2,7 +2,9 @@
 
 Ranges live in the schema so clients (and schemathesis) see them; a value out
 of range is refused with 400 naming the field. Unknown fields are refused too:
-a misspelt knob silently ignored would be worse than an error.
+a misspelt knob silently ignored would be worse than an error. Types are
+strict: `"1"` or `true` is not a number, `1.0` is not an integer (an integer
+is still a number); a client's type bug is reported, not guessed at.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
-StreamFormat = Literal["audio", "sse"]
+StreamFormat = Literal["audio", "sse", "file"]
 
 
 class SamplingFields(BaseModel):
     """The model's sampling knobs, shared by the HTTP body and the WebSocket config."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_k: int | None = Field(default=None, ge=0, le=1000)
@@ -51,7 +53,8 @@ class SpeechRequest(SamplingFields):
     )
     stream_format: StreamFormat | None = Field(
         default=None,
-        description="Omit for a whole file. 'audio': the file's bytes as they are generated. "
-        "'sse': server-sent events speech.audio.delta (base64) and speech.audio.done.",
+        description="'audio' (the default, as OpenAI's): the file's bytes as they are generated. "
+        "'sse': server-sent events speech.audio.delta (base64) and speech.audio.done. "
+        "'file': one whole file with exact sizes (the default for flac, which cannot be streamed).",
     )
     language: str = Field(default="auto", min_length=1, max_length=32)

@@ -1,14 +1,18 @@
 """`POST /v1/audio/speech`: OpenAI's speech endpoint over the engine.
 
 Three shapes of response, chosen by `stream_format`:
-- omitted: one complete file (exact headers, Content-Length) once all audio is made;
-- "audio": the file's bytes as each chunk is generated (chunked HTTP);
+- "audio" (the default, as in OpenAI's API): the file's bytes as each chunk is
+  generated (chunked HTTP); a wav starts with a header of "unknown" sizes;
 - "sse": `data: {"type": "speech.audio.delta", "audio": <base64>}` events, then
-  `speech.audio.done`.
+  `speech.audio.done`;
+- "file": one complete file (exact headers, Content-Length) once all audio is
+  made. flac cannot be streamed, so it is always a file unless "sse"/"audio"
+  is asked for (400).
 Streamed responses start only when the first chunk exists, so a failure
 before any audio still gets a proper status code; `Server-Timing` then carries
 the queue wait and time to first audio. A client that goes away cancels the
-generation at once (its batch slot is freed) and is counted as status 499.
+generation at once (its batch slot is freed) and is counted as status 499; a
+generation that fails after the headers is counted with its failure's status.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from . import audio_encoding, errors
+from .http_guard import record_error
 from .speech_request import SpeechRequest
-from .synthesis import Utterance, error_type, generation_failure
+from .synthesis import Utterance, generation_failure
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -85,11 +90,22 @@ async def unless_disconnected(request: Request, work):
 def _client_gone(request: Request, utterance: Utterance) -> Response:
     utterance.cancel()
     utterance.finish(completed=False)
-    runtime = request.app.state.runtime
-    runtime.metrics.errors.labels(type="client_disconnect").inc()
-    request.scope["state"]["final_status"] = CLIENT_CLOSED
+    _count_client_gone(request)
     log.info("client disconnected, generation cancelled", extra={"request_id": request.state.request_id})
     return Response(status_code=CLIENT_CLOSED)
+
+
+def _count_client_gone(request: Request) -> None:
+    state = request.scope["state"]
+    record_error(state, request.app.state.runtime.metrics, "client_disconnect")
+    state["final_status"] = CLIENT_CLOSED
+
+
+def stream_format(body: SpeechRequest) -> str:
+    """What the client gets: streamed audio unless it asked otherwise or the format cannot stream."""
+    if body.stream_format is not None:
+        return body.stream_format
+    return "audio" if body.response_format in audio_encoding.STREAMABLE else "file"
 
 
 def _check_request(body: SpeechRequest, runtime) -> None:
@@ -104,10 +120,10 @@ def _check_request(body: SpeechRequest, runtime) -> None:
             f"response_format {body.response_format!r} is not available; use one of {', '.join(runtime.formats)}",
             param="response_format",
         )
-    if body.stream_format is not None and body.response_format not in audio_encoding.STREAMABLE:
+    if stream_format(body) != "file" and body.response_format not in audio_encoding.STREAMABLE:
         raise errors.invalid_request(
             f"{body.response_format} cannot be streamed; stream one of {', '.join(audio_encoding.STREAMABLE)} "
-            "or omit stream_format for a whole file",
+            "or ask for stream_format 'file'",
             param="response_format",
         )
 
@@ -134,8 +150,9 @@ async def create_speech(body: SpeechRequest, request: Request):
     utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
     headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}
     chunks = utterance.chunks()
+    shape = stream_format(body)
 
-    if body.stream_format is None:
+    if shape == "file":
         try:
             pcm = await unless_disconnected(request, _collect(chunks))
         except ClientGone:
@@ -158,7 +175,7 @@ async def create_speech(body: SpeechRequest, request: Request):
         raise _failed(exc, state) from None
     headers["Server-Timing"] = utterance.server_timing()
     encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
-    if body.stream_format == "audio":
+    if shape == "audio":
         body_iter = _audio_bytes(first, chunks, encoder, utterance, request)
         media_type = encoder.content_type
     else:
@@ -174,10 +191,11 @@ async def _collect(chunks) -> np.ndarray:
 
 
 def _failed(exc: BaseException, state: dict) -> errors.ApiError:
-    if isinstance(exc, errors.ApiError):
-        return exc
-    log.error("generation failed", exc_info=exc, extra={"request_id": state["request_id"], "type": error_type(exc)})
-    return generation_failure(exc)
+    """What the client is told; a failure that is not a plain refusal is logged once here."""
+    failure = generation_failure(exc)
+    if not isinstance(exc, errors.ApiError) and failure.status >= 500:
+        log.error("generation failed", exc_info=exc, extra={"request_id": state["request_id"], "type": failure.code})
+    return failure
 
 
 async def _encoded(first, chunks, encoder, utterance: Utterance, request: Request):
@@ -194,16 +212,15 @@ async def _encoded(first, chunks, encoder, utterance: Utterance, request: Reques
     except (asyncio.CancelledError, GeneratorExit):
         # Starlette cancels the body when the client disconnects.
         utterance.cancel()
-        request.app.state.runtime.metrics.errors.labels(type="client_disconnect").inc()
-        state["final_status"] = CLIENT_CLOSED
+        _count_client_gone(request)
         raise
     except Exception as exc:
-        # Headers are sent: all that is left is to end the response early.
+        # Headers are sent: all that is left is to end the response early,
+        # counted with the status the client would have got before them.
         utterance.cancel()
-        kind = error_type(exc)
-        request.app.state.runtime.metrics.errors.labels(type=kind).inc()
-        state["error"] = kind
-        log.error("generation failed mid-stream", exc_info=exc, extra={"request_id": state["request_id"], "type": kind})
+        failure = _failed(exc, state)
+        record_error(state, request.app.state.runtime.metrics, failure.code)
+        state["final_status"] = failure.status
         raise
     finally:
         utterance.finish(completed=completed)

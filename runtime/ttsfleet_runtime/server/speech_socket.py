@@ -19,11 +19,27 @@ Protocol (JSON text frames unless said otherwise):
            immediately followed by one binary frame: n samples of s16le mono PCM
   server:  {"type": "utterance.done", "utterance": k, "audio_seconds", "ttfa_ms", "total_ms"}
   server:  {"type": "session.done", "utterances": count}, then close 1000
-  errors:  {"type": "error", "code", "message", "retry_after_s"?}, then close:
-           1008 invalid_api_key / invalid_request / protocol_error / rate_limited,
-           1013 (try again later) queue_full / draining / engine_stopped / cuda_oom,
+  errors:  {"type": "error", "code", "message", "retry_after_s"?}, then close
+           (the close reason repeats the message):
+           1003 protocol_error for a binary frame (this protocol is JSON text),
+           1009 protocol_error for a message over `--max-body-bytes`,
+           1008 invalid_api_key / invalid_request / protocol_error / rate_limited /
+                idle_timeout,
+           1013 (try again later) too_many_sessions / queue_full / draining /
+                engine_stopped / cuda_oom,
            1011 internal.
 Utterances are spoken one after another, in order.
+
+A session must not hold the pod for nothing (limits in ServerSettings):
+- waiting on its client (nothing being spoken, no message) for
+  `ws_idle_timeout_s` closes it with `idle_timeout`;
+- an utterance left open (text.delta, no flush) that gets no text for
+  `ws_text_stall_s` is flushed: the engine says what it has and frees the
+  batch slot; later deltas start the next utterance;
+- one key holds at most `ws_max_sessions_per_key` sessions at once;
+- opening a session spends a token of the key's rate-limit bucket (it pays
+  for the first utterance; each further utterance spends one);
+- failed authentications count against the client address, as over HTTP.
 """
 
 from __future__ import annotations
@@ -31,13 +47,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import reprlib
 import time
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import Field, ValidationError
 
 from . import audio_encoding, errors
-from .http_guard import request_id_from
+from .auth import ANONYMOUS
+from .http_guard import authenticate, client_address, request_id_from
 from .speech_request import SamplingFields
 from .synthesis import error_type, generation_failure
 
@@ -45,7 +63,14 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 ROUTE = "/v1/audio/speech/stream"
-_RETRY_LATER = {"queue_full", "draining", "engine_stopped", "cuda_oom"}
+_RETRY_LATER = {"too_many_sessions", "queue_full", "draining", "engine_stopped", "cuda_oom"}
+_UNSUPPORTED_DATA = 1003
+_MESSAGE_TOO_BIG = 1009
+# A close frame's reason is at most 123 bytes of UTF-8.
+_MAX_CLOSE_REASON = 123
+_brief = reprlib.Repr()
+_brief.maxstring = _brief.maxother = 40
+_short = _brief.repr  # a client's value in a message: never all of a 60 kB string
 
 
 class SessionConfig(SamplingFields):
@@ -56,12 +81,51 @@ class SessionConfig(SamplingFields):
     language: str = Field(default="auto", min_length=1, max_length=32)
 
 
-def _close_code(code: str) -> int:
-    if code in _RETRY_LATER:
+def protocol_error(message: str, close_code: int = 1008) -> errors.ApiError:
+    error = errors.ApiError(400, message, code="protocol_error")
+    error.ws_close_code = close_code
+    return error
+
+
+def _close_code(error: errors.ApiError) -> int:
+    if getattr(error, "ws_close_code", None):
+        return error.ws_close_code
+    if error.code in _RETRY_LATER:
         return 1013
-    if code in ("internal", "engine_error"):
+    if error.code in ("internal", "engine_error"):
         return 1011
     return 1008
+
+
+def _close_reason(message: str) -> str:
+    return message.encode()[:_MAX_CLOSE_REASON].decode(errors="ignore")
+
+
+def _text_of(message: dict, max_bytes: int) -> str:
+    """The text of one received frame; a binary frame, one over `max_bytes` (the
+    body limit) or a disconnect raises."""
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    if message.get("text") is None:
+        raise protocol_error("binary frames are not part of this protocol: send JSON text messages", _UNSUPPORTED_DATA)
+    text = message["text"]
+    if len(text) > max_bytes or len(text.encode()) > max_bytes:
+        raise protocol_error(f"a message may have at most {max_bytes} bytes", _MESSAGE_TOO_BIG)
+    return text
+
+
+async def _send(ws: WebSocket, message: dict | bytes) -> None:
+    """Send one frame; a socket the transport already closed (the client left, or
+    broke the protocol) reads as the client leaving, not as a server fault."""
+    try:
+        if isinstance(message, bytes):
+            await ws.send_bytes(message)
+        else:
+            await ws.send_json(message)
+    except RuntimeError as exc:  # starlette/uvicorn: send after the close
+        if "websocket" not in str(exc).lower():
+            raise
+        raise WebSocketDisconnect(1006) from None
 
 
 class _Session:
@@ -69,11 +133,16 @@ class _Session:
         self.ws = ws
         self.runtime = runtime
         self.request_id = request_id
-        self.caller = "anonymous"
+        self.caller = ANONYMOUS
+        self.session_key: str | None = None  # set while this session counts against its key's cap
         self.config: SessionConfig | None = None
         self.utterances: asyncio.Queue = asyncio.Queue()
         self.chars = 0
         self.count = 0
+        # Idle accounting: when either side last did something, and how many
+        # flushed utterances are still being spoken (the client waits on us then).
+        self.active_at = time.monotonic()
+        self.speaking = 0
 
     async def send_error(self, error: errors.ApiError) -> None:
         self.runtime.metrics.errors.labels(type=error.code).inc()
@@ -82,38 +151,68 @@ class _Session:
             message["retry_after_s"] = error.retry_after_s
         try:
             await self.ws.send_json(message)
-            await self.ws.close(_close_code(error.code))
+            await self.ws.close(_close_code(error), reason=_close_reason(error.message))
         except Exception:  # the client may be gone already
             pass
 
     def count_request(self, status: int) -> None:
         self.runtime.metrics.requests.labels(route=ROUTE, code=str(status)).inc()
 
-    async def open(self) -> None:
-        """Authenticate, read the config, say ready; raise ApiError to refuse."""
-        ws, runtime = self.ws, self.runtime
+    def _authenticate(self) -> str:
+        ws, keys = self.ws, self.runtime.api_keys
         header = ws.headers.get("authorization")
-        if header or runtime.api_keys.disabled:
-            self.caller = runtime.api_keys.authenticate(header)
+        if header or keys.disabled:
+            check = lambda: keys.authenticate(header)
         else:
-            self.caller = runtime.api_keys.authenticate_key(ws.query_params.get("api_key", ""))
+            check = lambda: keys.authenticate_key(ws.query_params.get("api_key", ""))
+        return authenticate(keys, self.runtime.auth_failures, client_address(ws.scope), check)
+
+    def _claim_session(self) -> None:
+        runtime = self.runtime
+        # Without keys everyone is anonymous: cap per client address instead.
+        key = self.caller if self.caller != ANONYMOUS else f"{ANONYMOUS}@{client_address(self.ws.scope)}"
+        if not runtime.ws_sessions.acquire(key):
+            limit = runtime.settings.ws_max_sessions_per_key
+            raise errors.ApiError(
+                429, f"this API key already has {limit} open sessions; close one first",
+                code="too_many_sessions", type="rate_limit_error", retry_after_s=1.0,
+            )
+        self.session_key = key
+
+    def release(self) -> None:
+        if self.session_key is not None:
+            self.runtime.ws_sessions.release(self.session_key)
+            self.session_key = None
+
+    async def open(self) -> None:
+        """Authenticate, admit, read the config, say ready; raise ApiError to refuse."""
+        ws, runtime = self.ws, self.runtime
+        self.caller = self._authenticate()
+        self._claim_session()
+        wait_s = runtime.limiter.take(self.caller)
+        if wait_s > 0:
+            raise errors.rate_limited(wait_s)
         try:
-            raw = await asyncio.wait_for(ws.receive_text(), runtime.settings.ws_config_timeout_s)
-        except asyncio.TimeoutError:
+            raw = _text_of(
+                await asyncio.wait_for(ws.receive(), runtime.settings.ws_config_timeout_s),
+                runtime.settings.max_body_bytes,
+            )
+        except TimeoutError:
             raise errors.ApiError(400, "no session.config message in time", code="protocol_error") from None
         try:
             self.config = SessionConfig.model_validate_json(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "message"
+            where = ".".join(str(p) for p in first["loc"])[:64] or "message"
             raise errors.invalid_request(f"session.config: {where}: {first['msg']}", param=where) from None
         if self.config.model is not None and self.config.model not in runtime.served_models:
-            raise errors.ApiError(404, f"model {self.config.model!r} is not served here", code="model_not_found")
+            raise errors.ApiError(404, f"model {_short(self.config.model)} is not served here", code="model_not_found")
         if runtime.drain.draining:
             raise errors.unavailable("this server is shutting down; retry on another", code="draining")
         # Validate voice and sampling once, before any text arrives.
         self._build_request(text="")
-        await ws.send_json(
+        await _send(
+            ws,
             {
                 "type": "session.ready",
                 "request_id": self.request_id,
@@ -121,6 +220,7 @@ class _Session:
                 "audio_format": "pcm_s16le",
             }
         )
+        self.active_at = time.monotonic()
 
     def _build_request(self, text):
         c = self.config
@@ -134,25 +234,58 @@ class _Session:
             caller=self.caller,
         )
 
+    async def _next_message(self, current) -> dict | None:
+        """The next client message; None when the open utterance's text stalled.
+
+        Raises idle_timeout once the session has waited on its client (nothing
+        being spoken) for the idle timeout.
+        """
+        settings = self.runtime.settings
+        while True:
+            now = time.monotonic()
+            if current is not None:
+                timeout = self.active_at + settings.ws_text_stall_s - now
+            elif self.speaking:
+                timeout = settings.ws_idle_timeout_s  # look again later (an utterance may wait in the queue)
+            else:
+                timeout = self.active_at + settings.ws_idle_timeout_s - now
+            try:
+                return await asyncio.wait_for(self.ws.receive(), max(0.0, timeout))
+            except TimeoutError:
+                if current is not None:
+                    return None
+                if self.speaking or time.monotonic() < self.active_at + settings.ws_idle_timeout_s:
+                    continue  # audio is still going out (or just did): the client is not idle
+                raise errors.ApiError(
+                    408, f"no message for {settings.ws_idle_timeout_s:g} s and nothing left to say; closing",
+                    code="idle_timeout",
+                ) from None
+
+    def _flush(self, current: asyncio.Queue) -> None:
+        current.put_nowait(None)
+        self.speaking += 1
+
     async def read(self) -> None:
         """Client messages -> per-utterance text queues, until `end`."""
         current: asyncio.Queue | None = None
         max_chars = self.runtime.settings.max_input_chars
         while True:
-            message = await self.ws.receive()
-            if message["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(message.get("code", 1000))
-            if message.get("text") is None:
-                raise errors.ApiError(400, "binary frames are not part of this protocol", code="protocol_error")
+            message = await self._next_message(current)
+            if message is None:  # the open utterance got no text for a while: say what it has
+                self._flush(current)
+                current = None
+                continue
+            text = _text_of(message, self.runtime.settings.max_body_bytes)
+            self.active_at = time.monotonic()
             try:
-                event = json.loads(message["text"])
+                event = json.loads(text)
                 kind = event["type"]
-            except (ValueError, KeyError, TypeError):
-                raise errors.ApiError(400, "each message must be a JSON object with a 'type'", code="protocol_error") from None
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+                raise protocol_error("each message must be a JSON object with a 'type'") from None
             if kind == "text.delta":
                 text = event.get("text")
                 if not isinstance(text, str):
-                    raise errors.ApiError(400, "text.delta needs a string 'text'", code="protocol_error")
+                    raise protocol_error("text.delta needs a string 'text'")
                 self.chars += len(text)
                 if self.chars > max_chars:
                     raise errors.invalid_request(f"more than {max_chars} characters of text in one session", param="text")
@@ -162,18 +295,19 @@ class _Session:
                 current.put_nowait(text)
             elif kind in ("flush", "end"):
                 if current is not None:
-                    current.put_nowait(None)
+                    self._flush(current)
                     current = None
                 if kind == "end":
                     await self.utterances.put(None)
                     return
             else:
-                raise errors.ApiError(400, f"unknown message type {kind!r}", code="protocol_error")
+                raise protocol_error(f"unknown message type {_short(kind)}")
 
     async def speak(self) -> None:
         """Utterances in order -> engine -> audio frames to the client."""
         while (texts := await self.utterances.get()) is not None:
-            wait_s = self.runtime.limiter.take(self.caller)
+            # Opening the session paid for its first utterance.
+            wait_s = self.runtime.limiter.take(self.caller) if self.count > 0 else 0.0
             if wait_s > 0:
                 raise errors.rate_limited(wait_s)
 
@@ -188,7 +322,8 @@ class _Session:
                 index = 0
                 async for chunk in utterance.chunks():
                     pcm = audio_encoding.to_s16le(chunk.pcm)
-                    await self.ws.send_json(
+                    await _send(
+                        self.ws,
                         {
                             "type": "audio",
                             "utterance": self.count,
@@ -197,7 +332,8 @@ class _Session:
                             "t_ms": round((time.monotonic() - submitted) * 1000, 1),
                         }
                     )
-                    await self.ws.send_bytes(pcm)
+                    await _send(self.ws, pcm)
+                    self.active_at = time.monotonic()
                     index += 1
                 completed = True
             except (WebSocketDisconnect, asyncio.CancelledError):
@@ -208,14 +344,15 @@ class _Session:
                 raise
             except Exception as exc:
                 utterance.cancel()
-                if isinstance(exc, RuntimeError) and "websocket" in str(exc).lower():
-                    raise WebSocketDisconnect(1006) from None  # send after the client left
-                log.error("generation failed", exc_info=exc, extra={"request_id": self.request_id, "type": error_type(exc)})
-                raise generation_failure(exc) from None
+                failure = generation_failure(exc)
+                if failure.status >= 500:
+                    log.error("generation failed", exc_info=exc, extra={"request_id": self.request_id, "type": error_type(exc)})
+                raise failure from None
             finally:
                 utterance.finish(completed=completed)
             self.count_request(200)
-            await self.ws.send_json(
+            await _send(
+                self.ws,
                 {
                     "type": "utterance.done",
                     "utterance": self.count,
@@ -225,6 +362,8 @@ class _Session:
                 }
             )
             self.count += 1
+            self.speaking -= 1
+            self.active_at = time.monotonic()
 
 
 @router.websocket(ROUTE)
@@ -246,7 +385,7 @@ async def speech_stream(ws: WebSocket):
         if not speaker.done():
             await speaker
             speaker.result()
-        await ws.send_json({"type": "session.done", "utterances": session.count})
+        await _send(ws, {"type": "session.done", "utterances": session.count})
         await ws.close(1000)
     except WebSocketDisconnect:
         runtime.metrics.errors.labels(type="client_disconnect").inc()
@@ -255,7 +394,12 @@ async def speech_stream(ws: WebSocket):
     except errors.ApiError as error:
         session.count_request(error.status)
         await session.send_error(error)
+    except Exception as exc:
+        log.error("websocket session failed", exc_info=exc, extra={"request_id": session.request_id})
+        session.count_request(500)
+        await session.send_error(errors.internal())
     finally:
+        session.release()
         for task in tasks:
             if not task.done():
                 task.cancel()

@@ -22,9 +22,16 @@ log = logging.getLogger(__name__)
 
 
 def error_type(exc: BaseException) -> str:
-    """Name the engine failure for `ttsfleet_errors_total{type}`, torch-free."""
+    """Name the engine failure for `ttsfleet_errors_total{type}`, torch-free.
+
+    A request the engine finds it cannot serve only once it runs (its text
+    turns out too long) is the client's `invalid_request`, not a server fault:
+    the canary and the alerts must not read it as the candidate failing.
+    """
     if "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower():
         return "cuda_oom"
+    if isinstance(exc, api.InvalidRequest):
+        return "invalid_request"
     if isinstance(exc, api.EngineStopped):
         return "engine_stopped"
     if isinstance(exc, api.InvalidRequest):
@@ -49,6 +56,10 @@ def engine_refusal(exc: api.EngineError) -> errors.ApiError:
 
 def generation_failure(exc: BaseException) -> errors.ApiError:
     """A failure while generating, before any audio reached the client."""
+    if isinstance(exc, errors.ApiError):
+        return exc
+    if isinstance(exc, api.InvalidRequest):
+        return engine_refusal(exc)
     kind = error_type(exc)
     if kind == "cuda_oom":
         # Load-dependent: another pod (or this one, later) can serve it.

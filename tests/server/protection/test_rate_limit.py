@@ -1,9 +1,14 @@
-"""Per-key token buckets: a burst passes, then 429 with Retry-After, per key."""
+"""Per-key token buckets: a burst passes, then 429 with Retry-After, per key;
+WebSocket session setup spends tokens too; bad keys are limited per address."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, auth
 from support.live_server import LiveServer
@@ -54,3 +59,47 @@ def test_bucket_refills_at_its_rate():
 def test_rate_zero_means_no_limit():
     limiter = TokenBucketLimiter(rate_per_s=0, burst=1)
     assert all(limiter.take("a") == 0.0 for _ in range(100))
+
+
+WS_KEY = "test-key-carol"
+
+
+@pytest.fixture(scope="module")
+def strict_server(make_engine):
+    """0.5 sessions/s after a burst of 2 per key; 5 failed authentications per address."""
+    settings = ServerSettings(rate_limit_per_s=0.5, rate_limit_burst=2, auth_failure_burst=5, auth_failure_rate_per_s=0.2,
+                              max_audio_seconds=SHORT_AUDIO_S)
+    with LiveServer(make_engine(), settings, ApiKeys((WS_KEY,))) as live:
+        yield live
+
+
+def session_setup(server, key: str) -> dict:
+    """Open a WebSocket session; the server's first answer (ready or error)."""
+    url = server.ws_url + "/v1/audio/speech/stream"
+    with connect(url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=10) as ws:
+        try:
+            ws.send(json.dumps({"type": "session.config"}))
+        except ConnectionClosed:
+            pass  # refused before the config was read: the answer is waiting all the same
+        return json.loads(ws.recv(timeout=10))
+
+
+def test_websocket_session_setup_spends_the_keys_tokens(strict_server):
+    answers = [session_setup(strict_server, WS_KEY) for _ in range(3)]
+    assert [a["type"] for a in answers] == ["session.ready", "session.ready", "error"]
+    assert answers[2]["code"] == "rate_limited" and answers[2]["retry_after_s"] > 0
+
+
+def test_failed_authentication_is_limited_per_address(strict_server):
+    """After a burst of bad keys the address gets 429 + Retry-After, whatever key it sends next."""
+    url = strict_server.base_url + "/v1/models"
+    statuses = [httpx.get(url, headers=auth(f"guess-{i}")).status_code for i in range(8)]
+    assert statuses == [401] * 5 + [429] * 3
+    refused = httpx.get(url, headers=auth(WS_KEY))
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert "invalid API keys from this address" in refused.json()["error"]["message"]
+    # The WebSocket door is the same door.
+    assert session_setup(strict_server, "guess-ws")["code"] == "rate_limited"
+    # Health and metrics need no key and stay open.
+    assert httpx.get(strict_server.base_url + "/health/live").status_code == 200

@@ -80,3 +80,82 @@ def test_sdk_raises_its_bad_request_error(openai_client, model_id):
     with pytest.raises(openai.BadRequestError) as caught:
         openai_client.audio.speech.create(model=model_id, voice="Vivian", input="Hi", speed=2.0)
     assert "speed" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("speed", "1"),
+        ("speed", True),
+        ("temperature", "0.5"),
+        ("temperature", False),
+        ("top_k", 1.5),
+        ("top_k", True),
+        ("seed", "7"),
+        ("input", 5),
+        ("input", ["Hello"]),
+        ("voice", 1),
+        ("model", None),
+        ("response_format", 1),
+        ("language", {"code": "en"}),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_not_coerced(server, model_id, field, value):
+    response = speech(server, good(model_id, **{field: value}))
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == field
+
+
+def test_an_integer_is_still_a_number(server, model_id):
+    assert speech(server, good(model_id, speed=1, temperature=1)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"model": "m", "input": "\xff\xfe"}',  # not UTF-8
+        b"[" * 5000 + b"]" * 5000,  # deeper than any JSON parser recurses
+        b'{"a":' * 2000 + b"1" + b"}" * 2000,
+    ],
+)
+def test_an_unparsable_body_gets_400_in_the_openai_shape(server, content):
+    response = httpx.post(
+        server.base_url + "/v1/audio/speech", content=content, headers={**auth(), "Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert set(response.json()) == {"error"}
+    assert response.json()["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/no-such-thing", 404, "not_found"),
+        ("GET", "/v1/audio/speech", 405, "method_not_allowed"),
+        ("PUT", "/v1/models", 405, "method_not_allowed"),
+        ("GET", "/nowhere", 404, "not_found"),
+    ],
+)
+def test_framework_refusals_have_the_openai_shape_too(server, method, path, status, code):
+    response = httpx.request(method, server.base_url + path, headers=auth())
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert "detail" not in response.json()
+
+
+def test_error_messages_never_show_object_reprs():
+    from ttsfleet_runtime.server import errors
+
+    error = errors.invalid_request("Error opening <_io.BytesIO object at 0x7f3a2c1b9e50>: Format not recognised.")
+    assert "0x" not in error.message and "BytesIO" not in error.message
+    assert error.message == "Error opening the data: Format not recognised."
+
+
+def test_an_undecodable_upload_is_refused_without_internals(server):
+    response = httpx.post(
+        server.base_url + "/v1/audio/voices", headers=auth(),
+        files={"audio": ("a.wav", b"RIFF not really audio" * 50, "audio/wav")},
+        data={"transcript": "hi", "consent": "true", "consent_statement": "I agree", "name": "x"},
+    )
+    assert response.status_code == 400
+    assert " at 0x" not in response.json()["error"]["message"]

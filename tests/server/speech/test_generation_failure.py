@@ -25,10 +25,10 @@ def body(server, **fields):
     return {"model": server.runtime.served_models[0], "voice": "Vivian", "input": "Hi", "response_format": "pcm", **fields}
 
 
-@pytest.mark.parametrize("stream_format", [None, "audio"])
+@pytest.mark.parametrize("stream_format", ["file", "audio"])
 def test_oom_before_any_audio_is_503_with_retry_after(stream_format):
     with oom_server(fail_after_chunks=0) as server:
-        fields = {"stream_format": stream_format} if stream_format else {}
+        fields = {"stream_format": stream_format}
         response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server, **fields), headers=auth())
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "cuda_oom"
@@ -60,7 +60,7 @@ def test_oom_mid_sse_stream_ends_with_an_error_event():
 
 def test_a_stream_the_engine_ends_with_error_is_not_passed_off_as_complete():
     with oom_server(fail_after_chunks=2, quietly=True) as server:
-        response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server), headers=auth())
+        response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server, stream_format="file"), headers=auth())
         assert response.status_code == 500
         assert response.json()["error"]["code"] == "engine_error"
         with pytest.raises(httpx.RemoteProtocolError):

@@ -123,3 +123,18 @@ def test_leaving_mid_utterance_frees_the_slot(server):
     while metric_value(server.base_url, "ttsfleet_active_streams") != 0:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_a_message_over_the_body_limit_is_refused_with_a_close_handshake(server):
+    # 20 KiB against the server's 16 KiB --max-body-bytes. uvicorn's own frame cap used
+    # to be that limit: it dropped the connection mid-write (the client saw 1006, and
+    # the session's next send raised inside the app).
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "Vivian"}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.ready"
+        ws.send(json.dumps({"type": "text.delta", "text": "a" * 20 * 1024}))
+        messages = receive_until_closed(ws)
+        assert ws.close_code == 1009
+    assert [m["code"] for m in messages if isinstance(m, dict) and m["type"] == "error"] == [
+        "protocol_error"
+    ]
