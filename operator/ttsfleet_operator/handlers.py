@@ -68,7 +68,7 @@ def register(
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
         memo.cluster = await KubeCluster.connect(kubeconfig)
-        reconciler = Reconciler(memo.cluster, analyse=analyse, canary_state=metrics.set_canary_state)
+        reconciler = Reconciler(memo.cluster, analyse=analyse)
         memo.resync = Resync(metrics.instrument(reconciler.reconcile), resync_seconds)
         memo.child_watch = ChildWatch()
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")

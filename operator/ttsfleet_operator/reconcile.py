@@ -21,23 +21,12 @@ from ttsfleet_operator.canary.tracks import candidate_revision
 from ttsfleet_operator.cluster import ApiError, Cluster
 from ttsfleet_operator.render import httproute, render_fleet
 from ttsfleet_operator.render.fleet import Tracks
+from ttsfleet_operator.replicas import on_demand_floor
 from ttsfleet_operator.status import Problem, compute_status
 from ttsfleet_operator.tts_service import AnalysisResult, CanaryStatus, TTSService
 
 # Runs one canary analysis for a service (canary/analysis.py over Prometheus in production).
 Analyse = Callable[[TTSService], Awaitable[AnalysisResult]]
-# Told the canary state of a service each pass (OperatorMetrics.set_canary_state).
-CanaryStateSink = Callable[[str, str, str], None]
-
-# Canary phase -> the operator metric's state label (metrics.CANARY_STATES).
-METRIC_STATES = {
-    state_machine.IDLE: "none",
-    state_machine.PROGRESSING: "progressing",
-    state_machine.PROMOTING: "progressing",
-    state_machine.PAUSED: "paused",
-    state_machine.PROMOTED: "promoted",
-    state_machine.ROLLED_BACK: "rolled_back",
-}
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +46,11 @@ ROUTE_KIND = (httproute.API_VERSION, httproute.KIND)
 
 @dataclasses.dataclass
 class Outcome:
-    """What a pass did; `problem` set means the caller should retry later."""
+    """What a pass did and what it rendered; `problem` set means the caller should retry later.
+
+    The operator's metrics read the fleet from here (metrics.py): what this pass
+    rendered from the canary state it stepped to, never a second rendering of the body.
+    """
 
     created: list[str] = dataclasses.field(default_factory=list)
     updated: list[str] = dataclasses.field(default_factory=list)
@@ -69,6 +62,14 @@ class Outcome:
     permanent: bool = False
     # Kind of the child whose apply or delete failed (the operator's error metric).
     failed_kind: str | None = None
+    # Every child this pass rendered, in apply order: what the operator keeps in place
+    # (also when one apply failed). None when the spec was invalid and nothing was rendered.
+    rendered: list[dict] | None = None
+    # Ready on-demand pods the service should never go below (replicas.on_demand_floor).
+    on_demand_floor: int | None = None
+    # The canary phase after this pass (state_machine); None for a service that has no
+    # canary and never had one.
+    canary_phase: str | None = None
 
 
 def owner_reference(owner: dict) -> dict:
@@ -139,12 +140,10 @@ class Reconciler:
         cluster: Cluster,
         now: Callable[[], str] = utc_now,
         analyse: Analyse = _no_analysis,
-        canary_state: CanaryStateSink | None = None,
     ):
         self.cluster = cluster
         self.now = now
         self.analyse = analyse
-        self.canary_state = canary_state
 
     async def reconcile(self, body: dict) -> Outcome:
         outcome = Outcome()
@@ -167,8 +166,12 @@ class Reconciler:
         now = self.now()
         transition = await self._step_canary(service, body, live, now)
         tracks = plan(service, transition.status, gateway_api)
+        outcome.rendered = render_fleet(service, tracks)
+        outcome.on_demand_floor = on_demand_floor(service.spec.replicas, service.spec.spot.min_on_demand)
+        if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
+            outcome.canary_phase = transition.status.phase
         deployments: list[dict] = []
-        for manifest in render_fleet(service, tracks):
+        for manifest in outcome.rendered:
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
@@ -202,9 +205,6 @@ class Reconciler:
         for event in transition.events:
             await self._event(body, event.type, event.reason, event.message)
         await self._report(body, service, deployments, outcome, transition.status, tracks)
-        if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
-            if self.canary_state is not None:
-                self.canary_state(namespace, name, METRIC_STATES[transition.status.phase])
         if outcome.created or outcome.updated or outcome.deleted:
             log.info(
                 "reconciled",
