@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from ttsfleet_operator import conditions, drift, labels, tts_service
+from ttsfleet_operator import child_kinds, conditions, drift, labels, tts_service
 from ttsfleet_operator.canary import state_machine
 from ttsfleet_operator.canary.plan import plan
 from ttsfleet_operator.canary.tracks import candidate_revision
 from ttsfleet_operator.cluster import ApiError, Cluster
-from ttsfleet_operator.render import httproute, render_fleet
+from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.render.fleet import Tracks
 from ttsfleet_operator.replicas import on_demand_floor
 from ttsfleet_operator.status import Problem, compute_status
@@ -29,19 +29,6 @@ from ttsfleet_operator.tts_service import AnalysisResult, CanaryStatus, TTSServi
 Analyse = Callable[[TTSService], Awaitable[AnalysisResult]]
 
 log = logging.getLogger(__name__)
-
-# Every kind the operator may create, in apply order. Children of these kinds
-# that carry the service's labels and our ownerReference but are no longer
-# rendered get deleted.
-CHILD_KINDS: tuple[tuple[str, str], ...] = (
-    ("v1", "ConfigMap"),
-    ("apps/v1", "Deployment"),
-    ("v1", "Service"),
-    ("policy/v1", "PodDisruptionBudget"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
-)
-# Listed only where the cluster serves Gateway API.
-ROUTE_KIND = (httproute.API_VERSION, httproute.KIND)
 
 
 @dataclasses.dataclass
@@ -221,7 +208,7 @@ class Reconciler:
 
     async def _serves_gateway_api(self) -> bool:
         try:
-            return await self.cluster.serves(*ROUTE_KIND)
+            return await self.cluster.serves(child_kinds.HTTP_ROUTE.api_version, child_kinds.HTTP_ROUTE.kind)
         except ApiError as error:
             log.warning("Gateway API discovery failed: %s", error)
             return False
@@ -255,11 +242,15 @@ class Reconciler:
     ) -> dict[tuple[str, str], dict]:
         selector = {labels.SERVICE: name, labels.MANAGED_BY: labels.MANAGER}
         children = {}
-        for api_version, kind in CHILD_KINDS + ((ROUTE_KIND,) if gateway_api else ()):
-            for obj in await self.cluster.list(api_version, kind, namespace, selector):
+        # Children of these kinds that carry the service's labels and our ownerReference
+        # but are no longer rendered get deleted.
+        for child_kind in child_kinds.ALL:
+            if child_kind.optional and not gateway_api:
+                continue
+            for obj in await self.cluster.list(child_kind.api_version, child_kind.kind, namespace, selector):
                 if _is_ours(obj, owner_uid):
-                    obj.setdefault("apiVersion", api_version)
-                    obj.setdefault("kind", kind)
+                    obj.setdefault("apiVersion", child_kind.api_version)
+                    obj.setdefault("kind", child_kind.kind)
                     children[_key(obj)] = obj
         return children
 
