@@ -267,14 +267,15 @@ class Reconciler:
         for verb, items in (("Created", outcome.created), ("Updated", outcome.updated), ("Deleted", outcome.deleted)):
             for item in items:
                 await self._event(body, "Normal", verb, f"{verb} {item}")
+        previous = body.get("status") or {}
         if outcome.problem:
-            await self._event(body, "Warning", outcome.problem.reason, outcome.problem.message)
+            if not _already_reported(previous, outcome.problem):
+                await self._event(body, "Warning", outcome.problem.reason, outcome.problem.message)
             log.warning(
                 "reconcile failed",
                 extra={"service": body["metadata"]["name"], "reason": outcome.problem.reason},
             )
 
-        previous = body.get("status") or {}
         if service is None:
             status = _invalid_spec_status(body, previous, outcome.problem, self.now())
         else:
@@ -298,6 +299,17 @@ class Reconciler:
         except ApiError as error:
             # An event is a courtesy; losing one must not fail the reconcile.
             log.warning("event not recorded: %s", error)
+
+
+def _already_reported(status: dict, problem: Problem) -> bool:
+    """The status already says Degraded for this very problem: a pass that fails the same
+    way again (the period retrying a refused apply) posts no second Event for it."""
+    degraded = conditions.find(status.get("conditions"), conditions.DEGRADED) or {}
+    return (degraded.get("status"), degraded.get("reason"), degraded.get("message")) == (
+        conditions.TRUE,
+        problem.reason,
+        problem.message,
+    )
 
 
 def _invalid_spec_status(body: dict, previous: dict, problem: Problem, now: str) -> dict:
