@@ -80,7 +80,7 @@ class FleetShape:
 
 
 def fleet_shape(outcome: object) -> FleetShape | None:
-    """The fleet a pass rendered (reconcile.Outcome), or None when it rendered nothing (invalid spec)."""
+    """The fleet a pass rendered (reconcile.Outcome); None when it rendered nothing (invalid spec)."""
     rendered = getattr(outcome, "rendered", None)
     if rendered is None:
         return None

@@ -56,7 +56,7 @@ def canary_replicas(replicas: int, weight: int) -> int:
 
 
 def on_demand_floor(replicas: int, min_on_demand: int) -> int:
-    """Ready on-demand pods a service should never go below: `minOnDemand`, capped at the pods there are."""
+    """Ready on-demand pods a service should never go below: `minOnDemand`, capped at `replicas`."""
     return min(min_on_demand, replicas)
 
 

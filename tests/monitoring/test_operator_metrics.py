@@ -23,6 +23,9 @@ _spec.loader.exec_module(_fixtures)
 FakeCluster = _fixtures.FakeCluster
 
 
+CANARY = {"percent": 25, "candidate": {"image": "ghcr.io/ttsfleet/runtime:2.0"}}
+
+
 def body(name="demo", namespace="voice", **spec):
     spec.setdefault("model", {"size": "1.7B", "variant": "CustomVoice"})
     return {
@@ -74,7 +77,7 @@ async def test_managed_objects_count_what_the_pass_rendered_under_gateway_api(
     # traffic Auto on a cluster that serves Gateway API: the pass renders the track
     # Services and the HTTPRoute, so the gauge counts them.
     cluster.served.add(("gateway.networking.k8s.io/v1", "HTTPRoute"))
-    await reconcile(body(replicas=4, canary={"percent": 25, "candidate": {"image": "ghcr.io/ttsfleet/runtime:2.0"}}))
+    await reconcile(body(replicas=4, canary=CANARY))
 
     m = operator_metrics
     managed = {kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind) for kind in ("Service", "HTTPRoute")}
@@ -85,7 +88,7 @@ async def test_managed_objects_count_what_the_pass_rendered_under_gateway_api(
 async def test_canary_gauges_show_the_state_after_the_pass(reconcile, operator_metrics):
     # The first pass starts the rollout: its candidate Deployment and its state show at once,
     # not one pass later.
-    await reconcile(body(replicas=4, canary={"percent": 25, "candidate": {"image": "ghcr.io/ttsfleet/runtime:2.0"}}))
+    await reconcile(body(replicas=4, canary=CANARY))
 
     m = operator_metrics
     canary = sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="canary", pool="on-demand")
