@@ -3,6 +3,7 @@ tests lean on (version, GPU node pools, scheduling, controllers, CEL) are really
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import pytest
@@ -253,3 +254,28 @@ def test_cel_validation_rules_refuse_invalid_objects(cluster, namespace):
         assert "VoiceDesign exists only at 1.7B" in refused.stderr
     finally:
         cluster.kubectl("delete", "crd", "celprobes.e2e.ttsfleet.io", "--wait=false", check=False)
+
+
+# Each TTSService has a Service (three with Gateway API traffic): a fleet of a few hundred
+# needs far more ClusterIPs than kube-apiserver's default /24 holds.
+SERVICES_BEYOND_A_SLASH_24 = 300
+
+
+def test_the_service_range_holds_hundreds_of_services(cluster, namespace):
+    if cluster.provider == "kwok":
+        # The range e2e/cluster/kwokctl.yaml gives kube-apiserver, as the API server reports it.
+        (cidr,) = cluster.get("servicecidr", "kubernetes")["spec"]["cidrs"]
+        assert ipaddress.ip_network(cidr).num_addresses >= 2**16, cidr
+
+    services = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"svc-{i}", "namespace": namespace},
+            "spec": {"selector": {"app": f"svc-{i}"}, "ports": [{"port": 8000}]},
+        }
+        for i in range(SERVICES_BEYOND_A_SLASH_24)
+    ]
+    cluster.apply(services, "-n", namespace)
+    ips = {s["spec"]["clusterIP"] for s in cluster.get("services", "-n", namespace)["items"]}
+    assert len(ips) == SERVICES_BEYOND_A_SLASH_24
