@@ -17,6 +17,8 @@ SPOT_LABELS = {
 }
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 SPOT_TAINT = {"key": "ttsfleet.io/spot", "value": "true", "effect": "NoSchedule"}
+# What the API server (on creation) and the node lifecycle controller put on a node not yet Ready.
+CONTROL_PLANE_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 GPU_AND_SPOT_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "ttsfleet.io/spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
@@ -111,6 +113,8 @@ def test_gpu_node_pools_carry_the_labels_taints_and_capacity_users_see(cluster):
             assert SPOT_TAINT not in _taints(node), name
         ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
         assert ready.get("Ready") == "True", name
+        # hack/cluster.sh up waits for the node lifecycle controller to lift these.
+        assert not {t["key"] for t in _taints(node)} & CONTROL_PLANE_TAINTS, name
     for product in GPU_CLASSES:
         pools = {
             n["metadata"]["labels"]["karpenter.sh/capacity-type"]

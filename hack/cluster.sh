@@ -311,6 +311,27 @@ apply_nodes() {
   log "waiting for the fake nodes to be Ready"
   kc wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null \
     || die "step 'nodes Ready': fake nodes did not become Ready (is the kwok controller running? see its log)"
+  wait_nodes_untainted
+}
+
+# The taints the control plane puts on a node that is not (yet) Ready: not-ready, unreachable.
+# The API server's TaintNodesByCondition admission plugin gives every new node
+# not-ready:NoSchedule; the controller-manager's node lifecycle controller removes it only
+# once it has observed the node Ready, seconds after kwok marked it so (longer on a
+# freshly started controller-manager). Until then pods do not schedule there and the nodes
+# do not look like the pools nodes.yaml declares: 'up' is not done before that.
+wait_nodes_untainted() {
+  local deadline=$(( $(date +%s) + 120 )) tainted
+  log "waiting for the node lifecycle controller to lift its start-up taints"
+  while :; do
+    tainted="$(kc get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.spec.taints[*].key}{"\n"}{end}' \
+      | awk -F'\t' '$2 ~ /node\.kubernetes\.io\/(not-ready|unreachable)/ {print $1 " (" $2 ")"}')" \
+      || die "step 'node taints': kubectl get nodes failed"
+    [[ -z "${tainted}" ]] && return 0
+    (( $(date +%s) < deadline )) \
+      || die "step 'node taints': still tainted by the control plane after 120s: $(tr '\n' ' ' <<<"${tainted}")(is kube-controller-manager running?)"
+    sleep 1
+  done
 }
 
 install_crds() {
