@@ -322,9 +322,9 @@ apply_nodes() {
 # do not look like the pools nodes.yaml declares: 'up' is not done before that.
 wait_nodes_untainted() {
   local deadline=$(( $(date +%s) + 120 )) tainted
-  log "waiting for the node lifecycle controller to lift its start-up taints"
+  log "waiting for the node lifecycle controller to lift its start-up taints from the fake nodes"
   while :; do
-    tainted="$(kc get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.spec.taints[*].key}{"\n"}{end}' \
+    tainted="$(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.spec.taints[*].key}{"\n"}{end}' \
       | awk -F'\t' '$2 ~ /node\.kubernetes\.io\/(not-ready|unreachable)/ {print $1 " (" $2 ")"}')" \
       || die "step 'node taints': kubectl get nodes failed"
     [[ -z "${tainted}" ]] && return 0
