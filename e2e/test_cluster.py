@@ -3,6 +3,7 @@ tests lean on (version, GPU node pools, scheduling, controllers, CEL) are really
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 import pytest
@@ -16,6 +17,8 @@ SPOT_LABELS = {
 }
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 SPOT_TAINT = {"key": "ttsfleet.io/spot", "value": "true", "effect": "NoSchedule"}
+# What the API server (on creation) and the node lifecycle controller put on a node not yet Ready.
+CONTROL_PLANE_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 GPU_AND_SPOT_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "ttsfleet.io/spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
@@ -110,6 +113,8 @@ def test_gpu_node_pools_carry_the_labels_taints_and_capacity_users_see(cluster):
             assert SPOT_TAINT not in _taints(node), name
         ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
         assert ready.get("Ready") == "True", name
+        # hack/cluster.sh up waits for the node lifecycle controller to lift these.
+        assert not {t["key"] for t in _taints(node)} & CONTROL_PLANE_TAINTS, name
     for product in GPU_CLASSES:
         pools = {
             n["metadata"]["labels"]["karpenter.sh/capacity-type"]
@@ -253,3 +258,28 @@ def test_cel_validation_rules_refuse_invalid_objects(cluster, namespace):
         assert "VoiceDesign exists only at 1.7B" in refused.stderr
     finally:
         cluster.kubectl("delete", "crd", "celprobes.e2e.ttsfleet.io", "--wait=false", check=False)
+
+
+# Each TTSService has a Service (three with Gateway API traffic): a fleet of a few hundred
+# needs far more ClusterIPs than kube-apiserver's default /24 holds.
+SERVICES_BEYOND_A_SLASH_24 = 300
+
+
+def test_the_service_range_holds_hundreds_of_services(cluster, namespace):
+    if cluster.provider == "kwok":
+        # The range e2e/cluster/kwokctl.yaml gives kube-apiserver, as the API server reports it.
+        (cidr,) = cluster.get("servicecidr", "kubernetes")["spec"]["cidrs"]
+        assert ipaddress.ip_network(cidr).num_addresses >= 2**16, cidr
+
+    services = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"svc-{i}", "namespace": namespace},
+            "spec": {"selector": {"app": f"svc-{i}"}, "ports": [{"port": 8000}]},
+        }
+        for i in range(SERVICES_BEYOND_A_SLASH_24)
+    ]
+    cluster.apply(services, "-n", namespace)
+    ips = {s["spec"]["clusterIP"] for s in cluster.get("services", "-n", namespace)["items"]}
+    assert len(ips) == SERVICES_BEYOND_A_SLASH_24

@@ -15,7 +15,8 @@ Usage: hack/cluster.sh up|down|kubeconfig|status|--help
 
   up          start (or reuse) the cluster, wait until the API server is healthy, create
               the fake GPU node pools (e2e/cluster/nodes*.yaml), install crds/*.yaml, and write
-              the kubeconfig. Idempotent: a running cluster is reused as is.
+              the kubeconfig. Idempotent: a running cluster is reused as is (a kwok one
+              made from another e2e/cluster/kwokctl.yaml is recreated).
   down        delete the cluster and stop every process it started
   kubeconfig  print the kubeconfig path (export KUBECONFIG=\$(hack/cluster.sh kubeconfig))
   status      say whether the cluster runs and is healthy; exit 1 if not
@@ -125,6 +126,13 @@ kwok_write_kubeconfig() {
   mv -f "${KUBECONFIG_OUT}.tmp" "${KUBECONFIG_OUT}"
 }
 
+# What the cluster was created from: a running cluster made from another kwokctl.yaml
+# (say, a narrower Service range) is recreated, not reused.
+KWOK_CONFIG="${REPO_ROOT}/e2e/cluster/kwokctl.yaml"
+KWOK_CONFIG_STAMP="${CLUSTER_DIR}/kwokctl.sha256"
+kwok_config_hash() { sha256sum "${KWOK_CONFIG}" | cut -d' ' -f1; }
+kwok_config_current() { [[ -f "${KWOK_CONFIG_STAMP}" && "$(cat "${KWOK_CONFIG_STAMP}")" == "$(kwok_config_hash)" ]]; }
+
 kwok_create() {
   log "creating kwok cluster '${NAME}' (Kubernetes ${KUBE_VERSION}, etcd ${ETCD_VERSION}; logs in ${KWOK_WORKDIR}/clusters/${NAME}/logs)"
   kwokctl_env "${KWOKCTL}" create cluster \
@@ -135,16 +143,22 @@ kwok_create() {
       --kube-scheduler-binary "${BIN_DIR}/kube-scheduler" \
       --kwok-controller-binary "${BIN_DIR}/kwok" \
       --etcd-binary "${BIN_DIR}/etcd" \
-      --config "${REPO_ROOT}/e2e/cluster/kwokctl.yaml" \
+      --config "${KWOK_CONFIG}" \
       --kubeconfig "" \
       --quiet-pull \
       --wait 120s \
     || die "step 'kwokctl create cluster': failed; see the logs in ${KWOK_WORKDIR}/clusters/${NAME}/logs"
+  mkdir -p "${CLUSTER_DIR}"
+  kwok_config_hash >"${KWOK_CONFIG_STAMP}"
 }
 
 kwok_up() {
   # A warm build is a no-op (seconds); a cold one builds everything, a version bump rebuilds.
   "${HACK_DIR}/build-control-plane.sh" >/dev/null || die "step 'build control plane': hack/build-control-plane.sh failed"
+  if kwok_exists && ! kwok_config_current; then
+    log "kwok cluster '${NAME}' was created from another e2e/cluster/kwokctl.yaml; recreating it"
+    kwokctl_env "${KWOKCTL}" delete cluster --name "${NAME}" --kubeconfig "${NO_KUBECONFIG}" >&2 || true
+  fi
   if kwok_exists; then
     kwok_write_kubeconfig
     if healthy; then
@@ -297,6 +311,27 @@ apply_nodes() {
   log "waiting for the fake nodes to be Ready"
   kc wait --for=condition=Ready node -l type=kwok --timeout=120s >/dev/null \
     || die "step 'nodes Ready': fake nodes did not become Ready (is the kwok controller running? see its log)"
+  wait_nodes_untainted
+}
+
+# The taints the control plane puts on a node that is not (yet) Ready: not-ready, unreachable.
+# The API server's TaintNodesByCondition admission plugin gives every new node
+# not-ready:NoSchedule; the controller-manager's node lifecycle controller removes it only
+# once it has observed the node Ready, seconds after kwok marked it so (longer on a
+# freshly started controller-manager). Until then pods do not schedule there and the nodes
+# do not look like the pools nodes.yaml declares: 'up' is not done before that.
+wait_nodes_untainted() {
+  local deadline=$(( $(date +%s) + 120 )) tainted
+  log "waiting for the node lifecycle controller to lift its start-up taints from the fake nodes"
+  while :; do
+    tainted="$(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.spec.taints[*].key}{"\n"}{end}' \
+      | awk -F'\t' '$2 ~ /node\.kubernetes\.io\/(not-ready|unreachable)/ {print $1 " (" $2 ")"}')" \
+      || die "step 'node taints': kubectl get nodes failed"
+    [[ -z "${tainted}" ]] && return 0
+    (( $(date +%s) < deadline )) \
+      || die "step 'node taints': still tainted by the control plane after 120s: $(tr '\n' ' ' <<<"${tainted}")(is kube-controller-manager running?)"
+    sleep 1
+  done
 }
 
 install_crds() {

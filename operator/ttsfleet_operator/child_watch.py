@@ -6,7 +6,8 @@ or a node taking them down, only at the next resync period. An event asks for a
 pass over its owner when a field `status.compute_status` reads has changed, or when
 the Deployment is gone (drift correction re-creates it). Metadata and spec are never
 compared: the operator's own patches to a Deployment then ask for no pass that would
-patch it again, so passes cannot feed themselves.
+patch it again, so passes cannot feed themselves. Which kinds are watched:
+`child_kinds.WATCHED`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from collections.abc import Mapping
 
 from ttsfleet_operator import tts_service
 from ttsfleet_operator.resync import Key
-
-# Children whose events the operator watches (the chart grants `watch` on exactly these).
-WATCHED_CHILD_KINDS: tuple[tuple[str, str], ...] = (("apps/v1", "Deployment"),)
 
 STATUS_FIELDS = ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "observedGeneration")
 # Timestamps move without anything the TTSService status shows having changed.

@@ -13,11 +13,11 @@ import logging
 
 import kopf
 
-from ttsfleet_operator import labels, tts_service
+from ttsfleet_operator import child_kinds, labels, tts_service
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary.prometheus import Prometheus
-from ttsfleet_operator.child_watch import WATCHED_CHILD_KINDS, ChildWatch
-from ttsfleet_operator.kube_cluster import PLURALS, KubeCluster, connection_info, load_configuration
+from ttsfleet_operator.child_watch import ChildWatch
+from ttsfleet_operator.kube_cluster import KubeCluster, connection_info, load_configuration
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.resync import Resync
@@ -68,7 +68,7 @@ def register(
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
         memo.cluster = await KubeCluster.connect(kubeconfig)
-        reconciler = Reconciler(memo.cluster, analyse=analyse, canary_state=metrics.set_canary_state)
+        reconciler = Reconciler(memo.cluster, analyse=analyse)
         memo.resync = Resync(metrics.instrument(reconciler.reconcile), resync_seconds)
         memo.child_watch = ChildWatch()
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
@@ -96,11 +96,10 @@ def register(
         if owner is not None:
             memo.resync.soon(owner)
 
-    for api_version, kind in WATCHED_CHILD_KINDS:
-        group, version = api_version.split("/") if "/" in api_version else ("", api_version)
-        kopf.on.event(group=group, version=version, plural=PLURALS[kind], labels=CHILD_LABELS, registry=registry)(
-            child_changed
-        )
+    for watched in child_kinds.WATCHED:
+        kopf.on.event(
+            group=watched.group, version=watched.version, plural=watched.plural, labels=CHILD_LABELS, registry=registry
+        )(child_changed)
 
     @kopf.on.resume(**RESOURCE, registry=registry)
     @kopf.on.create(**RESOURCE, registry=registry)

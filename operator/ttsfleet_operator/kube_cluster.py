@@ -2,7 +2,7 @@
 
 Why kubernetes-asyncio rather than kopf's API helpers: kopf's are private
 (`kopf._cogs.clients`) and patch only the resources it watches; we need
-server-side apply (`application/apply-patch+yaml`) on five built-in kinds,
+server-side apply (`application/apply-patch+yaml`) on our child kinds,
 deletes with a UID precondition and Events. kubernetes-asyncio gives the
 authenticated HTTP session (kubeconfig or in-cluster token) and nothing more is
 used from it: paths come from the small table below, bodies are plain dicts.
@@ -18,19 +18,13 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 
-from ttsfleet_operator import tts_service
+from ttsfleet_operator import child_kinds, tts_service
 from ttsfleet_operator.cluster import FIELD_MANAGER, ApiError
 
-# kind -> plural; the only kinds the operator touches.
+# kind -> plural; the only kinds the operator touches: its children, Events, TTSServices.
 PLURALS = {
-    "ConfigMap": "configmaps",
-    "Deployment": "deployments",
-    "Service": "services",
-    "PodDisruptionBudget": "poddisruptionbudgets",
-    "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    **{child.kind: child.plural for child in (*child_kinds.ALL, *child_kinds.CREATED_ONCE)},
     "Event": "events",
-    "HTTPRoute": "httproutes",
-    "Secret": "secrets",
     tts_service.KIND: tts_service.PLURAL,
 }
 

@@ -13,7 +13,7 @@ metric means, exactly:
   Exception. kind: the child kind whose apply or delete failed, TTSService for
   the other reasons.
 - ttsfleet_operator_managed_objects (gauge, label kind): TTSServices the operator
-  knows, and the children it keeps in place for them (what it renders), by kind.
+  knows, and the children it keeps in place for them (what its last pass rendered), by kind.
 - ttsfleet_operator_replicas (gauge, labels namespace, service, track, pool):
   replicas the operator asks of each runtime Deployment (the pool split of
   spec.replicas); pool is on-demand or spot, track stable or canary.
@@ -22,9 +22,13 @@ metric means, exactly:
   spec.replicas. The "below the on-demand floor" alert compares the runtime's
   ready on-demand pods with it.
 - ttsfleet_operator_canary_state (gauge, labels namespace, service, state): 1 for
-  the service's current canary state, 0 for the other states; set by the canary
-  controller through `OperatorMetrics.set_canary_state`. A service that never
-  had a canary has no series.
+  the service's current canary state, 0 for the other states: the phase the last
+  pass left the rollout in, as `state_machine.METRIC_STATE` names it. A service
+  that never had a canary has no series.
+
+The fleet gauges and the canary state come from each pass's outcome
+(reconcile.Outcome: what it rendered, the phase it stepped to); nothing here
+renders or validates a TTSService again.
 
 Series of one TTSService go away when it is deleted (`forget`). Scraped with
 `honorLabels: true` (the chart's PodMonitor), so `namespace` is the
@@ -41,6 +45,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ttsfleet_operator import labels
+from ttsfleet_operator.canary import state_machine
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +58,10 @@ CANARY_STATE = "ttsfleet_operator_canary_state"
 
 ALL = (RECONCILE_DURATION, RECONCILE_ERRORS, MANAGED_OBJECTS, REPLICAS, ON_DEMAND_FLOOR, CANARY_STATE)
 
-# The canary controller (issue 6) may add states; the alert reads `rolled_back`.
-CANARY_STATES = ("none", "progressing", "paused", "promoted", "rolled_back")
-CANARY_ROLLED_BACK = "rolled_back"
+# The `state` label's values, from the canary phases (canary/state_machine.py); the alert
+# reads `rolled_back`.
+CANARY_STATES = tuple(dict.fromkeys(state_machine.METRIC_STATE.values()))
+CANARY_ROLLED_BACK = state_machine.METRIC_STATE[state_machine.ROLLED_BACK]
 
 # A pass lists five kinds and applies a few objects: tens of ms to seconds.
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -66,35 +72,27 @@ Reconcile = Callable[[dict], Awaitable[object]]
 
 @dataclasses.dataclass(frozen=True)
 class FleetShape:
-    """What the operator keeps in place for one TTSService, from its spec."""
+    """What the operator keeps in place for one TTSService, as its last pass rendered it."""
 
     children: dict[str, int]  # kind -> count
     replicas: dict[tuple[str, str], int]  # (track, pool) -> replicas
     on_demand_floor: int
 
 
-def fleet_shape(body: dict) -> FleetShape | None:
-    """The shape of a TTSService's fleet, or None when its spec is invalid."""
-    from pydantic import ValidationError
-
-    from ttsfleet_operator.canary.plan import plan
-    from ttsfleet_operator.render import render_fleet
-    from ttsfleet_operator.tts_service import TTSService
-
-    try:
-        service = TTSService.model_validate(body)
-    except ValidationError:
+def fleet_shape(outcome: object) -> FleetShape | None:
+    """The fleet a pass rendered (reconcile.Outcome); None when it rendered nothing (invalid spec)."""
+    rendered = getattr(outcome, "rendered", None)
+    if rendered is None:
         return None
-    manifests = render_fleet(service, plan(service, service.status.canary if service.status else None))
     replicas = {}
-    for manifest in manifests:
+    for manifest in rendered:
         if manifest["kind"] == "Deployment":
             pod_labels = manifest["spec"]["selector"]["matchLabels"]
             replicas[(pod_labels[labels.TRACK], pod_labels[labels.POOL])] = manifest["spec"]["replicas"]
     return FleetShape(
-        children=dict(collections.Counter(m["kind"] for m in manifests)),
+        children=dict(collections.Counter(m["kind"] for m in rendered)),
         replicas=replicas,
-        on_demand_floor=min(service.spec.spot.min_on_demand, service.spec.replicas),
+        on_demand_floor=outcome.on_demand_floor,
     )
 
 
@@ -146,14 +144,18 @@ class OperatorMetrics:
             self.duration.labels(result="error" if problem else "ok").observe(elapsed)
             if problem is not None:
                 self._count_error(body, problem.reason, getattr(outcome, "failed_kind", None) or "TTSService")
-            self.observe_fleet(body)
+            self.observe(body, outcome)
             return outcome
 
         return instrumented
 
-    def observe_fleet(self, body: dict) -> None:
-        shape = fleet_shape(body)
+    def observe(self, body: dict, outcome: object) -> None:
+        """The fleet and canary phase a pass of `body` reported in its outcome."""
+        shape = fleet_shape(outcome)
+        phase = getattr(outcome, "canary_phase", None)
         key = _key(body)
+        if phase is not None:
+            self.set_canary_state(*key, state_machine.METRIC_STATE[phase])
         with self._lock:
             if shape is None and self._shapes.get(key) is not None:
                 # An invalid spec is not applied: the children of the last valid one stay.

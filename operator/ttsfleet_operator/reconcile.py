@@ -14,53 +14,30 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from ttsfleet_operator import conditions, drift, labels, tts_service
+from ttsfleet_operator import child_kinds, conditions, drift, labels, tts_service
 from ttsfleet_operator.canary import state_machine
 from ttsfleet_operator.canary.plan import plan
 from ttsfleet_operator.canary.tracks import candidate_revision
 from ttsfleet_operator.cluster import ApiError, Cluster
-from ttsfleet_operator.render import api_keys, httproute, render_fleet
+from ttsfleet_operator.render import api_keys, render_fleet
 from ttsfleet_operator.render.fleet import Tracks
+from ttsfleet_operator.replicas import on_demand_floor
 from ttsfleet_operator.status import Problem, compute_status
 from ttsfleet_operator.tts_service import AnalysisResult, CanaryStatus, TTSService
 
 # Runs one canary analysis for a service (canary/analysis.py over Prometheus in production).
 Analyse = Callable[[TTSService], Awaitable[AnalysisResult]]
-# Told the canary state of a service each pass (OperatorMetrics.set_canary_state).
-CanaryStateSink = Callable[[str, str, str], None]
-
-# Canary phase -> the operator metric's state label (metrics.CANARY_STATES).
-METRIC_STATES = {
-    state_machine.IDLE: "none",
-    state_machine.PROGRESSING: "progressing",
-    state_machine.PROMOTING: "progressing",
-    state_machine.PAUSED: "paused",
-    state_machine.PROMOTED: "promoted",
-    state_machine.ROLLED_BACK: "rolled_back",
-}
 
 log = logging.getLogger(__name__)
-
-# Every kind the operator may create, in apply order. Children of these kinds
-# that carry the service's labels and our ownerReference but are no longer
-# rendered get deleted.
-CHILD_KINDS: tuple[tuple[str, str], ...] = (
-    ("v1", "ConfigMap"),
-    ("apps/v1", "Deployment"),
-    ("v1", "Service"),
-    ("policy/v1", "PodDisruptionBudget"),
-    ("autoscaling/v2", "HorizontalPodAutoscaler"),
-)
-# Listed only where the cluster serves Gateway API.
-ROUTE_KIND = (httproute.API_VERSION, httproute.KIND)
-# Created once if missing, then never read back whole, patched or deleted (garbage collection
-# follows the ownerReference): the generated API keys Secret. RBAC: get (metadata) and create.
-CREATED_ONCE_KINDS: tuple[tuple[str, str], ...] = (("v1", "Secret"),)
 
 
 @dataclasses.dataclass
 class Outcome:
-    """What a pass did; `problem` set means the caller should retry later."""
+    """What a pass did and what it rendered; `problem` set means the caller should retry later.
+
+    The operator's metrics read the fleet from here (metrics.py): what this pass
+    rendered from the canary state it stepped to, never a second rendering of the body.
+    """
 
     created: list[str] = dataclasses.field(default_factory=list)
     updated: list[str] = dataclasses.field(default_factory=list)
@@ -72,6 +49,14 @@ class Outcome:
     permanent: bool = False
     # Kind of the child whose apply or delete failed (the operator's error metric).
     failed_kind: str | None = None
+    # Every child this pass rendered, in apply order: what the operator keeps in place
+    # (also when one apply failed). None when the spec was invalid and nothing was rendered.
+    rendered: list[dict] | None = None
+    # Ready on-demand pods the service should never go below (replicas.on_demand_floor).
+    on_demand_floor: int | None = None
+    # The canary phase after this pass (state_machine); None for a service that has no
+    # canary and never had one.
+    canary_phase: str | None = None
 
 
 def owner_reference(owner: dict) -> dict:
@@ -142,12 +127,10 @@ class Reconciler:
         cluster: Cluster,
         now: Callable[[], str] = utc_now,
         analyse: Analyse = _no_analysis,
-        canary_state: CanaryStateSink | None = None,
     ):
         self.cluster = cluster
         self.now = now
         self.analyse = analyse
-        self.canary_state = canary_state
 
     async def reconcile(self, body: dict) -> Outcome:
         outcome = Outcome()
@@ -170,10 +153,14 @@ class Reconciler:
         now = self.now()
         transition = await self._step_canary(service, body, live, now)
         tracks = plan(service, transition.status, gateway_api)
+        outcome.rendered = render_fleet(service, tracks)
+        outcome.on_demand_floor = on_demand_floor(service.spec.replicas, service.spec.spot.min_on_demand)
+        if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
+            outcome.canary_phase = transition.status.phase
         deployments: list[dict] = []
         # Pods mount the keys Secret: without it they would never start, so nothing is applied.
         await self._ensure_api_keys_secret(service, body, outcome)
-        for manifest in render_fleet(service, tracks) if outcome.problem is None else []:
+        for manifest in outcome.rendered if outcome.problem is None else []:
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
@@ -207,9 +194,6 @@ class Reconciler:
         for event in transition.events:
             await self._event(body, event.type, event.reason, event.message)
         await self._report(body, service, deployments, outcome, transition.status, tracks)
-        if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
-            if self.canary_state is not None:
-                self.canary_state(namespace, name, METRIC_STATES[transition.status.phase])
         if outcome.created or outcome.updated or outcome.deleted:
             log.info(
                 "reconciled",
@@ -230,7 +214,9 @@ class Reconciler:
         if name is None:
             return
         try:
-            if await self.cluster.get_metadata("v1", "Secret", service.namespace, name) is not None:
+            if await self.cluster.get_metadata(
+                child_kinds.API_KEYS_SECRET.api_version, child_kinds.API_KEYS_SECRET.kind, service.namespace, name
+            ) is not None:
                 return
             secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
             secret["metadata"]["ownerReferences"] = [owner_reference(body)]
@@ -245,7 +231,7 @@ class Reconciler:
 
     async def _serves_gateway_api(self) -> bool:
         try:
-            return await self.cluster.serves(*ROUTE_KIND)
+            return await self.cluster.serves(child_kinds.HTTP_ROUTE.api_version, child_kinds.HTTP_ROUTE.kind)
         except ApiError as error:
             log.warning("Gateway API discovery failed: %s", error)
             return False
@@ -279,11 +265,15 @@ class Reconciler:
     ) -> dict[tuple[str, str], dict]:
         selector = {labels.SERVICE: name, labels.MANAGED_BY: labels.MANAGER}
         children = {}
-        for api_version, kind in CHILD_KINDS + ((ROUTE_KIND,) if gateway_api else ()):
-            for obj in await self.cluster.list(api_version, kind, namespace, selector):
+        # Children of these kinds that carry the service's labels and our ownerReference
+        # but are no longer rendered get deleted.
+        for child_kind in child_kinds.ALL:
+            if child_kind.optional and not gateway_api:
+                continue
+            for obj in await self.cluster.list(child_kind.api_version, child_kind.kind, namespace, selector):
                 if _is_ours(obj, owner_uid):
-                    obj.setdefault("apiVersion", api_version)
-                    obj.setdefault("kind", kind)
+                    obj.setdefault("apiVersion", child_kind.api_version)
+                    obj.setdefault("kind", child_kind.kind)
                     children[_key(obj)] = obj
         return children
 
@@ -300,14 +290,15 @@ class Reconciler:
         for verb, items in (("Created", outcome.created), ("Updated", outcome.updated), ("Deleted", outcome.deleted)):
             for item in items:
                 await self._event(body, "Normal", verb, f"{verb} {item}")
+        previous = body.get("status") or {}
         if outcome.problem:
-            await self._event(body, "Warning", outcome.problem.reason, outcome.problem.message)
+            if not _already_reported(previous, outcome.problem):
+                await self._event(body, "Warning", outcome.problem.reason, outcome.problem.message)
             log.warning(
                 "reconcile failed",
                 extra={"service": body["metadata"]["name"], "reason": outcome.problem.reason},
             )
 
-        previous = body.get("status") or {}
         if service is None:
             status = _invalid_spec_status(body, previous, outcome.problem, self.now())
         else:
@@ -331,6 +322,17 @@ class Reconciler:
         except ApiError as error:
             # An event is a courtesy; losing one must not fail the reconcile.
             log.warning("event not recorded: %s", error)
+
+
+def _already_reported(status: dict, problem: Problem) -> bool:
+    """The status already says Degraded for this very problem: a pass that fails the same
+    way again (the period retrying a refused apply) posts no second Event for it."""
+    degraded = conditions.find(status.get("conditions"), conditions.DEGRADED) or {}
+    return (degraded.get("status"), degraded.get("reason"), degraded.get("message")) == (
+        conditions.TRUE,
+        problem.reason,
+        problem.message,
+    )
 
 
 def _invalid_spec_status(body: dict, previous: dict, problem: Problem, now: str) -> dict:

@@ -39,7 +39,7 @@ def _round_half_down(value: float) -> int:
 
 def _pools(replicas: int, spot_ratio: float, floor: int) -> tuple[int, int]:
     spot = _round_half_down(replicas * spot_ratio)
-    spot = max(0, min(spot, replicas - min(floor, replicas)))
+    spot = max(0, min(spot, replicas - on_demand_floor(replicas, floor)))
     return replicas - spot, spot
 
 
@@ -53,6 +53,11 @@ def canary_replicas(replicas: int, weight: int) -> int:
     if replicas == 1:
         return 1
     return min(max(1, _round_half_down(replicas * weight / 100)), replicas - 1)
+
+
+def on_demand_floor(replicas: int, min_on_demand: int) -> int:
+    """Ready on-demand pods a service should never go below: `minOnDemand`, capped at `replicas`."""
+    return min(min_on_demand, replicas)
 
 
 def split_replicas(replicas: int, spot_ratio: float, min_on_demand: int, canary_weight: int = 0) -> ReplicaSplit:

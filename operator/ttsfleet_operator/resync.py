@@ -15,6 +15,13 @@ object are serialised by its lock. Several passes may queue on the lock holding 
 same old body (the change handler's, the period's, one a child's change asked
 for), so every version a write superseded is kept, not only the last one.
 
+A pass that fails (its outcome names a problem, or it raises) is retried by the period
+with exponential back-off per object: one period after the first failure, then 2, 4, ...
+periods, capped at `backoff_cap_seconds`; the first pass that succeeds resets it. A
+broken child then costs an apply request every few minutes, not every period. Passes
+for a change (kopf's create/update/resume handlers, `soon`) are never held back: a
+fix must show at once.
+
 Between periods, `soon` asks for one object's pass shortly (its child Deployments'
 status changed, or one was deleted: child_watch.py). Requests within
 `coalesce_seconds` of the first share one pass, which lists the children afresh
@@ -27,6 +34,7 @@ import asyncio
 import collections
 import copy
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -35,6 +43,10 @@ Key = tuple[str, str]  # (namespace, name)
 
 # Superseded versions kept per object: far more than passes ever queue on one lock.
 SUPERSEDED_KEPT = 64
+# Longest wait before the period retries an object whose passes keep failing. Under the
+# 10-minute window of the TTSFleetOperatorReconcileErrors alert, which must keep seeing
+# the failures.
+BACKOFF_CAP_SECONDS = 300.0
 
 
 class Resync:
@@ -43,10 +55,16 @@ class Resync:
         reconcile: Callable[[dict], Awaitable[object]],
         period_seconds: float,
         coalesce_seconds: float = 1.0,
+        backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.reconcile = reconcile
         self.period_seconds = period_seconds
         self.coalesce_seconds = coalesce_seconds
+        self.backoff_cap_seconds = backoff_cap_seconds
+        self.clock = clock
+        # key -> (passes failed in a row, clock time from which the period retries it)
+        self.failing: dict[Key, tuple[int, float]] = {}
         self.bodies: dict[Key, dict] = {}
         self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         # key -> (resourceVersions status writes were computed from, the object the latest returned)
@@ -68,6 +86,7 @@ class Resync:
         self.bodies.pop(key, None)
         self.locks.pop(key, None)
         self.superseded.pop(key, None)
+        self.failing.pop(key, None)
         pending = self.scheduled.pop(key, None)
         if pending is not None:
             pending.cancel()
@@ -80,7 +99,13 @@ class Resync:
             if version is not None and version in stale:
                 body = copy.deepcopy(newest)
                 version = body["metadata"].get("resourceVersion")
-            outcome = await self.reconcile(body)
+            began = self.clock()
+            try:
+                outcome = await self.reconcile(body)
+            except Exception:
+                self._record(key, began, failed=True)
+                raise
+            self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
             written = getattr(outcome, "written", None)
             if version is not None and isinstance(written, dict) and (written.get("metadata") or {}).get(
                 "resourceVersion"
@@ -89,6 +114,25 @@ class Resync:
                 older.extend(v for v in dict.fromkeys((started, version)) if v not in older)
                 self.superseded[key] = (older, copy.deepcopy(written))
             return outcome
+
+    def retry_delay(self, failures: int) -> float:
+        """Seconds from a failed pass until the period retries it, after `failures` in a row."""
+        cap = max(self.backoff_cap_seconds, self.period_seconds)
+        return min(cap, self.period_seconds * 2 ** min(failures - 1, 32))
+
+    def _record(self, key: Key, began: float, failed: bool) -> None:
+        # Timed from the pass's start: the next period's pass of this object starts at
+        # least a period later, so a one-period delay never skips it.
+        if not failed:
+            self.failing.pop(key, None)
+            return
+        failures = self.failing.get(key, (0, 0.0))[0] + 1
+        self.failing[key] = (failures, began + self.retry_delay(failures))
+
+    def backing_off(self, key: Key) -> bool:
+        """The object's last passes failed and its retry time has not come."""
+        failing = self.failing.get(key)
+        return failing is not None and self.clock() < failing[1]
 
     def soon(self, key: Key) -> None:
         """One pass over `key` after `coalesce_seconds`, shared by every request until it starts."""
@@ -122,11 +166,11 @@ class Resync:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def pass_once(self) -> int:
-        """Reconcile every known object once; returns how many."""
+        """Reconcile every known object once, but those backing off; returns how many."""
         count = 0
         for key in list(self.bodies):
             body = self.bodies.get(key)
-            if body is None or body["metadata"].get("deletionTimestamp"):
+            if body is None or body["metadata"].get("deletionTimestamp") or self.backing_off(key):
                 continue
             try:
                 await self.reconcile_locked(body)

@@ -31,11 +31,6 @@ class Problem:
     message: str
 
 
-def stable_revision(service: TTSService) -> str:
-    """Identity of what the spec's stable track serves: image, checkpoint, engine settings."""
-    return revision(service)
-
-
 def _canary_condition(canary: CanaryStatus) -> tuple[str, str, str]:
     """True while the rollout moves (Progressing, Promoting); False with the phase as reason otherwise."""
     active = canary.phase in (state_machine.PROGRESSING, state_machine.PROMOTING)

@@ -13,9 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from support.tools import tool
-from ttsfleet_operator.child_watch import WATCHED_CHILD_KINDS
-from ttsfleet_operator.kube_cluster import PLURALS
-from ttsfleet_operator.reconcile import CHILD_KINDS, CREATED_ONCE_KINDS, ROUTE_KIND
+from ttsfleet_operator import child_kinds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ttsfleet"
@@ -61,25 +59,19 @@ def rules_by_resource(rules: list[dict]) -> dict[str, set[str]]:
     return granted
 
 
-def resource_key(api_version: str, kind: str) -> str:
-    group = api_version.split("/")[0] if "/" in api_version else ""
-    return f"{group}/{PLURALS[kind]}"
-
-
 def expected_rules() -> dict[str, set[str]]:
     expected = {
         "ttsfleet.io/ttsservices": {"list", "watch", "patch"},
         "ttsfleet.io/ttsservices/status": {"patch"},
         "/events": {"create"},
     }
-    for api_version, kind in (*CHILD_KINDS, ROUTE_KIND):
-        expected[resource_key(api_version, kind)] = {"list", "create", "patch", "delete"}
+    for child in child_kinds.ALL:
+        expected[f"{child.group}/{child.plural}"] = {"list", "create", "patch", "delete"}
+        if child.watched:  # kopf lists, then watches, the children handlers.py registers on
+            expected[f"{child.group}/{child.plural}"] |= {"list", "watch"}
     # Created if missing (a metadata-only get first), never patched or deleted.
-    for api_version, kind in CREATED_ONCE_KINDS:
-        expected[resource_key(api_version, kind)] = {"get", "create"}
-    # kopf lists, then watches, the children handlers.py registers on.
-    for api_version, kind in WATCHED_CHILD_KINDS:
-        expected.setdefault(resource_key(api_version, kind), set()).update({"list", "watch"})
+    for child in child_kinds.CREATED_ONCE:
+        expected[f"{child.group}/{child.plural}"] = {"get", "create"}
     return expected
 
 

@@ -23,6 +23,9 @@ _spec.loader.exec_module(_fixtures)
 FakeCluster = _fixtures.FakeCluster
 
 
+CANARY = {"percent": 25, "candidate": {"image": "ghcr.io/ttsfleet/runtime:2.0"}}
+
+
 def body(name="demo", namespace="voice", **spec):
     spec.setdefault("model", {"size": "1.7B", "variant": "CustomVoice"})
     return {
@@ -66,6 +69,33 @@ async def test_a_pass_is_timed_and_its_fleet_shows_in_the_gauges(reconcile, oper
     assert sample(m, metrics.ON_DEMAND_FLOOR, namespace="voice", service="demo") == 1
     managed = {kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind) for kind in ("TTSService", "Deployment", "Service")}
     assert managed == {"TTSService": 1, "Deployment": 2, "Service": 1}
+
+
+async def test_managed_objects_count_what_the_pass_rendered_under_gateway_api(
+    reconcile, operator_metrics, cluster
+):
+    # traffic Auto on a cluster that serves Gateway API: the pass renders the track
+    # Services and the HTTPRoute, so the gauge counts them.
+    cluster.served.add(("gateway.networking.k8s.io/v1", "HTTPRoute"))
+    await reconcile(body(replicas=4, canary=CANARY))
+
+    m = operator_metrics
+    managed = {kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind) for kind in ("Service", "HTTPRoute")}
+    assert managed == {"Service": 3, "HTTPRoute": 1}
+    assert cluster.names("HTTPRoute") == ["demo"]
+
+
+async def test_canary_gauges_show_the_state_after_the_pass(reconcile, operator_metrics):
+    # The first pass starts the rollout: its candidate Deployment and its state show at once,
+    # not one pass later.
+    await reconcile(body(replicas=4, canary=CANARY))
+
+    m = operator_metrics
+    canary = sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="canary", pool="on-demand")
+    stable = sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand")
+    assert (canary, stable) == (1, 3)
+    assert sample(m, metrics.CANARY_STATE, namespace="voice", service="demo", state="progressing") == 1
+    assert sample(m, metrics.MANAGED_OBJECTS, kind="Deployment") == 2
 
 
 async def test_managed_objects_add_up_over_services_and_the_floor_is_capped_by_replicas(reconcile, operator_metrics):

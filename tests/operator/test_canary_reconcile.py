@@ -43,9 +43,7 @@ class Rollout:
         self.results: list[str] = []
         self.states: list[str] = []
         self.minute = 0
-        self.reconciler = Reconciler(
-            cluster, now=self._now, analyse=self._analyse, canary_state=lambda ns, name, s: self.states.append(s)
-        )
+        self.reconciler = Reconciler(cluster, now=self._now, analyse=self._analyse)
 
     def _now(self) -> str:
         return f"2026-11-21T16:{self.minute:02d}:00Z"
@@ -69,6 +67,8 @@ class Rollout:
             self.cluster.patch_status = original
         assert outcome.problem is None, outcome.problem
         assert self.results == [], "an analysis was scripted but not due"
+        if outcome.canary_phase is not None:  # the operator metric's state label for it
+            self.states.append(sm.METRIC_STATE[outcome.canary_phase])
         if recorded:
             status = {**self.obj.get("status", {}), **recorded[-1]}
             self.obj["status"] = {k: v for k, v in status.items() if v is not None}

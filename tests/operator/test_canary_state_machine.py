@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import typing
 
 import pytest
+from ttsfleet_operator import metrics
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.tts_service import AnalysisResult, CanarySpec, CanaryStatus
 
@@ -223,3 +225,8 @@ def test_the_machine_is_pure_equal_inputs_equal_outputs():
     first = sm.next_state(spec(), REV, status, at(60), analysis=result(sm.PASS))
     assert sm.next_state(spec(), REV, status, at(60), analysis=result(sm.PASS)) == first
     assert status == started()
+
+
+def test_the_status_schema_and_the_operator_metric_know_exactly_the_machines_phases():
+    assert set(typing.get_args(CanaryStatus.model_fields["phase"].annotation)) == set(sm.PHASES)
+    assert set(metrics.CANARY_STATES) == set(sm.METRIC_STATE.values())

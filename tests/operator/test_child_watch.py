@@ -5,9 +5,8 @@ import copy
 
 import kopf
 import pytest
-from ttsfleet_operator import handlers, labels
-from ttsfleet_operator.child_watch import WATCHED_CHILD_KINDS, ChildWatch
-from ttsfleet_operator.kube_cluster import PLURALS
+from ttsfleet_operator import child_kinds, handlers, labels
+from ttsfleet_operator.child_watch import ChildWatch
 from ttsfleet_operator.resync import Resync
 
 OWNER = ("voice", "demo")
@@ -156,7 +155,7 @@ def registered_watches() -> dict:
 
 def test_the_operator_watches_the_tts_services_and_exactly_the_declared_children():
     watched = set(registered_watches())
-    children = {f"{v.split('/')[0] if '/' in v else ''}/{PLURALS[kind]}" for v, kind in WATCHED_CHILD_KINDS}
+    children = {f"{child.group}/{child.plural}" for child in child_kinds.WATCHED}
     assert watched == {"ttsfleet.io/ttsservices"} | children
     assert registered_watches()["apps/deployments"].labels == {
         labels.MANAGED_BY: labels.MANAGER,

@@ -179,6 +179,22 @@ async def test_a_refused_apply_marks_the_service_degraded_and_warns(reconciler, 
     assert any(e[0] == "Warning" and e[1] == "ApplyFailed" for e in fake_cluster.events)
 
 
+async def test_a_problem_the_status_already_reports_posts_no_second_event(reconciler, fake_cluster):
+    fake_cluster.fail_apply_kinds.add("Deployment")
+    obj = body()
+    for _ in range(3):
+        await reconcile_and_keep_status(reconciler, fake_cluster, obj)
+    assert [e[1] for e in fake_cluster.events if e[0] == "Warning"] == ["ApplyFailed"]
+
+    # Another problem is news: one Event for it.
+    fake_cluster.fail_apply_kinds = {"ConfigMap"}
+    fake_cluster.objects.clear()
+    for _ in range(2):
+        await reconcile_and_keep_status(reconciler, fake_cluster, obj)
+    warnings = [(e[1], e[2].split(":")[0]) for e in fake_cluster.events if e[0] == "Warning"]
+    assert warnings == [("ApplyFailed", "Deployment demo-on-demand"), ("ApplyFailed", "ConfigMap demo-engine")]
+
+
 async def test_a_stuck_rollout_is_degraded(reconciler, fake_cluster):
     obj = body()
     await reconcile_and_keep_status(reconciler, fake_cluster, obj)

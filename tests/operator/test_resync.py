@@ -221,3 +221,84 @@ async def test_a_body_several_status_writes_superseded_is_not_reconciled_again()
     gate.set()
     await asyncio.gather(first, *queued)
     assert seen == ["1", "2", "3"]
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_persistently_failing_pass_backs_off_and_posts_one_event_per_problem(fake_cluster):
+    from ttsfleet_operator.reconcile import Reconciler
+
+    clock = FakeClock()
+    reconciler = Reconciler(fake_cluster, now=lambda: "2026-11-21T16:00:00Z")
+    passes = []
+
+    async def reconcile(obj):
+        passes.append(clock.now)
+        outcome = await reconciler.reconcile(obj)
+        if outcome.written is not None:  # the watch delivers the status write
+            resync.remember({**obj, "status": outcome.written["status"]})
+        return outcome
+
+    resync = Resync(reconcile, period_seconds=30, backoff_cap_seconds=240, clock=clock)
+    resync.remember(
+        {
+            "apiVersion": "ttsfleet.io/v1alpha1",
+            "kind": "TTSService",
+            "metadata": {"name": "demo", "namespace": "voice", "uid": "uid-demo", "generation": 1},
+            "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}},
+        }
+    )
+    fake_cluster.fail_apply_kinds.add("Deployment")
+
+    async def periods(until: float):
+        while clock.now < until:
+            await resync.pass_once()
+            clock.now += 30
+
+    def warnings():
+        return [reason for type_, reason, _ in fake_cluster.events if type_ == "Warning"]
+
+    await periods(600)
+    # Retried 1, 2, 4 periods after each failure, then every 240 s (the cap), not every period.
+    assert passes == [0, 30, 90, 210, 450]
+    assert [b - a for a, b in zip(passes, passes[1:])] == [resync.retry_delay(n) for n in (1, 2, 3, 4)]
+    assert warnings() == ["ApplyFailed"], "the same problem is reported once, not per pass"
+
+    # Fixed: the retry due at 690 succeeds, and the period runs every 30 s again.
+    fake_cluster.fail_apply_kinds.clear()
+    await periods(780)
+    assert passes[5:] == [690, 720, 750]
+    assert warnings() == ["ApplyFailed"]
+
+    # A new failure is a new problem: reported once more, and the back-off starts afresh.
+    fake_cluster.fail_apply_kinds.add("Service")
+    del fake_cluster.objects[("Service", "voice", "demo")]
+    await periods(900)
+    assert passes[8:] == [780, 810, 870]
+    assert warnings() == ["ApplyFailed", "ApplyFailed"]
+
+
+async def test_a_change_is_reconciled_at_once_even_while_backing_off():
+    seen = []
+
+    class Failed:
+        problem = "ApplyFailed"
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        return Failed()
+
+    clock = FakeClock()
+    resync = Resync(reconcile, period_seconds=30, clock=clock)
+    resync.remember(body("a"))
+    await resync.pass_once()
+    clock.now = 10
+    assert await resync.pass_once() == 0 and resync.backing_off(("voice", "a"))
+    await resync.reconcile_locked(body("a"))  # kopf's update handler: a spec change
+    assert seen == ["a", "a"]

@@ -56,18 +56,21 @@ def runtime_metric_names() -> set[str]:
 
 def operator_metric_names() -> set[str]:
     """Every series name the operator exposes (with a service and a canary state set)."""
+    from ttsfleet_operator.canary import state_machine
     from ttsfleet_operator.metrics import OperatorMetrics
+    from ttsfleet_operator.reconcile import Outcome
+    from ttsfleet_operator.render import render_fleet
+    from ttsfleet_operator.tts_service import TTSService
 
+    body = {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "metadata": {"name": "demo", "namespace": "voice", "uid": "u"},
+        "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}},
+    }
     m = OperatorMetrics()
-    m.observe_fleet(
-        {
-            "apiVersion": "ttsfleet.io/v1alpha1",
-            "kind": "TTSService",
-            "metadata": {"name": "demo", "namespace": "voice", "uid": "u"},
-            "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}},
-        }
-    )
-    m.set_canary_state("voice", "demo", "none")
+    rendered = render_fleet(TTSService.model_validate(body))
+    m.observe(body, Outcome(rendered=rendered, on_demand_floor=0, canary_phase=state_machine.IDLE))
     return _exposed_names(m.registry)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.tools import tool
+from ttsfleet_operator import child_kinds
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "ttsfleet"
@@ -373,12 +374,7 @@ WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
 OPERATOR_WRITES = {
     ("ttsfleet.io", "ttsservices", ""),
     ("ttsfleet.io", "ttsservices", "status"),
-    ("apps", "deployments", ""),
-    ("", "services", ""),
-    ("", "configmaps", ""),
-    ("autoscaling", "horizontalpodautoscalers", ""),
-    ("policy", "poddisruptionbudgets", ""),
-    ("gateway.networking.k8s.io", "httproutes", ""),
+    *((child.group, child.plural, "") for child in child_kinds.ALL),
 }
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 

@@ -35,6 +35,19 @@ PROMOTING = "Promoting"
 PROMOTED = "Promoted"
 ROLLED_BACK = "RolledBack"
 ACTIVE = (PROGRESSING, PAUSED)
+# The stable track serves the candidate (canary/tracks.py).
+PROMOTED_PHASES = (PROMOTING, PROMOTED)
+# Each phase's value of the operator metric's `state` label (metrics.CANARY_STATE). The
+# alert and the dashboards read these published values, so two phases share one.
+METRIC_STATE = {
+    IDLE: "none",
+    PROGRESSING: "progressing",
+    PROMOTING: "progressing",
+    PAUSED: "paused",
+    PROMOTED: "promoted",
+    ROLLED_BACK: "rolled_back",
+}
+PHASES = tuple(METRIC_STATE)
 
 PASS = "Pass"
 FAIL = "Fail"

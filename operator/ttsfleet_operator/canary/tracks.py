@@ -8,6 +8,7 @@ the stable track serves the candidate. Moving the candidate into
 
 from __future__ import annotations
 
+from ttsfleet_operator.canary import state_machine
 from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.tts_service import CanaryStatus, TTSService
 
@@ -40,7 +41,7 @@ def candidate_revision(service: TTSService) -> str | None:
 
 def stable_service(service: TTSService, canary: CanaryStatus | None) -> TTSService:
     """What the stable track runs: the candidate once it was promoted, else the spec's stable."""
-    if canary is not None and canary.phase in ("Promoting", "Promoted"):
+    if canary is not None and canary.phase in state_machine.PROMOTED_PHASES:
         if canary.revision is not None and canary.revision == candidate_revision(service):
             return candidate_service(service)
     return base_service(service)

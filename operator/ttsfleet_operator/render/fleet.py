@@ -36,10 +36,6 @@ def fleet_split(service: TTSService, weight: int = 0) -> ReplicaSplit:
     return split_replicas(service.spec.replicas, spot.ratio, spot.min_on_demand, canary_weight=weight)
 
 
-def stable_split(service: TTSService) -> ReplicaSplit:
-    return fleet_split(service)
-
-
 def pools(service: TTSService) -> list[str]:
     """Pools that can ever hold replicas. A pool at 0 for now keeps its Deployment
     (the HPA may grow it back); a pool the spec rules out entirely is not rendered."""

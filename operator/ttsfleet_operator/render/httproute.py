@@ -7,14 +7,14 @@ mesh then applies the weights to in-cluster callers of that Service.
 
 from __future__ import annotations
 
-from ttsfleet_operator import labels
+from ttsfleet_operator import child_kinds, labels
 from ttsfleet_operator.render import names
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
 
-API_VERSION = "gateway.networking.k8s.io/v1"
-KIND = "HTTPRoute"
+API_VERSION = child_kinds.HTTP_ROUTE.api_version
+KIND = child_kinds.HTTP_ROUTE.kind
 
 
 def _parent_ref(service: TTSService) -> dict:

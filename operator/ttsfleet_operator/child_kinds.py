@@ -1,0 +1,57 @@
+"""The kinds of object a TTSService's children are: the one list of them.
+
+The reconciler lists these to find stale children, the API client maps them to
+URL paths, the child watch subscribes to the watched ones, and the chart's RBAC
+(tests/chart) grants exactly these verbs on exactly these resources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildKind:
+    api_version: str
+    kind: str
+    plural: str
+    # Listed only where the cluster serves the kind (discovery), like Gateway API's HTTPRoute.
+    optional: bool = False
+    # Its events ask for a pass of the owner (child_watch.py); the chart grants `watch`.
+    watched: bool = False
+
+    @property
+    def group(self) -> str:
+        """The API group ("" for the core group), as RBAC rules and kopf name it."""
+        return self.api_version.split("/")[0] if "/" in self.api_version else ""
+
+    @property
+    def version(self) -> str:
+        return self.api_version.split("/")[-1]
+
+
+CONFIG_MAP = ChildKind("v1", "ConfigMap", "configmaps")
+DEPLOYMENT = ChildKind("apps/v1", "Deployment", "deployments", watched=True)
+SERVICE = ChildKind("v1", "Service", "services")
+POD_DISRUPTION_BUDGET = ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+HORIZONTAL_POD_AUTOSCALER = ChildKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
+HTTP_ROUTE = ChildKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", optional=True)
+
+# Every kind the operator may create, in the order a pass lists them (and so deletes
+# stale children): pods' ConfigMaps before their Deployments, the optional kind last.
+ALL: tuple[ChildKind, ...] = (
+    CONFIG_MAP,
+    DEPLOYMENT,
+    SERVICE,
+    POD_DISRUPTION_BUDGET,
+    HORIZONTAL_POD_AUTOSCALER,
+    HTTP_ROUTE,
+)
+# The kinds whose events the operator watches.
+WATCHED: tuple[ChildKind, ...] = tuple(kind for kind in ALL if kind.watched)
+
+# Created once if missing, then never read back whole, patched or deleted (garbage
+# collection follows the ownerReference), so not in ALL: the generated API keys
+# Secret. RBAC: get (its metadata) and create.
+API_KEYS_SECRET = ChildKind("v1", "Secret", "secrets")
+CREATED_ONCE: tuple[ChildKind, ...] = (API_KEYS_SECRET,)
