@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
+from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
-from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 
 SECONDS_PER_FRAME = 0.08
 
@@ -54,9 +54,12 @@ def timed(fn, iters: int) -> list[float]:
 
 def summary(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    return {"median_ms": statistics.median(ordered),
-            "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
-            "min_ms": ordered[0], "samples_ms": [round(s, 4) for s in samples]}
+    return {
+        "median_ms": statistics.median(ordered),
+        "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
+        "min_ms": ordered[0],
+        "samples_ms": [round(s, 4) for s in samples],
+    }
 
 
 def measure_step(decoder, batch: int, frames: int, gen, args, row: dict) -> None:
@@ -86,7 +89,8 @@ def measure_step(decoder, batch: int, frames: int, gen, args, row: dict) -> None
     g_slots = [graphed.open() for _ in range(batch)]
     row["graph_vs_eager_max_abs"] = max(
         float((eager.decode(e_slots, chunk) - graphed.decode(g_slots, chunk)).abs().max())
-        for _ in range(3))
+        for _ in range(3)
+    )
 
 
 def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
@@ -105,7 +109,7 @@ def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
     codec = StreamingCodec(decoder, max_streams=max(args.batches), device=device)
     slot, pieces, start, n = codec.open(), [], 0, 1
     while start < args.frames:
-        pieces.append(codec.decode([slot], codes[:, start:start + n]))
+        pieces.append(codec.decode([slot], codes[:, start : start + n]))
         start, n = start + n, n * 2
     codec.close(slot)
     result["stream_vs_offline_max_abs"] = float((torch.cat(pieces, 1) - offline).abs().max())
@@ -124,10 +128,16 @@ def bench_dtype(folder: Path, dtype: torch.dtype, args) -> dict:
                 row["error"] = repr(exc)
             if device.type == "cuda":
                 row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
-            print(json.dumps({k: v for k, v in row.items() if k not in ("eager", "graph")}
-                             | {mode: {k: v for k, v in row.get(mode, {}).items()
-                                       if k != "samples_ms"}
-                                for mode in ("eager", "graph")}), flush=True)
+            print(
+                json.dumps(
+                    {k: v for k, v in row.items() if k not in ("eager", "graph")}
+                    | {
+                        mode: {k: v for k, v in row.get(mode, {}).items() if k != "samples_ms"}
+                        for mode in ("eager", "graph")
+                    }
+                ),
+                flush=True,
+            )
             steps.append(row)
     result["steps"] = steps
     return result
@@ -137,8 +147,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tokenizer", type=Path, help="existing speech_tokenizer/ folder")
-    parser.add_argument("--size", default="real", choices=["real", "tiny"],
-                        help="size of the random tokenizer written when --tokenizer is not given")
+    parser.add_argument(
+        "--size",
+        default="real",
+        choices=["real", "tiny"],
+        help="size of the random tokenizer written when --tokenizer is not given",
+    )
     parser.add_argument("--device", default="cuda", help="cpu only checks the script runs")
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
@@ -156,12 +170,18 @@ def main() -> None:
         folder = write_random_speech_tokenizer(scratch / "speech_tokenizer", args.size)
     report = {
         "benchmark": "codec",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "machine": {"gpu": torch.cuda.get_device_name() if cuda else None,
-                    "host": platform.node(), "python": platform.python_version(),
-                    "cpus": os.cpu_count()},
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
-                     "cudnn": torch.backends.cudnn.version() if cuda else None},
+        "date": datetime.datetime.now(datetime.UTC).isoformat(),
+        "machine": {
+            "gpu": torch.cuda.get_device_name() if cuda else None,
+            "host": platform.node(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
+        "versions": {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if cuda else None,
+        },
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "results": [],
     }

@@ -28,8 +28,9 @@ TEXTS = ["First bystander speaking.", "The request that fails.", "Second bystand
 async def engine_on_gpu(ckpt: str):
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
-    engine = TTSEngine.from_pretrained(ckpt, "cuda", max_batch=4, dtype="float32", max_len=512,
-                                       capture_all_graphs=False)
+    engine = TTSEngine.from_pretrained(
+        ckpt, "cuda", max_batch=4, dtype="float32", max_len=512, capture_all_graphs=False
+    )
     await engine.start()
     return engine
 
@@ -37,9 +38,18 @@ async def engine_on_gpu(ckpt: str):
 async def three(engine) -> dict:
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 
-    streams = [engine.submit(SynthesisRequest(text=t, voice="ryan", language="english", request_id=str(i),
-                                              params=SamplingParams(seed=i, max_frames=20, min_frames=20)))
-               for i, t in enumerate(TEXTS)]
+    streams = [
+        engine.submit(
+            SynthesisRequest(
+                text=t,
+                voice="ryan",
+                language="english",
+                request_id=str(i),
+                params=SamplingParams(seed=i, max_frames=20, min_frames=20),
+            )
+        )
+        for i, t in enumerate(TEXTS)
+    ]
     for s in streams:
         async for _ in s:
             pass
@@ -65,9 +75,12 @@ async def isolation(ckpt: str) -> dict:
         "victim_finish": faulty["1"].finish_reason,
         "victim_frames": faulty["1"].seq.frames,
         "bystanders_finish": [faulty[k].finish_reason for k in ("0", "2")],
-        "bystander_codes_equal_clean": [bool(np.array_equal(np.stack(faulty[k].seq.all_codes),
-                                                            np.stack(clean[k].seq.all_codes)))
-                                        for k in ("0", "2")],
+        "bystander_codes_equal_clean": [
+            bool(
+                np.array_equal(np.stack(faulty[k].seq.all_codes), np.stack(clean[k].seq.all_codes))
+            )
+            for k in ("0", "2")
+        ],
         "decode_graphs": sorted(engine.runner.graphs),
     }
 
@@ -81,16 +94,22 @@ async def long_text(ckpt: str) -> dict:
     bias = torch.zeros(talker.codec_head.shape[0], device="cuda")
     bias[engine.model.config.talker.codec_eos_token_id] = 1e4
     talker.logits = lambda hidden: F.linear(hidden, talker.codec_head) + bias  # before any capture
-    text = ("The morning was cold and clear. She walked to the station, counting the steps; "
-            "the train was late again! Would it come at all? ") * 40
+    text = (
+        "The morning was cold and clear. She walked to the station, counting the steps; "
+        "the train was late again! Would it come at all? "
+    ) * 40
     text = text[:4000]
     pieces = split_text(text, lambda t: len(engine.builder.text_ids(t)), engine.piece_tokens)
     stream = engine.submit(SynthesisRequest(text=text, voice="ryan", params=SamplingParams(seed=5)))
     chunks = [c async for c in stream]
     await engine.stop(0)
-    return {"pieces": len(pieces), "finish": stream.finish_reason, "pieces_spoken": stream.seq.piece + 1,
-            "frames": sum(c.frames for c in chunks), "chunk_indexes_continuous":
-                [c.index for c in chunks] == list(range(len(chunks)))}
+    return {
+        "pieces": len(pieces),
+        "finish": stream.finish_reason,
+        "pieces_spoken": stream.seq.piece + 1,
+        "frames": sum(c.frames for c in chunks),
+        "chunk_indexes_continuous": [c.index for c in chunks] == list(range(len(chunks))),
+    }
 
 
 async def main(out: str) -> None:

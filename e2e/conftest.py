@@ -17,9 +17,10 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -76,7 +77,9 @@ class Cluster:
         """`kubectl get ... -o json`, parsed."""
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
-    def apply(self, manifest: dict | list[dict] | str, *args: str) -> subprocess.CompletedProcess[str]:
+    def apply(
+        self, manifest: dict | list[dict] | str, *args: str
+    ) -> subprocess.CompletedProcess[str]:
         if isinstance(manifest, dict):
             text = json.dumps(manifest)
         elif isinstance(manifest, list):
@@ -95,7 +98,10 @@ class Cluster:
 
 
 def wait_for(
-    condition: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = "condition"
+    condition: Callable[[], Any],
+    timeout: float = 60,
+    interval: float = 0.5,
+    what: str = "condition",
 ) -> Any:
     """Poll until condition() returns something truthy; return it. Fails with `what`."""
     deadline = time.monotonic() + timeout
@@ -142,11 +148,11 @@ def cluster() -> Cluster:
             [str(BUILD_SH), "--print-bin-dir"], capture_output=True, text=True, check=True
         ).stdout.strip()
     )
-    kubectl = str(bin_dir / "kubectl") if (bin_dir / "kubectl").exists() else shutil.which("kubectl")
-    assert kubectl, "no kubectl: run hack/build-control-plane.sh"
-    yield Cluster(
-        name=name, provider=provider, kubeconfig=kubeconfig, kubectl_path=kubectl
+    kubectl = (
+        str(bin_dir / "kubectl") if (bin_dir / "kubectl").exists() else shutil.which("kubectl")
     )
+    assert kubectl, "no kubectl: run hack/build-control-plane.sh"
+    yield Cluster(name=name, provider=provider, kubeconfig=kubeconfig, kubectl_path=kubectl)
     if not was_running and env.get("TTSFLEET_E2E_KEEP_CLUSTER") != "1":
         _run_cluster_sh("down", env=env)
 
@@ -166,7 +172,10 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> str:
     cluster.kubectl("create", "namespace", name)
     # Pods are refused until the namespace's default ServiceAccount exists.
     wait_for(
-        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
         timeout=30,
         what=f"ServiceAccount default in {name}",
     )
@@ -190,7 +199,5 @@ def gateway_api(cluster):
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0, (
-        f"hack/gateway-api.sh install failed:\n{proc.stderr}{proc.stdout}"
-    )
+    assert proc.returncode == 0, f"hack/gateway-api.sh install failed:\n{proc.stderr}{proc.stdout}"
     # Left installed: later tests see a cluster that serves Gateway API, as many do.

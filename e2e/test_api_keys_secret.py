@@ -9,6 +9,7 @@ import base64
 import json
 
 import pytest
+
 from support.operator_fixtures import children, load_sample, owned_by, tts, wait_ready
 
 pytestmark = pytest.mark.timeout(180)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from support.operator_fixtures import children, load_sample, owned_by, tts
 from support.prometheus import Prometheus
 from support.runtime import RuntimeProcess, write_tiny_checkpoint
@@ -36,7 +37,9 @@ def runtimes(tmp_path):
     """Two runtimes: the stable pod and the canary pod of the TTSService under test."""
     checkpoint = write_tiny_checkpoint(tmp_path / "tiny")
     procs = {
-        track: RuntimeProcess(tmp_path, checkpoint, "--max-audio-seconds", "0.4", "--max-batch", "4", name=track)
+        track: RuntimeProcess(
+            tmp_path, checkpoint, "--max-audio-seconds", "0.4", "--max-batch", "4", name=track
+        )
         for track in (labels.STABLE, labels.CANARY)
     }
     try:
@@ -63,7 +66,9 @@ def prometheus(tmp_path, runtimes, namespace):
         }
         return {
             "job_name": f"runtime-{track}",
-            "static_configs": [{"targets": [f"127.0.0.1:{runtimes[track].port}"], "labels": target_labels}],
+            "static_configs": [
+                {"targets": [f"127.0.0.1:{runtimes[track].port}"], "labels": target_labels}
+            ],
         }
 
     config = {
@@ -86,13 +91,19 @@ def route_weights(cluster, name: str, namespace: str) -> tuple[int, int] | None:
         return None
     (rule,) = routes[0]["spec"]["rules"]
     weights = {ref["name"]: ref["weight"] for ref in rule["backendRefs"]}
-    return weights[track_service_name(name, labels.STABLE)], weights[track_service_name(name, labels.CANARY)]
+    return weights[track_service_name(name, labels.STABLE)], weights[
+        track_service_name(name, labels.CANARY)
+    ]
 
 
 def canary_events(cluster, name: str, namespace: str) -> list[str]:
     """Reasons of the Canary* Events on the TTSService, oldest first."""
-    items = cluster.get("events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")["items"]
-    items.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("creationTimestamp") or ""))
+    items = cluster.get(
+        "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    items.sort(
+        key=lambda e: (e.get("firstTimestamp") or "", e["metadata"].get("creationTimestamp") or "")
+    )
     return [e["reason"] for e in items if e["reason"].startswith("Canary")]
 
 
@@ -136,7 +147,10 @@ def _walk_to_promotion(cluster, namespace, runtimes, prometheus):
     step_weights = [sm.step_weight(canary, step) for step in range(1, STEPS + 1)]
     assert step_weights == [20, 60]
 
-    loads = [SpeechTraffic(runtimes[t].base, callers=1, pause=0.2).start() for t in (labels.STABLE, labels.CANARY)]
+    loads = [
+        SpeechTraffic(runtimes[t].base, callers=1, pause=0.2).start()
+        for t in (labels.STABLE, labels.CANARY)
+    ]
     seen: list[tuple[int, int]] = []  # the route's distinct (stable, canary) weights, in order
     phases: list[str] = []
     try:
@@ -157,10 +171,15 @@ def _walk_to_promotion(cluster, namespace, runtimes, prometheus):
             return phase == sm.PROMOTED and status
 
         status = cluster.wait_for(
-            promoted, timeout=STEPS * INTERVAL + 60, interval=0.3, what="the canary to reach Promoted"
+            promoted,
+            timeout=STEPS * INTERVAL + 60,
+            interval=0.3,
+            what="the canary to reach Promoted",
         )
-        print(f"promoted in {time.monotonic() - started:.0f} s; TTFA threshold {threshold_ms} ms;"
-              f" weights {seen}; phases {phases}; last analysis {status.get('lastAnalysis')}")
+        print(
+            f"promoted in {time.monotonic() - started:.0f} s; TTFA threshold {threshold_ms} ms;"
+            f" weights {seen}; phases {phases}; last analysis {status.get('lastAnalysis')}"
+        )
     finally:
         for load in loads:
             load.stop()
@@ -183,7 +202,12 @@ def _walk_to_promotion(cluster, namespace, runtimes, prometheus):
     assert owned_by(route, obj)
 
     # Events on the way: started, one step advanced per passing step, promoting, promoted.
-    expected = ["CanaryStarted", *["CanaryStepAdvanced"] * (STEPS - 1), "CanaryPromoting", "CanaryPromoted"]
+    expected = [
+        "CanaryStarted",
+        *["CanaryStepAdvanced"] * (STEPS - 1),
+        "CanaryPromoting",
+        "CanaryPromoted",
+    ]
     reasons = cluster.wait_for(
         lambda: len(r := canary_events(cluster, name, namespace)) >= len(expected) and r,
         timeout=10,
@@ -198,10 +222,15 @@ def _walk_to_promotion(cluster, namespace, runtimes, prometheus):
         what="the canary Deployments to be removed",
     )
     stable = [
-        d for d in children(cluster, "deployments", name, namespace)
+        d
+        for d in children(cluster, "deployments", name, namespace)
         if d["metadata"]["labels"].get(labels.TRACK) == labels.STABLE
     ]
     assert stable
     for deployment in stable:
-        assert deployment["metadata"]["annotations"][labels.REVISION] == status["revision"], deployment["metadata"]
-        assert (deployment["status"].get("readyReplicas") or 0) == deployment["spec"]["replicas"], deployment["status"]
+        assert deployment["metadata"]["annotations"][labels.REVISION] == status["revision"], (
+            deployment["metadata"]
+        )
+        assert (deployment["status"].get("readyReplicas") or 0) == deployment["spec"]["replicas"], (
+            deployment["status"]
+        )

@@ -18,6 +18,7 @@ import datetime
 import time
 
 import pytest
+
 from support.prometheus import Prometheus
 from support.runtime import RuntimeProcess, write_tiny_checkpoint
 from support.traffic import SpeechTraffic, request_seconds
@@ -39,7 +40,9 @@ def fleet(tmp_path_factory):
     checkpoint = write_tiny_checkpoint(workdir / "tiny")
     slots = {"fast": 4, "slow": 1, "idle": 1}
     runtimes = {
-        name: RuntimeProcess(workdir, checkpoint, "--max-audio-seconds", "0.4", "--max-batch", str(count), name=name)
+        name: RuntimeProcess(
+            workdir, checkpoint, "--max-audio-seconds", "0.4", "--max-batch", str(count), name=name
+        )
         for name, count in slots.items()
     }
     prometheus = None
@@ -48,12 +51,24 @@ def fleet(tmp_path_factory):
             runtime.wait_ready(240)
 
         def job(name: str, service: str, runtime: RuntimeProcess) -> dict:
-            labels = {"namespace": NAMESPACE, "service": service, "track": "canary", "pool": "on-demand",
-                      "pod": f"{service}-canary-0"}
-            return {"job_name": name, "static_configs": [{"targets": [f"127.0.0.1:{runtime.port}"], "labels": labels}]}
+            labels = {
+                "namespace": NAMESPACE,
+                "service": service,
+                "track": "canary",
+                "pool": "on-demand",
+                "pod": f"{service}-canary-0",
+            }
+            return {
+                "job_name": name,
+                "static_configs": [{"targets": [f"127.0.0.1:{runtime.port}"], "labels": labels}],
+            }
 
         config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "global": {
+                "scrape_interval": "1s",
+                "evaluation_interval": "1s",
+                "scrape_timeout": "1s",
+            },
             "scrape_configs": [
                 job("healthy", "healthy", runtimes["fast"]),
                 job("slow", "slow", runtimes["slow"]),
@@ -72,12 +87,24 @@ def fleet(tmp_path_factory):
 
 
 def canary_spec(ttfa_ms: int, **analysis_rules) -> CanarySpec:
-    rules = {"intervalSeconds": INTERVAL, "steps": 2, "minRequests": 5, "maxErrorRatio": 0.01,
-             "ttfaP95Milliseconds": ttfa_ms, "failureLimit": 0, "inconclusiveLimit": 2, **analysis_rules}
-    return CanarySpec.model_validate({"percent": 20, "candidate": {"image": "runtime:2"}, "analysis": rules})
+    rules = {
+        "intervalSeconds": INTERVAL,
+        "steps": 2,
+        "minRequests": 5,
+        "maxErrorRatio": 0.01,
+        "ttfaP95Milliseconds": ttfa_ms,
+        "failureLimit": 0,
+        "inconclusiveLimit": 2,
+        **analysis_rules,
+    }
+    return CanarySpec.model_validate(
+        {"percent": 20, "candidate": {"image": "runtime:2"}, "analysis": rules}
+    )
 
 
-async def drive(client: PrometheusClient, service: str, spec: CanarySpec, until: set[str], timeout: float):
+async def drive(
+    client: PrometheusClient, service: str, spec: CanarySpec, until: set[str], timeout: float
+):
     """Run the operator's loop for one service: analyse when due, step the state machine."""
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     status = sm.next_state(spec, "rev-2", None, now).status
@@ -85,14 +112,18 @@ async def drive(client: PrometheusClient, service: str, spec: CanarySpec, until:
     deadline = time.monotonic() + timeout
     while status.phase not in until:
         if time.monotonic() > deadline:
-            raise AssertionError(f"{service}: no {until} within {timeout} s; history: "
-                                 + "; ".join(f"{s.phase} {s.last_analysis}" for s in history))
+            raise AssertionError(
+                f"{service}: no {until} within {timeout} s; history: "
+                + "; ".join(f"{s.phase} {s.last_analysis}" for s in history)
+            )
         await asyncio.sleep(1)
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         result = None
         if sm.analysis_due(spec, status, now):
             result = await analysis.analyse(client, NAMESPACE, service, spec.analysis)
-        status = sm.next_state(spec, "rev-2", status, now, analysis=result, stable_serves_candidate=True).status
+        status = sm.next_state(
+            spec, "rev-2", status, now, analysis=result, stable_serves_candidate=True
+        ).status
         if status != history[-1]:
             history.append(status)
     return history
@@ -112,6 +143,7 @@ def test_healthy_promotes_slow_rolls_back_idle_pauses(fleet):
     healthy_load.start()
     slow_load.start()
     try:
+
         async def scenarios():
             return await asyncio.gather(
                 drive(client, "healthy", spec, {sm.PROMOTED, sm.ROLLED_BACK}, timeout=120),
@@ -125,7 +157,9 @@ def test_healthy_promotes_slow_rolls_back_idle_pauses(fleet):
         slow_load.stop()
 
     assert healthy_load.failures == [] and slow_load.failures == []
-    print(f"TTFA threshold {threshold_ms} ms; healthy {healthy[-2].last_analysis.reason}; slow {slow[-1].message}")
+    print(
+        f"TTFA threshold {threshold_ms} ms; healthy {healthy[-2].last_analysis.reason}; slow {slow[-1].message}"
+    )
     assert [s.phase for s in healthy][-1] == sm.PROMOTED, healthy
     assert [s.weight for s in healthy][:2] == [20, 60], "weights follow the steps"
     assert healthy[-2].last_analysis.result == sm.PASS

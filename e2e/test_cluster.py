@@ -30,7 +30,9 @@ def _nodes(cluster):
 
 
 def _taints(node):
-    return [{k: t.get(k) for k in ("key", "value", "effect")} for t in node["spec"].get("taints", [])]
+    return [
+        {k: t.get(k) for k in ("key", "value", "effect")} for t in node["spec"].get("taints", [])
+    ]
 
 
 def _h100_spot_nodes(cluster):
@@ -61,7 +63,11 @@ def _gpu_deployment(name, replicas, gpus, tolerations, node_selector):
                             "name": "tts",
                             "image": "registry.invalid/ttsfleet/runtime:e2e",
                             "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
+                                "requests": {
+                                    "cpu": "1",
+                                    "memory": "1Gi",
+                                    "nvidia.com/gpu": str(gpus),
+                                },
                                 "limits": {"nvidia.com/gpu": str(gpus)},
                             },
                         }
@@ -86,7 +92,9 @@ def _unschedulable(cluster, namespace: str, app: str) -> list[str]:
 def test_api_server_reports_the_pinned_version(cluster, versions):
     reported = json.loads(cluster.kubectl("version", "-o", "json").stdout)
     if cluster.provider != "kwok":
-        pytest.skip(f"{cluster.provider} runs its own Kubernetes version: {reported['serverVersion']['gitVersion']}")
+        pytest.skip(
+            f"{cluster.provider} runs its own Kubernetes version: {reported['serverVersion']['gitVersion']}"
+        )
     assert reported["serverVersion"]["gitVersion"] == versions["KUBE_VERSION"]
     assert reported["clientVersion"]["gitVersion"] == versions["KUBE_VERSION"]
 
@@ -101,8 +109,12 @@ def test_gpu_node_pools_carry_the_labels_taints_and_capacity_users_see(cluster):
     for node in gpu_nodes:
         name, labels = node["metadata"]["name"], node["metadata"]["labels"]
         gpus = node["status"]["allocatable"]["nvidia.com/gpu"]
-        assert gpus == node["status"]["capacity"]["nvidia.com/gpu"] == labels["nvidia.com/gpu.count"], name
-        assert int(gpus) in ((1, 4) if labels["nvidia.com/gpu.product"] == "NVIDIA-L4" else (8,)), name
+        assert (
+            gpus == node["status"]["capacity"]["nvidia.com/gpu"] == labels["nvidia.com/gpu.count"]
+        ), name
+        assert int(gpus) in ((1, 4) if labels["nvidia.com/gpu.product"] == "NVIDIA-L4" else (8,)), (
+            name
+        )
         assert GPU_TAINT in _taints(node), name
         if labels["karpenter.sh/capacity-type"] == "spot":
             assert SPOT_LABELS.items() <= labels.items(), name
@@ -128,19 +140,27 @@ def test_gpu_node_pools_carry_the_labels_taints_and_capacity_users_see(cluster):
     assert all("nvidia.com/gpu" not in n["status"]["allocatable"] for n in system)
 
 
-def test_gpu_pods_are_scheduled_onto_the_requested_class_and_pool_and_become_ready(cluster, namespace):
+def test_gpu_pods_are_scheduled_onto_the_requested_class_and_pool_and_become_ready(
+    cluster, namespace
+):
     h100_spot = _h100_spot_nodes(cluster)
     selector = {"nvidia.com/gpu.product": H100, "karpenter.sh/capacity-type": "spot"}
     # A whole node's 8 GPUs per pod: the scheduler must spread them one per node.
     cluster.apply(
-        _gpu_deployment("tts-h100-spot", len(h100_spot), 8, GPU_AND_SPOT_TOLERATIONS, selector), "-n", namespace
+        _gpu_deployment("tts-h100-spot", len(h100_spot), 8, GPU_AND_SPOT_TOLERATIONS, selector),
+        "-n",
+        namespace,
     )
 
     def ready_pods():
         pods = cluster.get("pods", "-n", namespace, "-l", "app=tts-h100-spot")["items"]
         ready = [
-            p for p in pods
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+            p
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
         ]
         return ready if len(ready) == len(h100_spot) else None
 
@@ -148,35 +168,53 @@ def test_gpu_pods_are_scheduled_onto_the_requested_class_and_pool_and_become_rea
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(h100_spot)
     assert all(p["status"]["phase"] == "Running" for p in pods)
     cluster.wait_for(
-        lambda: cluster.get("deployment", "tts-h100-spot", "-n", namespace)["status"].get("readyReplicas")
-        == len(h100_spot),
+        lambda: (
+            cluster.get("deployment", "tts-h100-spot", "-n", namespace)["status"].get(
+                "readyReplicas"
+            )
+            == len(h100_spot)
+        ),
         timeout=30,
         what="Deployment readyReplicas",
     )
 
     # One more replica does not fit: every H100 spot GPU is taken.
-    cluster.kubectl("scale", "deployment/tts-h100-spot", f"--replicas={len(h100_spot) + 1}", "-n", namespace)
+    cluster.kubectl(
+        "scale", "deployment/tts-h100-spot", f"--replicas={len(h100_spot) + 1}", "-n", namespace
+    )
 
-    messages = cluster.wait_for(lambda: _unschedulable(cluster, namespace, "tts-h100-spot"), timeout=30,
-                                what="the extra pod to be Unschedulable")
+    messages = cluster.wait_for(
+        lambda: _unschedulable(cluster, namespace, "tts-h100-spot"),
+        timeout=30,
+        what="the extra pod to be Unschedulable",
+    )
     assert "nvidia.com/gpu" in messages[0]
 
 
 def test_gpu_pods_without_the_gpu_toleration_stay_off_gpu_nodes(cluster, namespace):
     cluster.apply(
-        _gpu_deployment("no-toleration", 1, 1, [], {"nvidia.com/gpu.product": H100}), "-n", namespace
+        _gpu_deployment("no-toleration", 1, 1, [], {"nvidia.com/gpu.product": H100}),
+        "-n",
+        namespace,
     )
 
-    messages = cluster.wait_for(lambda: _unschedulable(cluster, namespace, "no-toleration"), timeout=30,
-                                what="the pod to be Unschedulable")
+    messages = cluster.wait_for(
+        lambda: _unschedulable(cluster, namespace, "no-toleration"),
+        timeout=30,
+        what="the pod to be Unschedulable",
+    )
     assert "untolerated taint" in messages[0]
 
 
 def test_deleting_a_deployment_garbage_collects_its_replicasets_and_pods(cluster, namespace):
     selector = {"nvidia.com/gpu.product": "NVIDIA-L4", "karpenter.sh/capacity-type": "on-demand"}
-    cluster.apply(_gpu_deployment("tts-l4", 2, 1, GPU_AND_SPOT_TOLERATIONS[:1], selector), "-n", namespace)
+    cluster.apply(
+        _gpu_deployment("tts-l4", 2, 1, GPU_AND_SPOT_TOLERATIONS[:1], selector), "-n", namespace
+    )
     cluster.wait_for(
-        lambda: cluster.get("deployment", "tts-l4", "-n", namespace)["status"].get("readyReplicas") == 2,
+        lambda: (
+            cluster.get("deployment", "tts-l4", "-n", namespace)["status"].get("readyReplicas") == 2
+        ),
         timeout=60,
         what="tts-l4 ready",
     )
@@ -236,7 +274,9 @@ CEL_CRD = {
 def test_cel_validation_rules_refuse_invalid_objects(cluster, namespace):
     cluster.apply(CEL_CRD)
     try:
-        cluster.kubectl("wait", "--for=condition=Established", "crd/celprobes.e2e.ttsfleet.io", "--timeout=30s")
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "crd/celprobes.e2e.ttsfleet.io", "--timeout=30s"
+        )
 
         def probe(name, size):
             return {
@@ -248,12 +288,18 @@ def test_cel_validation_rules_refuse_invalid_objects(cluster, namespace):
 
         # The API server's discovery can lag Established by a moment.
         cluster.wait_for(
-            lambda: cluster.kubectl("apply", "-f", "-", input=json.dumps(probe("ok", "1.7B")), check=False).returncode
-            == 0,
+            lambda: (
+                cluster.kubectl(
+                    "apply", "-f", "-", input=json.dumps(probe("ok", "1.7B")), check=False
+                ).returncode
+                == 0
+            ),
             timeout=30,
             what="a valid CelProbe to be accepted",
         )
-        refused = cluster.kubectl("apply", "-f", "-", input=json.dumps(probe("bad", "0.6B")), check=False)
+        refused = cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps(probe("bad", "0.6B")), check=False
+        )
         assert refused.returncode != 0
         assert "VoiceDesign exists only at 1.7B" in refused.stderr
     finally:

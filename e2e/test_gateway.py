@@ -7,6 +7,7 @@ weight and, after `inconclusiveLimit` such intervals, pauses there."""
 from __future__ import annotations
 
 import pytest
+
 from support.operator_fixtures import (
     children,
     load_sample,
@@ -77,22 +78,17 @@ def test_canary_gets_an_httproute_with_the_weights_its_status_reports(
     for svc in (stable, candidate):
         cluster.kubectl("get", "service", svc, "-n", namespace)
     # Traffic goes by the route, yet the candidate runs its share of the pods.
-    assert status["canaryPools"]["onDemand"] + status["canaryPools"][
-        "spot"
-    ] == canary_replicas(spec["replicas"], first)
+    assert status["canaryPools"]["onDemand"] + status["canaryPools"]["spot"] == canary_replicas(
+        spec["replicas"], first
+    )
 
     # Two inconclusive intervals (no Prometheus): paused, weight held, route unchanged.
     paused = cluster.wait_for(
-        lambda: (
-            (s := tts(cluster, name, namespace)["status"])["canary"]["phase"] == PAUSED
-            and s
-        ),
+        lambda: (s := tts(cluster, name, namespace)["status"])["canary"]["phase"] == PAUSED and s,
         timeout=60,
         what="the rollout to pause after inconclusiveLimit inconclusive intervals",
     )
-    assert (paused["canary"]["weight"], paused["canaryWeight"]) == (first, first), (
-        paused["canary"]
-    )
+    assert (paused["canary"]["weight"], paused["canaryWeight"]) == (first, first), paused["canary"]
     assert "inconclusive" in paused["canary"]["message"], paused["canary"]["message"]
     assert paused["canary"]["lastAnalysis"]["result"] == "Inconclusive"
     (route,) = children(cluster, "httproutes", name, namespace)

@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+
 from support.operator_fixtures import (
     children,
     load_sample,
@@ -67,16 +68,12 @@ def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(
             pod["metadata"]["name"],
             node["metadata"]["name"],
         )
-        assert _is_spot(node) == (
-            pod["metadata"]["labels"]["ttsfleet.io/pool"] == "spot"
-        ), (
+        assert _is_spot(node) == (pod["metadata"]["labels"]["ttsfleet.io/pool"] == "spot"), (
             f"pod {pod['metadata']['name']} of pool {pod['metadata']['labels']['ttsfleet.io/pool']}"
             f" on node {node['metadata']['name']}"
         )
     if "canary" not in spec:
-        split = split_replicas(
-            spec["replicas"], spot.get("ratio", 0.0), spot.get("minOnDemand", 0)
-        )
+        split = split_replicas(spec["replicas"], spot.get("ratio", 0.0), spot.get("minOnDemand", 0))
         on_spot = sum(1 for _, node in placed if _is_spot(node))
         assert (len(placed) - on_spot, on_spot) == (split.on_demand, split.spot)
 
@@ -138,9 +135,7 @@ INVALID = {
 
 
 @pytest.mark.parametrize("case", sorted(INVALID))
-def test_api_server_refuses_invalid_tts_service_with_the_cel_message(
-    cluster, namespace, case
-):
+def test_api_server_refuses_invalid_tts_service_with_the_cel_message(cluster, namespace, case):
     manifest, message = INVALID[case]
     proc = cluster.kubectl(
         "apply", "-n", namespace, "-f", "-", input=json.dumps(manifest), check=False
@@ -168,16 +163,12 @@ def test_deleting_the_tts_service_garbage_collects_its_children(
     ]
 
     # --wait: a finalizer left behind would hang here, not pass.
-    cluster.kubectl(
-        "delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s"
-    )
+    cluster.kubectl("delete", "tts", name, "-n", namespace, "--wait=true", "--timeout=30s")
     kinds = (*CHILD_KINDS, "horizontalpodautoscalers", "pods", "secrets")
 
     def leftovers():
         return {
-            kind: [
-                o["metadata"]["name"] for o in children(cluster, kind, name, namespace)
-            ]
+            kind: [o["metadata"]["name"] for o in children(cluster, kind, name, namespace)]
             for kind in kinds
         }
 

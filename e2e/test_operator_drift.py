@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from support.operator_fixtures import (
     children,
     count_diff,
@@ -36,9 +37,7 @@ def test_a_deployment_scaled_by_hand_is_scaled_back(cluster, namespace, service)
     name = service["metadata"]["name"]
     on_demand = deployment_name(name, "stable", "on-demand")
     before = deployment_replicas(cluster, name, namespace)
-    cluster.kubectl(
-        "scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7"
-    )
+    cluster.kubectl("scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7")
     cluster.wait_for(
         lambda: deployment_replicas(cluster, name, namespace) == before,
         timeout=30,
@@ -62,9 +61,16 @@ def test_a_service_port_changed_by_hand_is_restored(cluster, namespace, service,
         "-p",
         f'[{{"op": "replace", "path": "/spec/ports/0/{field}", "value": 9999}}]',
     )
-    live = lambda: cluster.get("service", name, "-n", namespace)["spec"]["ports"]
+
+    def live():
+        return cluster.get("service", name, "-n", namespace)["spec"]["ports"]
+
     try:
-        cluster.wait_for(lambda: live() == ports, timeout=timeout, what=f"Service {name} ports restored to {ports}")
+        cluster.wait_for(
+            lambda: live() == ports,
+            timeout=timeout,
+            what=f"Service {name} ports restored to {ports}",
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nlive ports: {live()}") from None
 
@@ -94,9 +100,7 @@ def test_operator_killed_mid_change_resumes_without_duplicates(
 ):
     name = service["metadata"]["name"]
     names_before = {
-        kind: sorted(
-            o["metadata"]["name"] for o in children(cluster, kind, name, namespace)
-        )
+        kind: sorted(o["metadata"]["name"] for o in children(cluster, kind, name, namespace))
         for kind in (
             "deployments",
             "services",
@@ -116,9 +120,7 @@ def test_operator_killed_mid_change_resumes_without_duplicates(
     obj = wait_ready(cluster, name, namespace)
     assert obj["status"]["observedGeneration"] == generation
     names_after = {
-        kind: sorted(
-            o["metadata"]["name"] for o in children(cluster, kind, name, namespace)
-        )
+        kind: sorted(o["metadata"]["name"] for o in children(cluster, kind, name, namespace))
         for kind in names_before
     }
     assert names_after == names_before, "children added or lost across the restart"
@@ -171,9 +173,7 @@ def test_a_pass_over_an_unchanged_tts_service_writes_nothing(
     on_demand = deployment_name(name, "stable", "on-demand")
     want = deployment_replicas(cluster, name, namespace)
     before = write_requests(cluster)
-    cluster.kubectl(
-        "scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7"
-    )
+    cluster.kubectl("scale", f"deployment/{on_demand}", "-n", namespace, "--replicas", "7")
     cluster.wait_for(
         lambda: deployment_replicas(cluster, name, namespace) == want,
         timeout=30,

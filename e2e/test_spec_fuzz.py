@@ -14,6 +14,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from pydantic import ValidationError
+
 from support.hostile_specs import BASE, hostile_documents
 from ttsfleet_operator import tts_service
 from ttsfleet_operator.tts_service import TTSService

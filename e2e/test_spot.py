@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.operator_fixtures import children, load_sample, pods_by_node, wait_ready
 from ttsfleet_operator.render.names import deployment_name
 
@@ -35,10 +36,7 @@ def restore_nodes(cluster):
         cluster.wait_for(
             lambda name=name: any(
                 c["type"] == "Ready" and c["status"] == "True"
-                for c in (cluster.get("node", name).get("status") or {}).get(
-                    "conditions"
-                )
-                or []
+                for c in (cluster.get("node", name).get("status") or {}).get("conditions") or []
             ),
             timeout=60,
             what=f"node {name} back and Ready",
@@ -46,10 +44,7 @@ def restore_nodes(cluster):
 
 
 def _is_spot(node: dict | None) -> bool:
-    return (
-        bool(node)
-        and node["metadata"]["labels"].get("karpenter.sh/capacity-type") == "spot"
-    )
+    return bool(node) and node["metadata"]["labels"].get("karpenter.sh/capacity-type") == "spot"
 
 
 def test_spot_node_lost_pods_rescheduled_on_spot_and_on_demand_floor_held(
@@ -84,10 +79,7 @@ def test_spot_node_lost_pods_rescheduled_on_spot_and_on_demand_floor_held(
         )
         now = pods_by_node(cluster, name, namespace)
         for pod, node in now:
-            if (
-                pod["metadata"]["labels"]["ttsfleet.io/pool"] == "spot"
-                and node is not None
-            ):
+            if pod["metadata"]["labels"]["ttsfleet.io/pool"] == "spot" and node is not None:
                 assert _is_spot(node), (
                     f"spot pod {pod['metadata']['name']} on {node['metadata']['name']}"
                 )

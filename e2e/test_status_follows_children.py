@@ -7,6 +7,7 @@ a Deployment event, never from the resync loop."""
 from __future__ import annotations
 
 import pytest
+
 from support.operator_fixtures import children, condition, load_sample, tts
 from support.polling import wait_for
 
@@ -22,7 +23,9 @@ FOLLOWS_WITHIN = 60
 @pytest.fixture
 def service(cluster, running_operator, namespace):
     """The sample, applied under an operator that resyncs only every RESYNC_SECONDS."""
-    running_operator.restart(namespaces=[namespace], extra_args=("--resync-seconds", str(RESYNC_SECONDS)))
+    running_operator.restart(
+        namespaces=[namespace], extra_args=("--resync-seconds", str(RESYNC_SECONDS))
+    )
     manifest = load_sample(SAMPLE)
     cluster.apply(manifest, "-n", namespace)
     return manifest
@@ -59,22 +62,31 @@ def status_shows(cluster, name: str, namespace: str, ready_replicas: int, ready:
         status = obj.get("status") or {}
         ready_condition = condition(obj, "Ready") or {}
         observed = status.get("observedGeneration") == obj["metadata"]["generation"]
-        matches = status.get("readyReplicas") == ready_replicas and ready_condition.get("status") == ready
+        matches = (
+            status.get("readyReplicas") == ready_replicas and ready_condition.get("status") == ready
+        )
         return obj if observed and matches else None
 
     def last() -> dict:
         obj = tts(cluster, name, namespace)
-        return {"readyReplicas": (obj.get("status") or {}).get("readyReplicas"), "Ready": condition(obj, "Ready")}
+        return {
+            "readyReplicas": (obj.get("status") or {}).get("readyReplicas"),
+            "Ready": condition(obj, "Ready"),
+        }
 
     try:
         return wait_for(
-            shows, timeout=FOLLOWS_WITHIN, what=f"TTSService {name}: {ready_replicas} ready replicas, Ready={ready}"
+            shows,
+            timeout=FOLLOWS_WITHIN,
+            what=f"TTSService {name}: {ready_replicas} ready replicas, Ready={ready}",
         )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nstatus: {last()}") from None
 
 
-def test_status_follows_pods_becoming_ready_and_losing_their_nodes(cluster, namespace, service, spot_nodes_cordoned):
+def test_status_follows_pods_becoming_ready_and_losing_their_nodes(
+    cluster, namespace, service, spot_nodes_cordoned
+):
     name, replicas = service["metadata"]["name"], service["spec"]["replicas"]
     cordon, uncordon = spot_nodes_cordoned
     # The first pass created the Deployments before any pod existed: the count below
@@ -84,12 +96,20 @@ def test_status_follows_pods_becoming_ready_and_losing_their_nodes(cluster, name
     # Spot pods lose their nodes; their replacements find none (spot nodes cordoned).
     spot = children(cluster, "deployments", name, namespace)
     spot_replicas = sum(
-        d["spec"]["replicas"] for d in spot if d["metadata"]["labels"].get("ttsfleet.io/pool") == "spot"
+        d["spec"]["replicas"]
+        for d in spot
+        if d["metadata"]["labels"].get("ttsfleet.io/pool") == "spot"
     )
     assert 0 < spot_replicas < replicas
     cordon()
     cluster.kubectl(
-        "delete", "pods", "-n", namespace, "-l", f"ttsfleet.io/service={name},ttsfleet.io/pool=spot", "--wait=false"
+        "delete",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        f"ttsfleet.io/service={name},ttsfleet.io/pool=spot",
+        "--wait=false",
     )
     status_shows(cluster, name, namespace, replicas - spot_replicas, "False")
 
@@ -97,7 +117,9 @@ def test_status_follows_pods_becoming_ready_and_losing_their_nodes(cluster, name
     status_shows(cluster, name, namespace, replicas, "True")
 
 
-def test_a_deleted_deployment_is_recreated_without_waiting_for_the_resync(cluster, namespace, service):
+def test_a_deleted_deployment_is_recreated_without_waiting_for_the_resync(
+    cluster, namespace, service
+):
     name, replicas = service["metadata"]["name"], service["spec"]["replicas"]
     status_shows(cluster, name, namespace, replicas, "True")
     victim = children(cluster, "deployments", name, namespace)[0]["metadata"]

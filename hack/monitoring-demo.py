@@ -49,8 +49,13 @@ def wait(url: str, timeout: float) -> None:
 def client(base: str, model: str, stop: threading.Event) -> None:
     with httpx.Client(base_url=base, timeout=120) as http:
         while not stop.is_set():
-            body = {"model": model, "voice": "Vivian", "input": "Monitoring demo.", "response_format": "pcm",
-                    "stream_format": "audio"}
+            body = {
+                "model": model,
+                "voice": "Vivian",
+                "input": "Monitoring demo.",
+                "response_format": "pcm",
+                "stream_format": "audio",
+            }
             http.post("/v1/audio/speech", json=body)
 
 
@@ -61,25 +66,79 @@ def main() -> int:
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="ttsfleet-demo-"))
     cli = [sys.executable, "-m", "ttsfleet_operator.cli"]
-    subprocess.run([*cli, "checkpoint", "--random", "--size", "tiny", "--variant", "CustomVoice",
-                    "--out", str(work / "tiny")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *cli,
+            "checkpoint",
+            "--random",
+            "--size",
+            "tiny",
+            "--variant",
+            "CustomVoice",
+            "--out",
+            str(work / "tiny"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     port, prom_port = free_port(), free_port()
-    serve = subprocess.Popen([*cli, "serve", "--model", str(work / "tiny"), "--device", "cpu", "--host", "127.0.0.1",
-                              "--port", str(port), "--auth", "disabled", "--max-audio-seconds", "1.6",
-                              "--max-batch", "4", "--max-queue", "64"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [
+            *cli,
+            "serve",
+            "--model",
+            str(work / "tiny"),
+            "--device",
+            "cpu",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--auth",
+            "disabled",
+            "--max-audio-seconds",
+            "1.6",
+            "--max-batch",
+            "4",
+            "--max-queue",
+            "64",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     config = {
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
         "rule_files": [str(p) for p in RULES],
-        "scrape_configs": [{"job_name": "ttsfleet-runtime", "static_configs": [{
-            "targets": [f"127.0.0.1:{port}"],
-            "labels": {"namespace": "voice", "service": "demo", "track": "stable", "pool": "on-demand",
-                       "pod": "demo-0"}}]}],
+        "scrape_configs": [
+            {
+                "job_name": "ttsfleet-runtime",
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{port}"],
+                        "labels": {
+                            "namespace": "voice",
+                            "service": "demo",
+                            "track": "stable",
+                            "pool": "on-demand",
+                            "pod": "demo-0",
+                        },
+                    }
+                ],
+            }
+        ],
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    prometheus = subprocess.Popen([shutil.which("prometheus") or "prometheus", f"--config.file={work}/prometheus.yml",
-                                   f"--storage.tsdb.path={work}/data", f"--web.listen-address=127.0.0.1:{prom_port}",
-                                   "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prometheus = subprocess.Popen(
+        [
+            shutil.which("prometheus") or "prometheus",
+            f"--config.file={work}/prometheus.yml",
+            f"--storage.tsdb.path={work}/data",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     stops: list[threading.Event] = []
     try:
@@ -95,10 +154,14 @@ def main() -> int:
                 threading.Thread(target=client, args=(base, model, stop), daemon=True).start()
             print(f"{clients} client(s) for {phase:.0f} s", flush=True)
             time.sleep(phase)
-        spec = importlib.util.spec_from_file_location("render_dashboard", REPO / "hack" / "render-dashboard.py")
+        spec = importlib.util.spec_from_file_location(
+            "render_dashboard", REPO / "hack" / "render-dashboard.py"
+        )
         render_dashboard = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(render_dashboard)
-        data = render_dashboard.collect(f"http://127.0.0.1:{prom_port}", "voice", "demo", args.minutes, 4, "1m")
+        data = render_dashboard.collect(
+            f"http://127.0.0.1:{prom_port}", "voice", "demo", args.minutes, 4, "1m"
+        )
         render_dashboard.render(data, args.out)
         print(f"wrote {args.out}")
     finally:

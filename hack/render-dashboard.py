@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from datetime import UTC
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "charts" / "ttsfleet" / "dashboards" / "ttsfleet-fleet.json"
@@ -29,7 +30,9 @@ UNIT_LABELS = {"s": "seconds", "reqps": "requests / s", "none": "", "percentunit
 
 
 def dashboard_panels(titles=PANELS, path: pathlib.Path = DASHBOARD) -> list[dict]:
-    panels = {p["title"]: p for p in json.loads(path.read_text())["panels"] if p["type"] == "timeseries"}
+    panels = {
+        p["title"]: p for p in json.loads(path.read_text())["panels"] if p["type"] == "timeseries"
+    }
     missing = [t for t in titles if t not in panels]
     if missing:
         raise SystemExit(f"no panel titled {missing} in {path.name}")
@@ -45,7 +48,9 @@ def promql(expr: str, namespace: str, service: str, rate_interval: str) -> str:
 
 
 def legend(fmt: str, labels: dict) -> str:
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt) or json.dumps(labels)
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt) or json.dumps(
+        labels
+    )
 
 
 def query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict]:
@@ -57,7 +62,9 @@ def query_range(url: str, expr: str, start: float, end: float, step: float) -> l
     return body["data"]["result"]
 
 
-def collect(url: str, namespace: str, service: str, minutes: float, step: float, rate_interval: str) -> dict:
+def collect(
+    url: str, namespace: str, service: str, minutes: float, step: float, rate_interval: str
+) -> dict:
     """{"panels": [{title, unit, series: [{name, points: [[t, v], ...]}]}]} for the chosen panels."""
     end = time.time()
     start = end - minutes * 60
@@ -68,9 +75,17 @@ def collect(url: str, namespace: str, service: str, minutes: float, step: float,
             expr = promql(target["expr"], namespace, service, rate_interval)
             for result in query_range(url, expr, start, end, step):
                 points = [[float(t), float(v)] for t, v in result["values"]]
-                series.append({"name": legend(target["legendFormat"], result["metric"]), "points": points})
-        out["panels"].append({"title": panel["title"], "unit": panel["fieldConfig"]["defaults"]["unit"],
-                              "description": panel["description"], "series": series})
+                series.append(
+                    {"name": legend(target["legendFormat"], result["metric"]), "points": points}
+                )
+        out["panels"].append(
+            {
+                "title": panel["title"],
+                "unit": panel["fieldConfig"]["defaults"]["unit"],
+                "description": panel["description"],
+                "series": series,
+            }
+        )
     return out
 
 
@@ -78,17 +93,20 @@ def render(data: dict, out: pathlib.Path) -> pathlib.Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    from datetime import datetime
+
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
-    from datetime import datetime, timezone
 
     panels = data["panels"]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.2 * len(panels)), sharex=True, squeeze=False)
-    for ax, panel in zip(axes[:, 0], panels):
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(11, 3.2 * len(panels)), sharex=True, squeeze=False
+    )
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
         for series in panel["series"]:
             if not series["points"]:
                 continue
-            times = [datetime.fromtimestamp(t, tz=timezone.utc) for t, _ in series["points"]]
+            times = [datetime.fromtimestamp(t, tz=UTC) for t, _ in series["points"]]
             values = [v for _, v in series["points"]]
             style = "--" if "target" in series["name"] else "-"
             ax.plot(times, values, style, linewidth=1.8, label=series["name"])
@@ -100,7 +118,7 @@ def render(data: dict, out: pathlib.Path) -> pathlib.Path:
             ax.legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.8)
         else:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="grey")
-    axes[-1, 0].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=timezone.utc))
+    axes[-1, 0].xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))
     axes[-1, 0].set_xlabel("time (UTC)")
     fig.suptitle(f"ttsfleet / Fleet — {data['namespace']}/{data['service']}", fontsize=13)
     fig.tight_layout()
@@ -119,12 +137,21 @@ def main(argv=None) -> int:
     parser.add_argument("--service", default=".*")
     parser.add_argument("--minutes", type=float, default=15)
     parser.add_argument("--step", type=float, default=5, help="seconds between points")
-    parser.add_argument("--rate-interval", default="1m", help="what Grafana's $__rate_interval becomes")
+    parser.add_argument(
+        "--rate-interval", default="1m", help="what Grafana's $__rate_interval becomes"
+    )
     parser.add_argument("--save-series", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path, required=True)
     args = parser.parse_args(argv)
     if args.prometheus:
-        data = collect(args.prometheus, args.namespace, args.service, args.minutes, args.step, args.rate_interval)
+        data = collect(
+            args.prometheus,
+            args.namespace,
+            args.service,
+            args.minutes,
+            args.step,
+            args.rate_interval,
+        )
     else:
         data = json.loads(args.series.read_text())
     if args.save_series:

@@ -13,8 +13,9 @@ def tiny_custom_voice(tmp_path_factory) -> Path:
     session for the model tests and the server tests alike."""
     from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
-    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0,
-                                   progress=lambda *_: None)
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0, progress=lambda *_: None
+    )
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +24,9 @@ def bare_prometheus(tmp_path_factory):
     same server that will run it in production."""
     from support.prometheus import Prometheus
 
-    prometheus = Prometheus(tmp_path_factory.mktemp("prometheus-bare"), {"global": {"scrape_interval": "1m"}})
+    prometheus = Prometheus(
+        tmp_path_factory.mktemp("prometheus-bare"), {"global": {"scrape_interval": "1m"}}
+    )
     try:
         prometheus.wait_ready()
         yield prometheus

@@ -18,7 +18,9 @@ import celpy
 VALIDATIONS_KEY = "x-kubernetes-validations"
 
 
-def rule(expression: str, message: str, *, field_path: str | None = None, reason: str | None = None) -> dict:
+def rule(
+    expression: str, message: str, *, field_path: str | None = None, reason: str | None = None
+) -> dict:
     """One `x-kubernetes-validations` entry; `message` is what a user reads on refusal."""
     entry = {"rule": expression, "message": message}
     if field_path:
@@ -41,7 +43,9 @@ def failed_messages(rules: list[dict], value: dict[str, Any]) -> list[str]:
     absent optional fields left out (has() depends on it).
     """
     rules_key = tuple((entry["rule"], entry["message"]) for entry in rules)
-    return list(_failed_messages(rules_key, json.dumps(value, sort_keys=True, separators=(",", ":"))))
+    return list(
+        _failed_messages(rules_key, json.dumps(value, sort_keys=True, separators=(",", ":")))
+    )
 
 
 # celpy interprets a rule in milliseconds, and the operator validates every TTSService on

@@ -34,7 +34,9 @@ CONFIG_MAP = ChildKind("v1", "ConfigMap", "configmaps")
 DEPLOYMENT = ChildKind("apps/v1", "Deployment", "deployments", watched=True)
 SERVICE = ChildKind("v1", "Service", "services")
 POD_DISRUPTION_BUDGET = ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
-HORIZONTAL_POD_AUTOSCALER = ChildKind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers")
+HORIZONTAL_POD_AUTOSCALER = ChildKind(
+    "autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"
+)
 HTTP_ROUTE = ChildKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", optional=True)
 
 # Every kind the operator may create, in the order a pass lists them (and so deletes

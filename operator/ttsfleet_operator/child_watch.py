@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from ttsfleet_operator import tts_service
 from ttsfleet_operator.resync import Key
 
-STATUS_FIELDS = ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "observedGeneration")
+STATUS_FIELDS = (
+    "replicas",
+    "readyReplicas",
+    "availableReplicas",
+    "updatedReplicas",
+    "observedGeneration",
+)
 # Timestamps move without anything the TTSService status shows having changed.
 CONDITION_FIELDS = ("type", "status", "reason", "message")
 
@@ -29,7 +35,11 @@ def owner_key(child: Mapping) -> Key | None:
     metadata = child["metadata"]
     for ref in metadata.get("ownerReferences") or []:
         group = (ref.get("apiVersion") or "").split("/")[0]
-        if ref.get("controller") and ref.get("kind") == tts_service.KIND and group == tts_service.GROUP:
+        if (
+            ref.get("controller")
+            and ref.get("kind") == tts_service.KIND
+            and group == tts_service.GROUP
+        ):
             return metadata.get("namespace", "default"), ref["name"]
     return None
 
@@ -38,7 +48,8 @@ def status_digest(child: Mapping) -> tuple:
     """What of a Deployment's status the TTSService status depends on."""
     status = child.get("status") or {}
     conditions = frozenset(
-        tuple(condition.get(field) for field in CONDITION_FIELDS) for condition in status.get("conditions") or []
+        tuple(condition.get(field) for field in CONDITION_FIELDS)
+        for condition in status.get("conditions") or []
     )
     return (*(status.get(field) for field in STATUS_FIELDS), conditions)
 

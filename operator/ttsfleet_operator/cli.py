@@ -12,7 +12,6 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import yaml
 
@@ -32,7 +31,10 @@ def _render(args: argparse.Namespace) -> int:
     manifests = []
     for number, document in enumerate(documents, 1):
         if not isinstance(document, dict) or not isinstance(document.get("metadata", {}), dict):
-            print(f"error: document {number} is not a TTSService (a mapping with metadata)", file=sys.stderr)
+            print(
+                f"error: document {number} is not a TTSService (a mapping with metadata)",
+                file=sys.stderr,
+            )
             return 1
         if args.replicas is not None:
             spec = document.setdefault("spec", {})
@@ -40,7 +42,9 @@ def _render(args: argparse.Namespace) -> int:
                 spec["replicas"] = args.replicas
         namespace = document.setdefault("metadata", {}).setdefault("namespace", args.namespace)
         if not isinstance(namespace, str) or not grammar.is_dns_label(namespace):
-            print(f"error: {namespace!r} is not a namespace name (a DNS-1123 label)", file=sys.stderr)
+            print(
+                f"error: {namespace!r} is not a namespace name (a DNS-1123 label)", file=sys.stderr
+            )
             return 1
         try:
             service = TTSService.model_validate(document)
@@ -92,29 +96,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ttsfleet", description="Qwen3-TTS fleets on Kubernetes.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    render = commands.add_parser("render", help="print the manifests the operator applies for a TTSService")
-    render.add_argument("-f", "--file", required=True, help="TTSService YAML file ('-' reads stdin)")
-    render.add_argument("--replicas", type=int, help="override spec.replicas (shows the pool split)")
-    render.add_argument("-n", "--namespace", default="default", help="namespace when the file names none")
+    render = commands.add_parser(
+        "render", help="print the manifests the operator applies for a TTSService"
+    )
+    render.add_argument(
+        "-f", "--file", required=True, help="TTSService YAML file ('-' reads stdin)"
+    )
+    render.add_argument(
+        "--replicas", type=int, help="override spec.replicas (shows the pool split)"
+    )
+    render.add_argument(
+        "-n", "--namespace", default="default", help="namespace when the file names none"
+    )
     render.set_defaults(handler=_render)
 
     crd = commands.add_parser("crd", help="print the TTSService CustomResourceDefinition")
-    crd.add_argument("--fields", action="store_true", help="print every field and rule as Markdown instead")
+    crd.add_argument(
+        "--fields", action="store_true", help="print every field and rule as Markdown instead"
+    )
     crd.set_defaults(handler=_crd)
 
     operator = commands.add_parser("operator", help="the Kubernetes operator")
-    operator_commands = operator.add_subparsers(dest="operator_command", required=True, metavar="COMMAND")
+    operator_commands = operator.add_subparsers(
+        dest="operator_command", required=True, metavar="COMMAND"
+    )
     run = operator_commands.add_parser("run", help="reconcile TTSServices until stopped")
     scope = run.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", action="append", help="watch this namespace (repeatable)")
-    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    scope.add_argument(
+        "-n", "--namespace", action="append", help="watch this namespace (repeatable)"
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)"
+    )
     run.add_argument(
         "--liveness",
         default="http://0.0.0.0:8080/healthz",
         help="liveness endpoint URL ('' disables it)",
     )
     run.add_argument(
-        "--metrics-port", type=int, default=8081, help="serve Prometheus /metrics on this port (0 disables it)"
+        "--metrics-port",
+        type=int,
+        default=8081,
+        help="serve Prometheus /metrics on this port (0 disables it)",
     )
     run.add_argument(
         "--prometheus-url",
@@ -122,8 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus the canary analysis queries (env TTSFLEET_PROMETHEUS_URL); unset: every interval is"
         " inconclusive",
     )
-    run.add_argument("--resync-seconds", type=float, default=30.0, help="period of the drift-correcting timer")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)")
+    run.add_argument(
+        "--resync-seconds", type=float, default=30.0, help="period of the drift-correcting timer"
+    )
+    run.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=_operator_run)
 

@@ -22,13 +22,17 @@ class ApiError(Exception):
 
 
 class Cluster(Protocol):
-    async def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict]:
+    async def list(
+        self, api_version: str, kind: str, namespace: str, selector: dict[str, str]
+    ) -> list[dict]:
         """Objects of a kind in a namespace matching every label in `selector`."""
 
     async def serves(self, api_version: str, kind: str) -> bool:
         """Whether the API server serves this kind (discovery; e.g. Gateway API's HTTPRoute)."""
 
-    async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+    async def get_metadata(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict | None:
         """An object's metadata only (never its data: a Secret's keys stay on the server); None if absent."""
 
     async def create(self, manifest: dict) -> dict:
@@ -40,10 +44,14 @@ class Cluster(Protocol):
         `live` is the object as last listed, if it exists: when the apply is refused as
         invalid, the rendered fields replace its fields once (see KubeCluster.apply)."""
 
-    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+    async def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, uid: str
+    ) -> None:
         """Delete if the object still has `uid` (never a newer namesake); a missing object is fine."""
 
-    async def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> dict:
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: dict
+    ) -> dict:
         """JSON merge patch of the status subresource."""
 
     async def emit_event(self, owner: dict, type_: str, reason: str, message: str) -> None:

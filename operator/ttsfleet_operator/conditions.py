@@ -25,7 +25,13 @@ def find(conditions: list[dict] | None, type_: str) -> dict | None:
 
 
 def condition(
-    previous: list[dict] | None, type_: str, status: str, reason: str, message: str, generation: int | None, now: str
+    previous: list[dict] | None,
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
 ) -> dict:
     old = find(previous, type_)
     changed = old is None or old.get("status") != status

@@ -26,8 +26,17 @@ PRINTER_COLUMNS = [
     {"name": "GPU", "type": "string", "jsonPath": ".spec.gpu.class"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
-    {"name": "Canary", "type": "integer", "jsonPath": ".status.canaryWeight", "description": "Canary weight, percent"},
-    {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+    {
+        "name": "Canary",
+        "type": "integer",
+        "jsonPath": ".status.canaryWeight",
+        "description": "Canary weight, percent",
+    },
+    {
+        "name": "Status",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -84,7 +93,9 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
     if "properties" in node:
         out["type"] = "object"
-        out["properties"] = {name: _convert(child, defs) for name, child in node["properties"].items()}
+        out["properties"] = {
+            name: _convert(child, defs) for name, child in node["properties"].items()
+        }
         if node.get("required"):
             out["required"] = list(node["required"])
     elif isinstance(node.get("additionalProperties"), dict):

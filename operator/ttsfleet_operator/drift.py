@@ -76,7 +76,11 @@ def is_subset(desired: Any, live: Any) -> bool:
             key in live and is_subset(value, live[key]) for key, value in desired.items()
         )
     if isinstance(desired, list):
-        return isinstance(live, list) and len(desired) == len(live) and all(map(is_subset, desired, live))
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(map(is_subset, desired, live))
+        )
     if desired == live:
         return True
     if isinstance(desired, str) and isinstance(live, str):

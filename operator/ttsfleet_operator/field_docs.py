@@ -11,7 +11,6 @@ import json
 
 from ttsfleet_operator import cel, crd
 
-
 PATTERN_SHOWN_MAX = 80
 
 
@@ -34,14 +33,22 @@ def _bounds(node: dict) -> str:
     if "pattern" in node:
         # A grammar as long as the image reference's would drown the table: the CRD has it.
         pattern = node["pattern"]
-        parts.append(f"matches `{pattern}`" if len(pattern) <= PATTERN_SHOWN_MAX else "matches the CRD's pattern")
+        parts.append(
+            f"matches `{pattern}`"
+            if len(pattern) <= PATTERN_SHOWN_MAX
+            else "matches the CRD's pattern"
+        )
     return ", ".join(parts)
 
 
 def _rows(node: dict, path: str, required: bool) -> list[str]:
     rows = []
     if path:
-        default = f"`{json.dumps(node['default'])}`" if "default" in node and node.get("type") != "object" else ""
+        default = (
+            f"`{json.dumps(node['default'])}`"
+            if "default" in node and node.get("type") != "object"
+            else ""
+        )
         description = node.get("description", "").replace("\n", " ").replace("|", "\\|")
         bounds = _bounds(node)
         if bounds:
@@ -58,7 +65,9 @@ def _rows(node: dict, path: str, required: bool) -> list[str]:
 
 
 def _rules(node: dict, path: str) -> list[str]:
-    lines = [f"- `{path or '.'}`: {entry['message']}" for entry in node.get(cel.VALIDATIONS_KEY, [])]
+    lines = [
+        f"- `{path or '.'}`: {entry['message']}" for entry in node.get(cel.VALIDATIONS_KEY, [])
+    ]
     for name, child in (node.get("properties") or {}).items():
         lines += _rules(child, f"{path}.{name}")
     if isinstance(node.get("items"), dict):

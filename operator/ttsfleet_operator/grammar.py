@@ -76,7 +76,6 @@ VolumePath = Annotated[str, Field(min_length=1, max_length=VOLUME_PATH_MAX, patt
 EnvName = Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX, pattern=ENV_NAME)]
 
 
-
 def is_dns_label(value: str) -> bool:
     """A DNS-1123 label, such as a namespace name."""
     return len(value) <= DNS_LABEL_MAX and re.fullmatch(DNS1123_LABEL, value) is not None

@@ -24,7 +24,11 @@ from ttsfleet_operator.resync import Resync
 
 log = logging.getLogger(__name__)
 
-RESOURCE = {"group": tts_service.GROUP, "version": tts_service.VERSION, "plural": tts_service.PLURAL}
+RESOURCE = {
+    "group": tts_service.GROUP,
+    "version": tts_service.VERSION,
+    "plural": tts_service.PLURAL,
+}
 ANNOTATION_PREFIX = "ttsfleet.io"
 # kopf filters the watch on these labels (every child carries them: labels.service_labels).
 CHILD_LABELS = {labels.MANAGED_BY: labels.MANAGER, labels.SERVICE: kopf.PRESENT}
@@ -45,7 +49,9 @@ def register(
     prometheus = Prometheus(prometheus_url) if prometheus_url else None
 
     async def analyse(service: tts_service.TTSService):
-        return await analysis.analyse(prometheus, service.namespace, service.name, service.spec.canary.analysis)
+        return await analysis.analyse(
+            prometheus, service.namespace, service.name, service.spec.canary.analysis
+        )
 
     @kopf.on.login(registry=registry)
     async def login(**_) -> kopf.ConnectionInfo:
@@ -60,7 +66,9 @@ def register(
         settings.posting.enabled = False
         # Progress and diff-base in our own annotations, never in status (our
         # status schema is structural and would prune kopf's fields).
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix=ANNOTATION_PREFIX
+        )
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
         )
@@ -98,7 +106,11 @@ def register(
 
     for watched in child_kinds.WATCHED:
         kopf.on.event(
-            group=watched.group, version=watched.version, plural=watched.plural, labels=CHILD_LABELS, registry=registry
+            group=watched.group,
+            version=watched.version,
+            plural=watched.plural,
+            labels=CHILD_LABELS,
+            registry=registry,
         )(child_changed)
 
     @kopf.on.resume(**RESOURCE, registry=registry)

@@ -119,24 +119,36 @@ class KubeCluster:
             return cached[0]
         prefix = "/api" if "/" not in api_version else "/apis"
         result = await self._request("GET", f"{prefix}/{api_version}")
-        served = any(resource.get("kind") == kind for resource in (result or {}).get("resources", []))
+        served = any(
+            resource.get("kind") == kind for resource in (result or {}).get("resources", [])
+        )
         self._served[(api_version, kind)] = (served, time.monotonic())
         return served
 
-    async def list(self, api_version: str, kind: str, namespace: str, selector: dict[str, str]) -> list[dict]:
+    async def list(
+        self, api_version: str, kind: str, namespace: str, selector: dict[str, str]
+    ) -> list[dict]:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(selector.items())))]
-        result = await self._request("GET", collection_path(api_version, kind, namespace), query=query)
+        result = await self._request(
+            "GET", collection_path(api_version, kind, namespace), query=query
+        )
         return (result or {}).get("items", [])
 
-    async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+    async def get_metadata(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict | None:
         result = await self._request(
             "GET", f"{collection_path(api_version, kind, namespace)}/{name}", accept=METADATA_ONLY
         )
         return None if result is None else result.get("metadata", {})
 
     async def create(self, manifest: dict) -> dict:
-        path = collection_path(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["namespace"])
-        return await self._request("POST", path, query=[("fieldManager", FIELD_MANAGER)], body=manifest)
+        path = collection_path(
+            manifest["apiVersion"], manifest["kind"], manifest["metadata"]["namespace"]
+        )
+        return await self._request(
+            "POST", path, query=[("fieldManager", FIELD_MANAGER)], body=manifest
+        )
 
     async def apply(self, manifest: dict, live: dict | None = None) -> dict:
         metadata = manifest["metadata"]
@@ -153,14 +165,28 @@ class KubeCluster:
         # RBAC grants; a genuinely invalid rendering is refused here too, with its message;
         # a newer object fails the guard and the next pass sees it), then apply again so we
         # own the fields as before.
-        operations = [{"op": "test", "path": "/metadata/resourceVersion", "value": live["metadata"]["resourceVersion"]}]
+        operations = [
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": live["metadata"]["resourceVersion"],
+            }
+        ]
         operations += [
-            {"op": "replace" if key in live else "add", "path": f"/{key}", "value": _overlay(live.get(key), value)}
+            {
+                "op": "replace" if key in live else "add",
+                "path": f"/{key}",
+                "value": _overlay(live.get(key), value),
+            }
             for key, value in manifest.items()
             if key not in ("apiVersion", "kind", "metadata")
         ]
         await self._request(
-            "PATCH", path, query=[("fieldManager", FIELD_MANAGER)], body=operations, content_type="application/json-patch+json"
+            "PATCH",
+            path,
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=operations,
+            content_type="application/json-patch+json",
         )
         return await self._server_side_apply(path, manifest)
 
@@ -171,7 +197,9 @@ class KubeCluster:
             "PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml"
         )
 
-    async def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+    async def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, uid: str
+    ) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -179,14 +207,22 @@ class KubeCluster:
             "preconditions": {"uid": uid},
         }
         try:
-            await self._request("DELETE", f"{collection_path(api_version, kind, namespace)}/{name}", body=body)
+            await self._request(
+                "DELETE", f"{collection_path(api_version, kind, namespace)}/{name}", body=body
+            )
         except ApiError as error:
-            if error.status != 409:  # 409: the UID changed, a namesake replaced it; leave that one be
+            if (
+                error.status != 409
+            ):  # 409: the UID changed, a namesake replaced it; leave that one be
                 raise
 
-    async def patch_status(self, api_version: str, kind: str, namespace: str, name: str, status: dict) -> dict:
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: dict
+    ) -> dict:
         path = f"{collection_path(api_version, kind, namespace)}/{name}/status"
-        return await self._request("PATCH", path, body={"status": status}, content_type="application/merge-patch+json")
+        return await self._request(
+            "PATCH", path, body={"status": status}, content_type="application/merge-patch+json"
+        )
 
     async def emit_event(self, owner: dict, type_: str, reason: str, message: str) -> None:
         now = datetime.datetime.now(datetime.UTC)
@@ -195,7 +231,10 @@ class KubeCluster:
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{metadata['name']}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "metadata": {
+                "name": f"{metadata['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace,
+            },
             "involvedObject": {
                 "apiVersion": owner["apiVersion"],
                 "kind": owner["kind"],

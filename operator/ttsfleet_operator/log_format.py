@@ -19,7 +19,11 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         entry.update(
-            {key: value for key, value in vars(record).items() if key not in _STANDARD and key not in _DROPPED}
+            {
+                key: value
+                for key, value in vars(record).items()
+                if key not in _STANDARD and key not in _DROPPED
+            }
         )
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

@@ -56,7 +56,14 @@ REPLICAS = "ttsfleet_operator_replicas"
 ON_DEMAND_FLOOR = "ttsfleet_operator_on_demand_floor"
 CANARY_STATE = "ttsfleet_operator_canary_state"
 
-ALL = (RECONCILE_DURATION, RECONCILE_ERRORS, MANAGED_OBJECTS, REPLICAS, ON_DEMAND_FLOOR, CANARY_STATE)
+ALL = (
+    RECONCILE_DURATION,
+    RECONCILE_ERRORS,
+    MANAGED_OBJECTS,
+    REPLICAS,
+    ON_DEMAND_FLOOR,
+    CANARY_STATE,
+)
 
 # The `state` label's values, from the canary phases (canary/state_machine.py); the alert
 # reads `rolled_back`.
@@ -88,7 +95,9 @@ def fleet_shape(outcome: object) -> FleetShape | None:
     for manifest in rendered:
         if manifest["kind"] == "Deployment":
             pod_labels = manifest["spec"]["selector"]["matchLabels"]
-            replicas[(pod_labels[labels.TRACK], pod_labels[labels.POOL])] = manifest["spec"]["replicas"]
+            replicas[(pod_labels[labels.TRACK], pod_labels[labels.POOL])] = manifest["spec"][
+                "replicas"
+            ]
     return FleetShape(
         children=dict(collections.Counter(m["kind"] for m in rendered)),
         replicas=replicas,
@@ -143,7 +152,9 @@ class OperatorMetrics:
             problem = getattr(outcome, "problem", None)
             self.duration.labels(result="error" if problem else "ok").observe(elapsed)
             if problem is not None:
-                self._count_error(body, problem.reason, getattr(outcome, "failed_kind", None) or "TTSService")
+                self._count_error(
+                    body, problem.reason, getattr(outcome, "failed_kind", None) or "TTSService"
+                )
             self.observe(body, outcome)
             return outcome
 
@@ -218,15 +229,23 @@ class _FleetCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         shapes, canary = self._metrics.snapshot()
-        managed = GaugeMetricFamily(MANAGED_OBJECTS, "TTSServices and the children kept for them", labels=["kind"])
+        managed = GaugeMetricFamily(
+            MANAGED_OBJECTS, "TTSServices and the children kept for them", labels=["kind"]
+        )
         replicas = GaugeMetricFamily(
-            REPLICAS, "Replicas asked of each runtime Deployment", labels=["namespace", "service", "track", "pool"]
+            REPLICAS,
+            "Replicas asked of each runtime Deployment",
+            labels=["namespace", "service", "track", "pool"],
         )
         floor = GaugeMetricFamily(
-            ON_DEMAND_FLOOR, "Ready on-demand pods a service should keep", labels=["namespace", "service"]
+            ON_DEMAND_FLOOR,
+            "Ready on-demand pods a service should keep",
+            labels=["namespace", "service"],
         )
         states = GaugeMetricFamily(
-            CANARY_STATE, "1 for the current canary state of a service", labels=["namespace", "service", "state"]
+            CANARY_STATE,
+            "1 for the current canary state of a service",
+            labels=["namespace", "service", "state"],
         )
         kinds: collections.Counter[str] = collections.Counter({"TTSService": len(shapes)})
         for (namespace, service), shape in sorted(shapes.items()):

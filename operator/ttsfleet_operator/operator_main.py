@@ -31,7 +31,11 @@ def run(
         metrics.serve(metrics_port)
     registry = kopf.OperatorRegistry()
     handlers.register(
-        registry, resync_seconds=resync_seconds, kubeconfig=kubeconfig, metrics=metrics, prometheus_url=prometheus_url
+        registry,
+        resync_seconds=resync_seconds,
+        kubeconfig=kubeconfig,
+        metrics=metrics,
+        prometheus_url=prometheus_url,
     )
     kopf.run(
         registry=registry,

@@ -72,7 +72,10 @@ def owner_reference(owner: dict) -> dict:
 
 def owned(manifest: dict, owner: dict) -> dict:
     """The manifest as applied: owner reference (garbage collection) and rendered hash."""
-    manifest = {**manifest, "metadata": {**manifest["metadata"], "ownerReferences": [owner_reference(owner)]}}
+    manifest = {
+        **manifest,
+        "metadata": {**manifest["metadata"], "ownerReferences": [owner_reference(owner)]},
+    }
     return drift.with_rendered_hash(manifest)
 
 
@@ -86,7 +89,8 @@ def _describe(obj: dict) -> str:
 
 def _is_ours(obj: dict, owner_uid: str) -> bool:
     return any(
-        ref.get("uid") == owner_uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences", [])
+        ref.get("uid") == owner_uid and ref.get("controller")
+        for ref in obj["metadata"].get("ownerReferences", [])
     )
 
 
@@ -95,15 +99,20 @@ def utc_now() -> str:
 
 
 async def _no_analysis(service: TTSService) -> AnalysisResult:
-    return AnalysisResult(result=state_machine.INCONCLUSIVE, reason="no Prometheus configured (--prometheus-url)")
+    return AnalysisResult(
+        result=state_machine.INCONCLUSIVE, reason="no Prometheus configured (--prometheus-url)"
+    )
 
 
-def _stable_serves(live: dict[tuple[str, str], dict], service_name: str, revision: str | None) -> bool:
+def _stable_serves(
+    live: dict[tuple[str, str], dict], service_name: str, revision: str | None
+) -> bool:
     """Every stable Deployment runs `revision`, rolled out and ready."""
     stable = [
         obj
         for (kind, _), obj in live.items()
-        if kind == "Deployment" and obj["metadata"].get("labels", {}).get(labels.TRACK) == labels.STABLE
+        if kind == "Deployment"
+        and obj["metadata"].get("labels", {}).get(labels.TRACK) == labels.STABLE
     ]
     if revision is None or not stable:
         return False
@@ -114,7 +123,9 @@ def _stable_serves(live: dict[tuple[str, str], dict], service_name: str, revisio
             return False
         if (status.get("observedGeneration") or 0) < deployment["metadata"].get("generation", 0):
             return False
-        if (status.get("updatedReplicas") or 0) < wanted or (status.get("readyReplicas") or 0) < wanted:
+        if (status.get("updatedReplicas") or 0) < wanted or (
+            status.get("readyReplicas") or 0
+        ) < wanted:
             return False
         if (status.get("replicas") or 0) > wanted:  # old pods still terminating
             return False
@@ -154,7 +165,9 @@ class Reconciler:
         transition = await self._step_canary(service, body, live, now)
         tracks = plan(service, transition.status, gateway_api)
         outcome.rendered = render_fleet(service, tracks)
-        outcome.on_demand_floor = on_demand_floor(service.spec.replicas, service.spec.spot.min_on_demand)
+        outcome.on_demand_floor = on_demand_floor(
+            service.spec.replicas, service.spec.spot.min_on_demand
+        )
         if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
             outcome.canary_phase = transition.status.phase
         deployments: list[dict] = []
@@ -168,7 +181,9 @@ class Reconciler:
                 try:
                     result = await self.cluster.apply(desired, current)
                 except ApiError as error:
-                    outcome.problem = Problem("ApplyFailed", f"{_describe(desired)}: {error.message}"[:1000])
+                    outcome.problem = Problem(
+                        "ApplyFailed", f"{_describe(desired)}: {error.message}"[:1000]
+                    )
                     outcome.failed_kind = desired["kind"]
                     break
                 (outcome.updated if current else outcome.created).append(_describe(desired))
@@ -186,7 +201,9 @@ class Reconciler:
                         stale["metadata"]["uid"],
                     )
                 except ApiError as error:
-                    outcome.problem = Problem("DeleteFailed", f"{_describe(stale)}: {error.message}"[:1000])
+                    outcome.problem = Problem(
+                        "DeleteFailed", f"{_describe(stale)}: {error.message}"[:1000]
+                    )
                     outcome.failed_kind = stale["kind"]
                     break
                 outcome.deleted.append(_describe(stale))
@@ -208,15 +225,23 @@ class Reconciler:
             )
         return outcome
 
-    async def _ensure_api_keys_secret(self, service: TTSService, body: dict, outcome: Outcome) -> None:
+    async def _ensure_api_keys_secret(
+        self, service: TTSService, body: dict, outcome: Outcome
+    ) -> None:
         """Create the generated API keys Secret if it is missing; one that exists is never rewritten."""
         name = api_keys.generated_secret_name(service)
         if name is None:
             return
         try:
-            if await self.cluster.get_metadata(
-                child_kinds.API_KEYS_SECRET.api_version, child_kinds.API_KEYS_SECRET.kind, service.namespace, name
-            ) is not None:
+            if (
+                await self.cluster.get_metadata(
+                    child_kinds.API_KEYS_SECRET.api_version,
+                    child_kinds.API_KEYS_SECRET.kind,
+                    service.namespace,
+                    name,
+                )
+                is not None
+            ):
                 return
             secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
             secret["metadata"]["ownerReferences"] = [owner_reference(body)]
@@ -224,14 +249,18 @@ class Reconciler:
         except ApiError as error:
             if error.status == 409:  # created since we looked: that one stands
                 return
-            outcome.problem = Problem("ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000])
+            outcome.problem = Problem(
+                "ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000]
+            )
             outcome.failed_kind = "Secret"
             return
         outcome.created.append(f"Secret {name}")
 
     async def _serves_gateway_api(self) -> bool:
         try:
-            return await self.cluster.serves(child_kinds.HTTP_ROUTE.api_version, child_kinds.HTTP_ROUTE.kind)
+            return await self.cluster.serves(
+                child_kinds.HTTP_ROUTE.api_version, child_kinds.HTTP_ROUTE.kind
+            )
         except ApiError as error:
             log.warning("Gateway API discovery failed: %s", error)
             return False
@@ -270,7 +299,9 @@ class Reconciler:
         for child_kind in child_kinds.ALL:
             if child_kind.optional and not gateway_api:
                 continue
-            for obj in await self.cluster.list(child_kind.api_version, child_kind.kind, namespace, selector):
+            for obj in await self.cluster.list(
+                child_kind.api_version, child_kind.kind, namespace, selector
+            ):
                 if _is_ours(obj, owner_uid):
                     obj.setdefault("apiVersion", child_kind.api_version)
                     obj.setdefault("kind", child_kind.kind)
@@ -287,7 +318,11 @@ class Reconciler:
         tracks: Tracks | None = None,
     ) -> None:
         """Events for what changed, then the status if it differs."""
-        for verb, items in (("Created", outcome.created), ("Updated", outcome.updated), ("Deleted", outcome.deleted)):
+        for verb, items in (
+            ("Created", outcome.created),
+            ("Updated", outcome.updated),
+            ("Deleted", outcome.deleted),
+        ):
             for item in items:
                 await self._event(body, "Normal", verb, f"{verb} {item}")
         previous = body.get("status") or {}
@@ -302,7 +337,9 @@ class Reconciler:
         if service is None:
             status = _invalid_spec_status(body, previous, outcome.problem, self.now())
         else:
-            status = compute_status(service, previous, deployments, outcome.problem, self.now(), canary, tracks)
+            status = compute_status(
+                service, previous, deployments, outcome.problem, self.now(), canary, tracks
+            )
         if any(previous.get(key) != value for key, value in status.items()):
             try:
                 outcome.written = await self.cluster.patch_status(
@@ -342,14 +379,32 @@ def _invalid_spec_status(body: dict, previous: dict, problem: Problem, now: str)
         "observedGeneration": generation,
         "conditions": [
             conditions.condition(
-                old, conditions.READY, conditions.FALSE, problem.reason, problem.message, generation, now
+                old,
+                conditions.READY,
+                conditions.FALSE,
+                problem.reason,
+                problem.message,
+                generation,
+                now,
             ),
             conditions.condition(
-                old, conditions.DEGRADED, conditions.TRUE, problem.reason, problem.message, generation, now
+                old,
+                conditions.DEGRADED,
+                conditions.TRUE,
+                problem.reason,
+                problem.message,
+                generation,
+                now,
             ),
             # kstatus: Failed until the spec changes.
             conditions.condition(
-                old, conditions.STALLED, conditions.TRUE, problem.reason, problem.message, generation, now
+                old,
+                conditions.STALLED,
+                conditions.TRUE,
+                problem.reason,
+                problem.message,
+                generation,
+                now,
             ),
         ],
     }

@@ -60,7 +60,9 @@ def on_demand_floor(replicas: int, min_on_demand: int) -> int:
     return min(min_on_demand, replicas)
 
 
-def split_replicas(replicas: int, spot_ratio: float, min_on_demand: int, canary_weight: int = 0) -> ReplicaSplit:
+def split_replicas(
+    replicas: int, spot_ratio: float, min_on_demand: int, canary_weight: int = 0
+) -> ReplicaSplit:
     """Divide `replicas` between tracks and between on-demand and spot capacity.
 
     Spot gets round(n * ratio) of each track, rounding half down so a ratio of

@@ -66,7 +66,9 @@ class Resync:
         # key -> (passes failed in a row, clock time from which the period retries it)
         self.failing: dict[Key, tuple[int, float]] = {}
         self.bodies: dict[Key, dict] = {}
-        self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(
+            asyncio.Lock
+        )
         # key -> (resourceVersions status writes were computed from, the object the latest returned)
         self.superseded: dict[Key, tuple[collections.deque[str], dict]] = {}
         # key -> the pass `soon` scheduled that has not started yet
@@ -107,8 +109,10 @@ class Resync:
                 raise
             self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
             written = getattr(outcome, "written", None)
-            if version is not None and isinstance(written, dict) and (written.get("metadata") or {}).get(
-                "resourceVersion"
+            if (
+                version is not None
+                and isinstance(written, dict)
+                and (written.get("metadata") or {}).get("resourceVersion")
             ):
                 older = collections.deque(stale, maxlen=SUPERSEDED_KEPT)
                 older.extend(v for v in dict.fromkeys((started, version)) if v not in older)
@@ -138,7 +142,9 @@ class Resync:
         """One pass over `key` after `coalesce_seconds`, shared by every request until it starts."""
         if key in self.scheduled or key not in self.bodies:
             return
-        task = asyncio.create_task(self._pass_soon(key), name=f"ttsfleet-resync-soon-{key[0]}/{key[1]}")
+        task = asyncio.create_task(
+            self._pass_soon(key), name=f"ttsfleet-resync-soon-{key[0]}/{key[1]}"
+        )
         self.scheduled[key] = task
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)

@@ -54,16 +54,25 @@ def _deployment_problem(deployments: list[dict]) -> Problem | None:
     for deployment in deployments:
         name = deployment["metadata"]["name"]
         for cond in deployment.get("status", {}).get("conditions", []) or []:
-            if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
-                return Problem("ProgressDeadlineExceeded", f"Deployment {name}: {cond.get('message', '')}".strip())
+            if (
+                cond.get("type") == "Progressing"
+                and cond.get("reason") == "ProgressDeadlineExceeded"
+            ):
+                return Problem(
+                    "ProgressDeadlineExceeded",
+                    f"Deployment {name}: {cond.get('message', '')}".strip(),
+                )
             if cond.get("type") == "ReplicaFailure" and cond.get("status") == TRUE:
-                return Problem("ReplicaFailure", f"Deployment {name}: {cond.get('message', '')}".strip())
+                return Problem(
+                    "ReplicaFailure", f"Deployment {name}: {cond.get('message', '')}".strip()
+                )
     return None
 
 
 def _rolled_out(deployments: list[dict]) -> bool:
     return all(
-        d.get("status", {}).get("observedGeneration", 0) >= d.get("metadata", {}).get("generation", 0)
+        d.get("status", {}).get("observedGeneration", 0)
+        >= d.get("metadata", {}).get("generation", 0)
         for d in deployments
     )
 
@@ -118,12 +127,19 @@ def compute_status(
     else:
         ready = (FALSE, "ReplicasNotReady", f"{numbers['ready']} of {desired} replicas ready")
 
-    if desired > 0 and problem and problem.reason == "CanaryRolledBack" and numbers["ready"] >= split.stable:
+    if (
+        desired > 0
+        and problem
+        and problem.reason == "CanaryRolledBack"
+        and numbers["ready"] >= split.stable
+    ):
         # The candidate is at 0 pods; stable serving everything is ready (Degraded says why).
         ready = (TRUE, "StableReady", f"{numbers['ready']} of {split.stable} stable replicas ready")
 
     checks = [(READY, ready), (PROGRESSING, progressing), (DEGRADED, degraded)]
-    has_canary = canary is not None and (service.spec.canary is not None or canary.revision is not None)
+    has_canary = canary is not None and (
+        service.spec.canary is not None or canary.revision is not None
+    )
     canary_condition = _canary_condition(canary) if has_canary else None
     if canary_condition is not None:
         checks.append((CANARY_PROGRESSING, canary_condition))
@@ -134,7 +150,9 @@ def compute_status(
     else:
         reconciling = (FALSE, "Reconciled", "")
     rolled_back = canary is not None and canary.phase == state_machine.ROLLED_BACK and has_canary
-    stalled = (TRUE, "CanaryRolledBack", canary.message) if rolled_back else (FALSE, "AsExpected", "")
+    stalled = (
+        (TRUE, "CanaryRolledBack", canary.message) if rolled_back else (FALSE, "AsExpected", "")
+    )
     checks += [(RECONCILING, reconciling), (STALLED, stalled)]
     return {
         "observedGeneration": generation,
@@ -146,7 +164,9 @@ def compute_status(
         "readyReplicas": numbers["ready"],
         "selector": labels.selector_string(labels.pod_selector(service.name)),
         "pools": {"onDemand": split.on_demand, "spot": split.spot},
-        "canaryPools": {"onDemand": split.canary_on_demand, "spot": split.canary_spot} if tracks.candidate else None,
+        "canaryPools": {"onDemand": split.canary_on_demand, "spot": split.canary_spot}
+        if tracks.candidate
+        else None,
         "stableRevision": revision(tracks.stable),
         "canaryRevision": revision(tracks.candidate) if tracks.candidate is not None else None,
         "canaryWeight": weight,

@@ -116,7 +116,8 @@ class PvcSource(SpecModel):
     ]
     claim_name: DnsSubdomain = Field(description="PVC in the TTSService's namespace.")
     path: VolumePath = Field(
-        default="/", description="Checkpoint directory inside the volume (config.json + safetensors)."
+        default="/",
+        description="Checkpoint directory inside the volume (config.json + safetensors).",
     )
 
 
@@ -127,7 +128,8 @@ class ModelSource(SpecModel):
         cel.rule("has(self.hub) != has(self.pvc)", "model.source needs exactly one of hub or pvc"),
     ]
     hub: HubRepoId | None = Field(
-        default=None, description="Hub repository id (owner/name), e.g. Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice."
+        default=None,
+        description="Hub repository id (owner/name), e.g. Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice.",
     )
     pvc: PvcSource | None = None
 
@@ -156,11 +158,16 @@ class ModelSpec(SpecModel):
     variant: Variant = Field(
         description="Base (voice cloning), CustomVoice (built-in speakers) or VoiceDesign (voices from a description)."
     )
-    tokenizer_rate_hz: Literal[12, 25] = Field(default=12, description="Codec frame rate of the checkpoint.")
-    source: ModelSource | None = Field(
-        default=None, description="Defaults to the official hub repository for size, variant and rate."
+    tokenizer_rate_hz: Literal[12, 25] = Field(
+        default=12, description="Codec frame rate of the checkpoint."
     )
-    revision: HubRevision | None = Field(default=None, description="Hub revision (commit, tag or branch) to pin.")
+    source: ModelSource | None = Field(
+        default=None,
+        description="Defaults to the official hub repository for size, variant and rate.",
+    )
+    revision: HubRevision | None = Field(
+        default=None, description="Hub revision (commit, tag or branch) to pin."
+    )
 
     def hub_id(self) -> str | None:
         """The hub repository served, or None for a PVC source."""
@@ -180,10 +187,15 @@ class GpuSpec(SpecModel):
             field_path=".count",
         ),
     ]
-    gpu_class: GpuClassName = Field(default="h100", alias="class", description="GPU class (see the GPU table).")
-    count: int = Field(default=1, ge=1, le=8, description="GPUs per pod; 1 until the runtime serves with several.")
+    gpu_class: GpuClassName = Field(
+        default="h100", alias="class", description="GPU class (see the GPU table)."
+    )
+    count: int = Field(
+        default=1, ge=1, le=8, description="GPUs per pod; 1 until the runtime serves with several."
+    )
     product: LabelValue | None = Field(
-        default=None, description="Override of the nvidia.com/gpu.product node label value for this class."
+        default=None,
+        description="Override of the nvidia.com/gpu.product node label value for this class.",
     )
 
 
@@ -197,17 +209,26 @@ class AutoscalingSpec(SpecModel):
             field_path=".minReplicas",
         ),
     ]
-    enabled: bool = Field(default=False, description="Create an HPA that writes spec.replicas through /scale.")
+    enabled: bool = Field(
+        default=False, description="Create an HPA that writes spec.replicas through /scale."
+    )
     min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest pods the HPA keeps.")
     max_replicas: int = Field(default=4, ge=1, le=1000, description="Most pods the HPA asks for.")
     target_gpu_utilization: int = Field(
-        default=80, ge=1, le=100, alias="targetGPUUtilization", description="Average GPU utilisation, percent."
+        default=80,
+        ge=1,
+        le=100,
+        alias="targetGPUUtilization",
+        description="Average GPU utilisation, percent.",
     )
     target_queue_depth: int = Field(
         default=4, ge=1, le=10000, description="Average requests waiting for a batch slot per pod."
     )
     scale_down_stabilization_seconds: int = Field(
-        default=300, ge=0, le=3600, description="Look-back window before removing pods (GPU pods load slowly)."
+        default=300,
+        ge=0,
+        le=3600,
+        description="Look-back window before removing pods (GPU pods load slowly).",
     )
 
 
@@ -215,7 +236,10 @@ class Toleration(SpecModel):
     """A pod toleration, with the rules Kubernetes applies to one (so a Deployment is never refused)."""
 
     cel_rules: ClassVar[list[dict]] = [
-        cel.rule("has(self.key) || self.operator == 'Exists'", "a toleration without a key needs operator Exists"),
+        cel.rule(
+            "has(self.key) || self.operator == 'Exists'",
+            "a toleration without a key needs operator Exists",
+        ),
         cel.rule(
             "self.operator != 'Exists' || !has(self.value) || self.value == ''",
             "a toleration with operator Exists has no value",
@@ -239,7 +263,9 @@ class SpotSpec(SpecModel):
 
     cel_rules: ClassVar[list[dict]] = [
         cel.rule(
-            "self.ratio >= 0.0 && self.ratio <= 1.0", "spot.ratio is a fraction between 0 and 1", field_path=".ratio"
+            "self.ratio >= 0.0 && self.ratio <= 1.0",
+            "spot.ratio is a fraction between 0 and 1",
+            field_path=".ratio",
         ),
         cel.rule(
             f"!has(self.nodeSelector) || self.nodeSelector.all(key, key.matches(r'{grammar.LABEL_KEY}'))",
@@ -248,7 +274,9 @@ class SpotSpec(SpecModel):
             field_path=".nodeSelector",
         ),
     ]
-    ratio: float = Field(default=0.0, ge=0.0, le=1.0, description="Share of replicas on spot nodes, 0..1.")
+    ratio: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Share of replicas on spot nodes, 0..1."
+    )
     min_on_demand: int = Field(
         default=1, ge=0, le=1000, description="Replicas kept on on-demand nodes whatever the ratio."
     )
@@ -258,7 +286,9 @@ class SpotSpec(SpecModel):
         description="Labels of spot nodes; replaces the defaults (Karpenter, GKE, AKS spot labels).",
     )
     tolerations: list[Toleration] | None = Field(
-        default=None, max_length=LIST_MAX, description="Tolerations of spot pods; replaces the defaults."
+        default=None,
+        max_length=LIST_MAX,
+        description="Tolerations of spot pods; replaces the defaults.",
     )
 
 
@@ -272,9 +302,12 @@ class CanaryCandidate(SpecModel):
         ),
     ]
     image: ImageReference | None = Field(
-        default=None, description="Runtime image of the candidate: [host[:port]/]path[:tag][@digest]."
+        default=None,
+        description="Runtime image of the candidate: [host[:port]/]path[:tag][@digest].",
     )
-    model_revision: HubRevision | None = Field(default=None, description="Hub revision the candidate serves.")
+    model_revision: HubRevision | None = Field(
+        default=None, description="Hub revision the candidate serves."
+    )
 
 
 class CanaryAnalysis(SpecModel):
@@ -283,11 +316,21 @@ class CanaryAnalysis(SpecModel):
     interval_seconds: int = Field(default=60, ge=10, le=3600)
     steps: int = Field(default=4, ge=1, le=20, description="Weight increments from percent to 100.")
     ttfa_p95_milliseconds: int = Field(
-        default=500, ge=1, le=60000, alias="ttfaP95Milliseconds", description="Highest p95 time to first audio."
+        default=500,
+        ge=1,
+        le=60000,
+        alias="ttfaP95Milliseconds",
+        description="Highest p95 time to first audio.",
     )
-    max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0, description="Highest share of failed requests.")
-    min_requests: int = Field(default=50, ge=0, le=1000000, description="Requests needed before an interval counts.")
-    failure_limit: int = Field(default=2, ge=0, le=100, description="Failed intervals tolerated before rollback.")
+    max_error_ratio: float = Field(
+        default=0.01, ge=0.0, le=1.0, description="Highest share of failed requests."
+    )
+    min_requests: int = Field(
+        default=50, ge=0, le=1000000, description="Requests needed before an interval counts."
+    )
+    failure_limit: int = Field(
+        default=2, ge=0, le=100, description="Failed intervals tolerated before rollback."
+    )
     inconclusive_limit: int = Field(
         default=5,
         ge=1,
@@ -307,7 +350,9 @@ class GatewayRef(SpecModel):
 class CanarySpec(SpecModel):
     """A candidate next to stable, given `percent` of traffic and analysed."""
 
-    percent: int = Field(default=10, ge=0, le=100, description="Candidate's starting traffic weight, percent.")
+    percent: int = Field(
+        default=10, ge=0, le=100, description="Candidate's starting traffic weight, percent."
+    )
     candidate: CanaryCandidate
     analysis: CanaryAnalysis = section(CanaryAnalysis, "Promotion and rollback rules.")
     traffic: Literal["Auto", "Replicas", "GatewayAPI"] = Field(
@@ -332,10 +377,12 @@ class EngineSpec(SpecModel):
         **RUNTIME_SETTINGS["max_queue"].field_args(), description="Requests waiting before 429s."
     )
     cuda_graphs: bool = Field(
-        **RUNTIME_SETTINGS["cuda_graphs"].field_args(), description="Capture decode steps as CUDA graphs."
+        **RUNTIME_SETTINGS["cuda_graphs"].field_args(),
+        description="Capture decode steps as CUDA graphs.",
     )
     first_chunk_frames: int = Field(
-        **RUNTIME_SETTINGS["first_chunk_frames"].field_args(), description="Codec frames in the first audio chunk."
+        **RUNTIME_SETTINGS["first_chunk_frames"].field_args(),
+        description="Codec frames in the first audio chunk.",
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weight and activation type."
@@ -426,12 +473,14 @@ class RuntimeSpec(SpecModel):
         ),
     ]
     image: ImageReference = Field(
-        default=DEFAULT_RUNTIME_IMAGE, description="Runtime image (stable): [host[:port]/]path[:tag][@digest]."
+        default=DEFAULT_RUNTIME_IMAGE,
+        description="Runtime image (stable): [host[:port]/]path[:tag][@digest].",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     image_pull_secrets: list[DnsSubdomain] | None = Field(default=None, max_length=LIST_MAX)
     service_account_name: DnsSubdomain | None = Field(
-        default=None, description="Pods' ServiceAccount (e.g. for a hub token via workload identity)."
+        default=None,
+        description="Pods' ServiceAccount (e.g. for a hub token via workload identity).",
     )
     auth: Literal["Enabled", "Disabled"] = Field(
         default="Enabled",
@@ -444,12 +493,20 @@ class RuntimeSpec(SpecModel):
         " operator creates and owns `<name>-api-keys`.",
     )
     resources: RuntimeResources = section(RuntimeResources, "CPU, memory and model cache size.")
-    env: list[EnvVar] | None = Field(default=None, max_length=64, description="Extra environment of the server.")
+    env: list[EnvVar] | None = Field(
+        default=None, max_length=64, description="Extra environment of the server."
+    )
     startup_timeout_seconds: int = Field(
-        default=900, ge=60, le=7200, description="Longest model download + load + CUDA graph capture."
+        default=900,
+        ge=60,
+        le=7200,
+        description="Longest model download + load + CUDA graph capture.",
     )
     termination_grace_seconds: int = Field(
-        default=120, ge=5, le=3600, description="Time in-flight streams get to finish when a pod stops."
+        default=120,
+        ge=5,
+        le=3600,
+        description="Time in-flight streams get to finish when a pod stops.",
     )
 
 
@@ -478,11 +535,16 @@ class TTSServiceSpec(SpecModel):
     model: ModelSpec
     gpu: GpuSpec = section(GpuSpec, "GPU class and count per pod.")
     replicas: int = Field(
-        default=1, ge=0, le=1000, description="Pods in total (all pools, all tracks); the HPA writes it via /scale."
+        default=1,
+        ge=0,
+        le=1000,
+        description="Pods in total (all pools, all tracks); the HPA writes it via /scale.",
     )
     autoscaling: AutoscalingSpec = section(AutoscalingSpec, "Horizontal autoscaling.")
     spot: SpotSpec = section(SpotSpec, "Spot and on-demand pools.")
-    canary: CanarySpec | None = Field(default=None, description="A candidate rollout; absent means no canary.")
+    canary: CanarySpec | None = Field(
+        default=None, description="A candidate rollout; absent means no canary."
+    )
     engine: EngineSpec = section(EngineSpec, "Engine settings.")
     runtime: RuntimeSpec = section(RuntimeSpec, "Runtime container.")
 
@@ -520,36 +582,61 @@ class CanaryStatus(SpecModel):
     """Where the rollout of one candidate stands; the operator's memory of it (never in spec)."""
 
     phase: Literal["Idle", "Progressing", "Paused", "Promoting", "Promoted", "RolledBack"] = "Idle"
-    revision: str | None = Field(default=None, description="Revision of the candidate this rollout is about.")
+    revision: str | None = Field(
+        default=None, description="Revision of the candidate this rollout is about."
+    )
     step: int = Field(default=0, description="Current step, 1..analysis.steps.")
     weight: int = Field(default=0, description="Candidate's traffic share, percent.")
     failures: int = Field(default=0, description="Failed analysis intervals in this rollout.")
     inconclusive: int = Field(default=0, description="Consecutive inconclusive intervals.")
-    step_started: str | None = Field(default=None, description="RFC 3339 time the current step or phase began.")
+    step_started: str | None = Field(
+        default=None, description="RFC 3339 time the current step or phase began."
+    )
     last_analysis: AnalysisResult | None = None
     handled_action: str | None = Field(
-        default=None, description="`<action>@<revision>` of the last canary-action annotation acted on."
+        default=None,
+        description="`<action>@<revision>` of the last canary-action annotation acted on.",
     )
     message: str = Field(default="", max_length=4096)
 
 
 class TTSServiceStatus(SpecModel):
-    observed_generation: int | None = Field(default=None, description="metadata.generation last reconciled.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation last reconciled."
+    )
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=8,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    replicas: int | None = Field(default=None, description="Pods the child Deployments want (the /scale status).")
-    ready_replicas: int | None = Field(default=None, description="Pods passing their readiness probe.")
-    selector: str | None = Field(default=None, description="Label selector of all pods, as a string (for the HPA).")
-    pools: PoolReplicas | None = Field(default=None, description="Desired replicas per capacity pool (stable track).")
-    canary_pools: PoolReplicas | None = Field(default=None, description="Desired replicas per pool of the canary.")
-    stable_revision: str | None = Field(default=None, description="Hash of what the stable track serves.")
-    canary_revision: str | None = Field(default=None, description="Hash of what the canary track serves.")
-    canary_weight: int | None = Field(default=None, description="Share of traffic on the canary, percent.")
+    replicas: int | None = Field(
+        default=None, description="Pods the child Deployments want (the /scale status)."
+    )
+    ready_replicas: int | None = Field(
+        default=None, description="Pods passing their readiness probe."
+    )
+    selector: str | None = Field(
+        default=None, description="Label selector of all pods, as a string (for the HPA)."
+    )
+    pools: PoolReplicas | None = Field(
+        default=None, description="Desired replicas per capacity pool (stable track)."
+    )
+    canary_pools: PoolReplicas | None = Field(
+        default=None, description="Desired replicas per pool of the canary."
+    )
+    stable_revision: str | None = Field(
+        default=None, description="Hash of what the stable track serves."
+    )
+    canary_revision: str | None = Field(
+        default=None, description="Hash of what the canary track serves."
+    )
+    canary_weight: int | None = Field(
+        default=None, description="Share of traffic on the canary, percent."
+    )
     endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
-    canary: CanaryStatus | None = Field(default=None, description="The canary rollout's state machine.")
+    canary: CanaryStatus | None = Field(
+        default=None, description="The canary rollout's state machine."
+    )
 
 
 # Child names append up to 17 characters ("-canary-on-demand") and must stay valid

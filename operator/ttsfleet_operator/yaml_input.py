@@ -46,7 +46,9 @@ class JsonCompatibleLoader(yaml.SafeLoader):
     }
 
 
-JsonCompatibleLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+JsonCompatibleLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str
+)
 
 
 def load_documents(text: str) -> list[Any]:

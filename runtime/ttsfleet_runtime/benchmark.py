@@ -26,9 +26,11 @@ import traceback
 T0 = time.time()
 RESULTS: dict = {}
 # Same text as the peer harness (../shared/peers/bench_qwen3tts.py).
-TEXT = ("The quick brown fox jumps over the lazy dog while the orchestra tunes up in the hall; "
-        "meanwhile, a patient engineer measures every millisecond of latency, because streaming "
-        "speech must start quickly and never stall.")
+TEXT = (
+    "The quick brown fox jumps over the lazy dog while the orchestra tunes up in the hall; "
+    "meanwhile, a patient engineer measures every millisecond of latency, because streaming "
+    "speech must start quickly and never stall."
+)
 
 
 def log(*a):
@@ -43,8 +45,12 @@ def dump(out: str) -> None:
 def request(frames: int, seed: int, text: str = TEXT):
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 
-    return SynthesisRequest(text=text, voice="ryan", language="english",
-                            params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames))
+    return SynthesisRequest(
+        text=text,
+        voice="ryan",
+        language="english",
+        params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames),
+    )
 
 
 async def run_one(engine, frames: int, seed: int) -> dict:
@@ -68,8 +74,11 @@ async def run_one(engine, frames: int, seed: int) -> dict:
         total_s=round(last_t - t_submit, 4),
         rtf=round((last_t - t_submit) / (n_frames / 12.5), 4),
         chunks=len(arrivals),
-        max_gap_ms=round(max((b[0] - a[0]) * 1000 for a, b in zip(arrivals, arrivals[1:], strict=False)), 2)
-        if len(arrivals) > 1 else None,
+        max_gap_ms=round(
+            max((b[0] - a[0]) * 1000 for a, b in zip(arrivals, arrivals[1:], strict=False)), 2
+        )
+        if len(arrivals) > 1
+        else None,
     )
 
 
@@ -79,7 +88,9 @@ async def run_batch(engine, batch: int, frames: int) -> dict:
     wall = time.monotonic() - t0
     audio_s = sum(r["frames"] for r in results) / 12.5
     return dict(
-        batch=batch, frames=frames, wall_s=round(wall, 4),
+        batch=batch,
+        frames=frames,
+        wall_s=round(wall, 4),
         audio_s_per_s=round(audio_s / wall, 2),
         worst_stream_rtf=max(r["rtf"] for r in results),
         ttfa_ms_p50=sorted(r["ttfa_ms"] for r in results)[batch // 2],
@@ -118,16 +129,25 @@ async def bench_size(size: str, args) -> dict:
     ckpt = args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
     t = time.time()
     if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        write_random_checkpoint(ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None)
+        write_random_checkpoint(
+            ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
+        )
     r["checkpoint_write_s"] = round(time.time() - t, 1)
     batches = [int(b) for b in args.batches.split(",")]
     t = time.time()
-    engine = TTSEngine.from_pretrained(ckpt, args.device, max_batch=max(batches), max_queue=1024,
-                                       cuda_graphs=not args.no_graphs, dtype=args.dtype,
-                                       first_chunk_frames=args.first_chunk_frames,
-                                       chunk_frames=args.chunk_frames, max_len=args.max_len,
-                                       capture_all_graphs=False,
-                                       progress=lambda m: log(f"  {size}: {m}"))
+    engine = TTSEngine.from_pretrained(
+        ckpt,
+        args.device,
+        max_batch=max(batches),
+        max_queue=1024,
+        cuda_graphs=not args.no_graphs,
+        dtype=args.dtype,
+        first_chunk_frames=args.first_chunk_frames,
+        chunk_frames=args.chunk_frames,
+        max_len=args.max_len,
+        capture_all_graphs=False,
+        progress=lambda m: log(f"  {size}: {m}"),
+    )
     await engine.start()
     r["start_s"] = round(time.time() - t, 1)
     # Capture only the buckets this run uses, before anything is timed.
@@ -143,20 +163,31 @@ async def bench_size(size: str, args) -> dict:
         torch.cuda.synchronize()
     r["capture_s"] = round(time.time() - t, 1)
     log(f"{size}: captured {len(runner.graphs)} decode graphs in {r['capture_s']}s")
-    r["config"] = dict(max_batch=max(batches), first_chunk_frames=args.first_chunk_frames,
-                       chunk_frames=args.chunk_frames, max_len=args.max_len, dtype=args.dtype,
-                       cuda_graphs=not args.no_graphs, frames=args.frames)
+    r["config"] = dict(
+        max_batch=max(batches),
+        first_chunk_frames=args.first_chunk_frames,
+        chunk_frames=args.chunk_frames,
+        max_len=args.max_len,
+        dtype=args.dtype,
+        cuda_graphs=not args.no_graphs,
+        frames=args.frames,
+    )
     r["prompt_tokens"] = len(engine.builder.text_ids(TEXT))
     codec_state = engine.codec.state_bytes_per_stream  # a property of the codec
     r["memory_per_stream_bytes"] = dict(
-        talker_kv=runner.cache.bytes_per_slot(), predictor_kv=runner.predictor_cache.bytes_per_slot(),
-        codec_state=codec_state)
+        talker_kv=runner.cache.bytes_per_slot(),
+        predictor_kv=runner.predictor_cache.bytes_per_slot(),
+        codec_state=codec_state,
+    )
     if torch.cuda.is_available():
         r["gpu_memory_allocated_gb"] = round(torch.cuda.memory_allocated() / 1e9, 2)
     log(f"{size}: started in {r['start_s']}s, memory {r['memory_per_stream_bytes']}")
 
     await asyncio.wait_for(run_one(engine, 8, seed=1), 120)  # warm-up
-    singles = [await asyncio.wait_for(run_one(engine, args.frames, seed=s), 60) for s in range(args.repeats)]
+    singles = [
+        await asyncio.wait_for(run_one(engine, args.frames, seed=s), 60)
+        for s in range(args.repeats)
+    ]
     r["single"] = singles
     log(f"{size}: batch 1: {singles[-1]}")
     ttfa = [await asyncio.wait_for(run_one(engine, 4, seed=100 + s), 30) for s in range(5)]
@@ -204,9 +235,13 @@ def summarise(r: dict) -> dict:
 async def main_async(args) -> None:
     import torch  # heavy: only when the benchmark runs (the CLI imports this module)
 
-    RESULTS["env"] = dict(torch=torch.__version__, cuda=torch.version.cuda,
-                          gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", python=platform.python_version(),
-                          date=datetime.date.today().isoformat())
+    RESULTS["env"] = dict(
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        python=platform.python_version(),
+        date=datetime.date.today().isoformat(),
+    )
     RESULTS["command"] = " ".join(sys.argv)
     for check in args.before:
         # Same process: compiled kernels are shared with the runs below.
@@ -229,7 +264,9 @@ async def main_async(args) -> None:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", default=".", help="folder for ours.json")
     ap.add_argument("--sizes", default="0.6B,1.7B", help="random checkpoints to write and time")
-    ap.add_argument("--model", default=None, help="time this checkpoint instead (give one --sizes label)")
+    ap.add_argument(
+        "--model", default=None, help="time this checkpoint instead (give one --sizes label)"
+    )
     ap.add_argument("--frames", type=int, default=120)
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--repeats", type=int, default=3)
@@ -241,7 +278,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--budget-s", type=float, default=400)
-    ap.add_argument("--parity", action="store_true", help="first check graphed GPU == eager CPU codes")
+    ap.add_argument(
+        "--parity", action="store_true", help="first check graphed GPU == eager CPU codes"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -261,5 +300,6 @@ def run(args: argparse.Namespace) -> int:
 def logging_setup() -> None:
     import logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )

@@ -158,12 +158,14 @@ def _add_voices(subparsers) -> None:
         "delete",
         help="erase a tenant's voices, or one voice, whoever owns it",
         description="Erase uploaded voices for a data-protection request: audio, profile and consent "
-                    "record, and the staging leftovers of the tenant's interrupted uploads. Prints one "
-                    "line per erased folder. Exit 0: something was erased; 1: nothing matched; "
-                    "2: bad arguments or no voices directory.",
+        "record, and the staging leftovers of the tenant's interrupted uploads. Prints one "
+        "line per erased folder. Exit 0: something was erased; 1: nothing matched; "
+        "2: bad arguments or no voices directory.",
     )
     which = delete.add_mutually_exclusive_group(required=True)
-    which.add_argument("--owner", help="tenant id (the name in the keys file, key_..., or anonymous)")
+    which.add_argument(
+        "--owner", help="tenant id (the name in the keys file, key_..., or anonymous)"
+    )
     which.add_argument("--id", dest="voice_id", help="one voice id (voice_...)")
     voices_dir = SETTINGS["voices_dir"]
     delete.add_argument(
@@ -197,8 +199,12 @@ def _voices_delete(args: argparse.Namespace) -> int:
         kind = "upload leftover" if item.staging else "voice"
         print(f"erased {kind} {item.voice_id} (owner {item.owner or 'unknown'}): {item.path}")
     if not erased:
-        print(f"nothing to erase: no voices of owner {args.owner!r}" if args.owner is not None
-              else f"nothing to erase: no voice {args.voice_id!r}", file=sys.stderr)
+        print(
+            f"nothing to erase: no voices of owner {args.owner!r}"
+            if args.owner is not None
+            else f"nothing to erase: no voice {args.voice_id!r}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -23,13 +23,28 @@ async def codes(ckpt: str, device: str, dtype: str, graphs: bool) -> list[np.nda
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
-    engine = TTSEngine.from_pretrained(ckpt, device, max_batch=4, dtype=dtype, cuda_graphs=graphs,
-                                       max_len=512, capture_all_graphs=False)
+    engine = TTSEngine.from_pretrained(
+        ckpt,
+        device,
+        max_batch=4,
+        dtype=dtype,
+        cuda_graphs=graphs,
+        max_len=512,
+        capture_all_graphs=False,
+    )
     await engine.start()
     texts = ["Hello there, how are you?", "A second, slightly longer sentence to speak.", "Third."]
-    streams = [engine.submit(SynthesisRequest(text=t, voice="ryan", language="english",
-                                              params=SamplingParams(seed=i, max_frames=24, min_frames=24)))
-               for i, t in enumerate(texts)]
+    streams = [
+        engine.submit(
+            SynthesisRequest(
+                text=t,
+                voice="ryan",
+                language="english",
+                params=SamplingParams(seed=i, max_frames=24, min_frames=24),
+            )
+        )
+        for i, t in enumerate(texts)
+    ]
     for s in streams:
         async for _ in s:
             pass
@@ -46,9 +61,15 @@ async def main(out: str) -> None:
     gpu16 = await codes(str(ckpt), "cuda", "bfloat16", True)
     result = dict(
         float32_graphs_equal_cpu=all(np.array_equal(a, b) for a, b in zip(cpu, gpu32, strict=True)),
-        float32_code_agreement=float(np.mean([np.mean(a == b) for a, b in zip(cpu, gpu32, strict=True)])),
-        bfloat16_code_agreement=float(np.mean([np.mean(a == b) for a, b in zip(cpu, gpu16, strict=True)])),
-        bfloat16_first_frame_equal=all(np.array_equal(a[0], b[0]) for a, b in zip(cpu, gpu16, strict=True)),
+        float32_code_agreement=float(
+            np.mean([np.mean(a == b) for a, b in zip(cpu, gpu32, strict=True)])
+        ),
+        bfloat16_code_agreement=float(
+            np.mean([np.mean(a == b) for a, b in zip(cpu, gpu16, strict=True)])
+        ),
+        bfloat16_first_frame_equal=all(
+            np.array_equal(a[0], b[0]) for a, b in zip(cpu, gpu16, strict=True)
+        ),
     )
     print(json.dumps(result, indent=1))
     with open(os.path.join(out, "graph_parity.json"), "w") as f:

@@ -63,7 +63,9 @@ REQUESTS = "ttsfleet_requests_total"  # labels: route, code
 ERRORS = "ttsfleet_errors_total"  # label: type (one of the three groups below)
 AUDIO_SECONDS = "ttsfleet_audio_seconds_total"  # audio produced
 FRAMES = "ttsfleet_frames_total"  # codec frames produced
-AUTH_KEYS_RELOAD_ERRORS = "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
+AUTH_KEYS_RELOAD_ERRORS = (
+    "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
+)
 
 # Histograms (exposed as _bucket, _sum, _count)
 TIME_TO_FIRST_AUDIO = "ttsfleet_time_to_first_audio_seconds"  # request received -> first audio byte
@@ -111,19 +113,45 @@ class RuntimeMetrics:
     """
 
     def __init__(self, engine_stats: Callable[[], object], ready: Callable[[], bool], gpu=None):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            disable_created_metrics,
+        )
 
         # `_created` series double the output and nothing here reads them.
         disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(_strip_total(REQUESTS), "Finished API requests", ["route", "code"], registry=r)
-        self.errors = Counter(_strip_total(ERRORS), "Refusals and failures by type", ["type"], registry=r)
-        self.audio_seconds = Counter(_strip_total(AUDIO_SECONDS), "Seconds of audio sent to clients", registry=r)
-        self.ttfa = Histogram(TIME_TO_FIRST_AUDIO, "Request received to first audio ready", buckets=TTFA_BUCKETS, registry=r)
-        self.duration = Histogram(REQUEST_DURATION, "Request received to last audio", buckets=DURATION_BUCKETS, registry=r)
-        self.rtf = Histogram(REAL_TIME_FACTOR, "Generation time per second of audio", buckets=RTF_BUCKETS, registry=r)
-        self.build_info = Gauge(BUILD_INFO, "Build and model of this runtime", ["version", "model", "variant", "size"], registry=r)
+        self.requests = Counter(
+            _strip_total(REQUESTS), "Finished API requests", ["route", "code"], registry=r
+        )
+        self.errors = Counter(
+            _strip_total(ERRORS), "Refusals and failures by type", ["type"], registry=r
+        )
+        self.audio_seconds = Counter(
+            _strip_total(AUDIO_SECONDS), "Seconds of audio sent to clients", registry=r
+        )
+        self.ttfa = Histogram(
+            TIME_TO_FIRST_AUDIO,
+            "Request received to first audio ready",
+            buckets=TTFA_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            REQUEST_DURATION, "Request received to last audio", buckets=DURATION_BUCKETS, registry=r
+        )
+        self.rtf = Histogram(
+            REAL_TIME_FACTOR, "Generation time per second of audio", buckets=RTF_BUCKETS, registry=r
+        )
+        self.build_info = Gauge(
+            BUILD_INFO,
+            "Build and model of this runtime",
+            ["version", "model", "variant", "size"],
+            registry=r,
+        )
         r.register(_EngineCollector(engine_stats, ready, gpu))
 
     def render(self) -> tuple[bytes, str]:
@@ -147,10 +175,16 @@ class _EngineCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         stats = self._stats()
-        yield GaugeMetricFamily(QUEUE_DEPTH, "Requests waiting for a batch slot", value=stats.queue_depth)
+        yield GaugeMetricFamily(
+            QUEUE_DEPTH, "Requests waiting for a batch slot", value=stats.queue_depth
+        )
         yield GaugeMetricFamily(ACTIVE_STREAMS, "Requests generating now", value=stats.active)
-        yield GaugeMetricFamily(READY, "1 while this pod admits work", value=1 if self._ready() else 0)
-        yield CounterMetricFamily(_strip_total(FRAMES), "Codec frames generated", value=stats.frames_total)
+        yield GaugeMetricFamily(
+            READY, "1 while this pod admits work", value=1 if self._ready() else 0
+        )
+        yield CounterMetricFamily(
+            _strip_total(FRAMES), "Codec frames generated", value=stats.frames_total
+        )
         readings = self._gpu.read() if self._gpu is not None else []
         if readings:
             util = GaugeMetricFamily(GPU_UTILIZATION, "GPU utilisation 0..1 (NVML)", labels=["gpu"])
@@ -173,7 +207,9 @@ class NvmlReader:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            self._handles = [
+                pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+            ]
         except Exception:  # no package, no driver, no device: export no GPU gauges
             self._handles = []
 

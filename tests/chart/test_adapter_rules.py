@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 
 import yaml
+
 from support.tools import tool
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.tts_service import TTSService
@@ -31,7 +32,11 @@ def adapter_rules() -> list[dict]:
 
 def expand(query: str, series: str, matchers: str, group_by: str) -> str:
     """What prometheus-adapter does to a metricsQuery before it runs it."""
-    for placeholder, value in (("<<.Series>>", series), ("<<.LabelMatchers>>", matchers), ("<<.GroupBy>>", group_by)):
+    for placeholder, value in (
+        ("<<.Series>>", series),
+        ("<<.LabelMatchers>>", matchers),
+        ("<<.GroupBy>>", group_by),
+    ):
         query = query.replace(placeholder, value)
     return query
 
@@ -43,12 +48,18 @@ def test_off_by_default():
 
 
 def test_rendered_configmap_holds_the_rules_file_under_config_yaml():
-    result = helm_template("autoscaling.prometheusAdapterRules.enabled=true", "monitoring.rules.enabled=true")
+    result = helm_template(
+        "autoscaling.prometheusAdapterRules.enabled=true", "monitoring.rules.enabled=true"
+    )
     assert result.returncode == 0, result.stderr
     (configmap,) = [
-        m for m in yaml.safe_load_all(result.stdout) if m and m["metadata"]["name"] == "ttsfleet-adapter-rules"
+        m
+        for m in yaml.safe_load_all(result.stdout)
+        if m and m["metadata"]["name"] == "ttsfleet-adapter-rules"
     ]
-    assert yaml.safe_load(configmap["data"]["config.yaml"]) == yaml.safe_load(RULES_FILE.read_text())
+    assert yaml.safe_load(configmap["data"]["config.yaml"]) == yaml.safe_load(
+        RULES_FILE.read_text()
+    )
 
 
 def test_refused_without_the_recording_rules_the_gpu_rule_reads():
@@ -60,7 +71,10 @@ def test_the_adapter_serves_exactly_the_pods_metrics_the_hpa_asks_for():
     service = TTSService.model_validate(
         {
             "metadata": {"name": "demo", "namespace": "voice"},
-            "spec": {"model": {"size": "0.6B", "variant": "Base"}, "autoscaling": {"enabled": True}},
+            "spec": {
+                "model": {"size": "0.6B", "variant": "Base"},
+                "autoscaling": {"enabled": True},
+            },
         }
     )
     (hpa,) = [m for m in render_fleet(service) if m["kind"] == "HorizontalPodAutoscaler"]
@@ -68,12 +82,25 @@ def test_the_adapter_serves_exactly_the_pods_metrics_the_hpa_asks_for():
     served = {rule["name"]["as"] for rule in adapter_rules()}
     assert served == asked
     for rule in adapter_rules():
-        assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+        assert rule["resources"]["overrides"] == {
+            "namespace": {"resource": "namespace"},
+            "pod": {"resource": "pod"},
+        }
 
 
 def series(name: str, pod: str, value: str, **extra: str) -> dict:
-    labels = {"namespace": "voice", "service": "demo", "track": "stable", "pool": "on-demand", "pod": pod, **extra}
-    return {"series": name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}", "values": value}
+    labels = {
+        "namespace": "voice",
+        "service": "demo",
+        "track": "stable",
+        "pool": "on-demand",
+        "pod": pod,
+        **extra,
+    }
+    return {
+        "series": name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}",
+        "values": value,
+    }
 
 
 def test_the_queries_give_per_pod_values_nvml_first_then_dcgm(tmp_path):
@@ -84,9 +111,28 @@ def test_the_queries_give_per_pod_values_nvml_first_then_dcgm(tmp_path):
         series("ttsfleet_queue_depth", "demo-b", "7x10"),
         series("ttsfleet_queue_depth", "other-0", "100x10", namespace="elsewhere"),
         series("ttsfleet_gpu_utilization_ratio", "demo-a", "0.5x10", gpu="0"),
-        {"series": 'DCGM_FI_DEV_GPU_UTIL{namespace="voice",pod="demo-b",gpu="0"}', "values": "80x10"},
-        series("ttsfleet_build_info", "demo-a", "1x10", version="0", model="m", variant="Base", size="0.6B"),
-        series("ttsfleet_build_info", "demo-b", "1x10", version="0", model="m", variant="Base", size="0.6B"),
+        {
+            "series": 'DCGM_FI_DEV_GPU_UTIL{namespace="voice",pod="demo-b",gpu="0"}',
+            "values": "80x10",
+        },
+        series(
+            "ttsfleet_build_info",
+            "demo-a",
+            "1x10",
+            version="0",
+            model="m",
+            variant="Base",
+            size="0.6B",
+        ),
+        series(
+            "ttsfleet_build_info",
+            "demo-b",
+            "1x10",
+            version="0",
+            model="m",
+            variant="Base",
+            size="0.6B",
+        ),
     ]
     matchers = 'namespace="voice",pod=~"demo-a|demo-b"'
     tests = []
@@ -97,8 +143,14 @@ def test_the_queries_give_per_pod_values_nvml_first_then_dcgm(tmp_path):
                 "expr": expand(rule["metricsQuery"], name, matchers, "pod"),
                 "eval_time": "5m",
                 "exp_samples": [
-                    {"labels": '{pod="demo-a"}', "value": {"ttsfleet_queue_depth": 3}.get(rule["name"]["as"], 0.5)},
-                    {"labels": '{pod="demo-b"}', "value": {"ttsfleet_queue_depth": 7}.get(rule["name"]["as"], 0.8)},
+                    {
+                        "labels": '{pod="demo-a"}',
+                        "value": {"ttsfleet_queue_depth": 3}.get(rule["name"]["as"], 0.5),
+                    },
+                    {
+                        "labels": '{pod="demo-b"}',
+                        "value": {"ttsfleet_queue_depth": 7}.get(rule["name"]["as"], 0.8),
+                    },
                 ],
             }
         )
@@ -120,5 +172,7 @@ def test_the_queries_give_per_pod_values_nvml_first_then_dcgm(tmp_path):
             }
         )
     )
-    result = subprocess.run([tool("promtool"), "test", "rules", str(test_file)], capture_output=True, text=True)
+    result = subprocess.run(
+        [tool("promtool"), "test", "rules", str(test_file)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,6 +12,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
 from support.tools import tool
 from ttsfleet_operator import child_kinds
 
@@ -35,7 +36,9 @@ def test_helm_lint_strict_passes():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("values", [[], ["--set", "watchNamespaces={voice,music}", "--set", "verbose=true"]])
+@pytest.mark.parametrize(
+    "values", [[], ["--set", "watchNamespaces={voice,music}", "--set", "verbose=true"]]
+)
 def test_every_rendered_manifest_is_valid_kubernetes(values):
     manifests = template(*values)
     assert {m["kind"] for m in manifests} >= {"ServiceAccount", "Deployment"}
@@ -79,7 +82,9 @@ def test_cluster_role_grants_exactly_what_the_operator_requests():
     (role,) = [m for m in template() if m["kind"] == "ClusterRole"]
     assert rules_by_resource(role["rules"]) == expected_rules()
     (binding,) = [m for m in template() if m["kind"] == "ClusterRoleBinding"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ttsfleet", "namespace": "ttsfleet-system"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ttsfleet", "namespace": "ttsfleet-system"}
+    ]
 
 
 def test_watching_namespaces_uses_namespaced_roles_only():
@@ -91,12 +96,18 @@ def test_watching_namespaces_uses_namespaced_roles_only():
     assert all(rules_by_resource(r["rules"]) == expected_rules() for r in roles)
     (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--namespace=voice" in args and "--namespace=music" in args and "--all-namespaces" not in args
+    assert (
+        "--namespace=voice" in args
+        and "--namespace=music" in args
+        and "--all-namespaces" not in args
+    )
 
 
 def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
     (deployment,) = [m for m in template() if m["kind"] == "Deployment"]
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert (
+        deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    )
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/ttsfleet/operator:0.1.0"
@@ -107,7 +118,8 @@ def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
     assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert (
-        pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        pod["securityContext"]["runAsNonRoot"]
+        and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     )
 
 
@@ -123,7 +135,10 @@ def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
 def test_values_schema_refuses_bad_values(bad):
     result = helm("template", "ttsfleet", str(CHART), *bad)
     assert result.returncode != 0
-    assert "values don't meet the specifications of the schema" in result.stderr or "schema" in result.stderr
+    assert (
+        "values don't meet the specifications of the schema" in result.stderr
+        or "schema" in result.stderr
+    )
 
 
 def test_default_values_satisfy_the_schema():

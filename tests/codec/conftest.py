@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from support import reference
-from ttsfleet_runtime.codec import load_speech_tokenizer
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
+from ttsfleet_runtime.codec import load_speech_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +54,7 @@ def _reference_tokenizer_modules():
         package.__path__ = [str(Path(origin).parent / "core" / "tokenizer_12hz")]
         sys.modules[name] = package
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
     if "default" not in ROPE_INIT_FUNCTIONS:  # transformers 5 dropped it (qwen-tts-hf shim)
         importlib.import_module("qwen_tts._transformers_compat").patch_transformers_rope_registry()
     config = importlib.import_module(f"{name}.configuration_qwen3_tts_tokenizer_v2")
@@ -68,8 +69,9 @@ def build_reference_tokenizer():
     config_module, modeling = _reference_tokenizer_modules()
 
     def build(raw: dict):
-        cfg = config_module.Qwen3TTSTokenizerV2Config(**{
-            k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+        cfg = config_module.Qwen3TTSTokenizerV2Config(
+            **{k: v for k, v in raw.items() if k not in ("architectures", "model_type")}
+        )
         for sub in (cfg, cfg.encoder_config, cfg.decoder_config):
             sub._attn_implementation = "eager"
         return modeling.Qwen3TTSTokenizerV2Model(cfg)

@@ -8,10 +8,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from ttsfleet_runtime.checkpoint.codec_encoder_layout import encoder_tensor_shapes
+from ttsfleet_runtime.checkpoint.speech_tokenizer_files import (
+    decoder_tensor_shapes,
+    write_random_speech_tokenizer,
+)
 from ttsfleet_runtime.codec import load_speech_tokenizer
 from ttsfleet_runtime.codec.config import SpeechTokenizerConfig, speech_tokenizer_config
-from ttsfleet_runtime.checkpoint.codec_encoder_layout import encoder_tensor_shapes
-from ttsfleet_runtime.checkpoint.speech_tokenizer_files import decoder_tensor_shapes, write_random_speech_tokenizer
 
 
 @pytest.mark.parametrize("size", ["tiny", "real"])
@@ -22,14 +25,19 @@ def test_writer_tensor_set_is_the_reference_models_state_dict(size, build_refere
     with torch.device("meta"):
         reference = build_reference_tokenizer(raw)
     expected = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
-    ours = {**encoder_tensor_shapes(raw["encoder_config"]),
-            **decoder_tensor_shapes(speech_tokenizer_config(size))}
+    ours = {
+        **encoder_tensor_shapes(raw["encoder_config"]),
+        **decoder_tensor_shapes(speech_tokenizer_config(size)),
+    }
     assert ours == expected
 
 
 def test_folder_has_the_official_files(tiny_tokenizer_dir):
     assert sorted(p.name for p in tiny_tokenizer_dir.iterdir()) == [
-        "config.json", "model.safetensors", "preprocessor_config.json"]
+        "config.json",
+        "model.safetensors",
+        "preprocessor_config.json",
+    ]
     raw = json.loads((tiny_tokenizer_dir / "config.json").read_text())
     assert raw["model_type"] == "qwen3_tts_tokenizer_12hz"
     assert raw["decode_upsample_rate"] == 1920
@@ -58,8 +66,9 @@ def test_loader_reads_decoder_weights_and_ignores_the_encoder(tiny_tokenizer_dir
     with safe_open(str(tiny_tokenizer_dir / "model.safetensors"), "pt") as f:
         written = f.get_tensor("decoder.decoder.1.block.1.conv.weight")
     assert decoder.decoder[1].block[1].conv.weight.dtype == torch.bfloat16
-    torch.testing.assert_close(decoder.decoder[1].block[1].conv.weight.float(), written,
-                               atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(
+        decoder.decoder[1].block[1].conv.weight.float(), written, atol=1e-2, rtol=1e-2
+    )
     # RoPE frequencies are not weights: they stay float32 whatever the model dtype.
     assert decoder.pre_transformer.inv_freq.dtype == torch.float32
     assert not any(p.requires_grad for p in decoder.parameters())

@@ -21,8 +21,9 @@ def test_waveform_matches_the_reference_decoder(tiny_decoder, reference_tokenize
     torch.testing.assert_close(ours, expected, atol=2e-4, rtol=1e-3)
 
 
-def test_waveform_matches_the_reference_tokenizer_decode(tiny_decoder, reference_tokenizer,
-                                                          random_codes):
+def test_waveform_matches_the_reference_tokenizer_decode(
+    tiny_decoder, reference_tokenizer, random_codes
+):
     # The public entry point: codes [B, T, 16], list of waveforms back.
     codes = random_codes(batch=1, frames=12, seed=2)
     with torch.no_grad():

@@ -15,11 +15,12 @@ TOL = dict(atol=1e-5, rtol=1e-4)
 FRAMES = 20  # over twice the tiny sliding window (8 frames)
 
 
-def stream(codec: StreamingCodec, slot: int, codes: torch.Tensor,
-           chunks: list[int]) -> torch.Tensor:
+def stream(
+    codec: StreamingCodec, slot: int, codes: torch.Tensor, chunks: list[int]
+) -> torch.Tensor:
     out, start = [], 0
     for n in chunks:
-        out.append(codec.decode([slot], codes[None, start:start + n])[0])
+        out.append(codec.decode([slot], codes[None, start : start + n])[0])
         start += n
     assert start == codes.shape[0]
     return torch.cat(out)
@@ -39,13 +40,17 @@ def one_stream(tiny_decoder):
     return codes, tiny_decoder.decode(codes[None])[0]
 
 
-@pytest.mark.parametrize("chunks", [
-    [1] * FRAMES,
-    [1, 1, 2, 4, 8, 4],
-    [7, 1, 12],
-    random_chunks(FRAMES, seed=3),
-    random_chunks(FRAMES, seed=4),
-], ids=["ones", "doubling", "uneven", "random-a", "random-b"])
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [1] * FRAMES,
+        [1, 1, 2, 4, 8, 4],
+        [7, 1, 12],
+        random_chunks(FRAMES, seed=3),
+        random_chunks(FRAMES, seed=4),
+    ],
+    ids=["ones", "doubling", "uneven", "random-a", "random-b"],
+)
 def test_any_chunk_schedule_gives_the_offline_waveform(tiny_decoder, one_stream, chunks):
     codes, offline = one_stream
     codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
@@ -64,8 +69,10 @@ def test_streams_batched_together_each_get_their_own_waveform(tiny_decoder, rand
     done = {a: 0, b: 0, c: 0}
 
     def push(slots, n):
-        pcm = codec.decode(slots, torch.stack([codes[row[s], done[s]:done[s] + n] for s in slots]))
-        for s, p in zip(slots, pcm):
+        pcm = codec.decode(
+            slots, torch.stack([codes[row[s], done[s] : done[s] + n] for s in slots])
+        )
+        for s, p in zip(slots, pcm, strict=True):
             parts[s].append(p)
             done[s] += n
 
@@ -92,8 +99,9 @@ def test_a_reopened_slot_starts_a_fresh_stream(tiny_decoder, random_codes):
     codec.close(slot)
     again = codec.open()
     assert again == slot  # the only slot, so its old state must have been cleared
-    torch.testing.assert_close(codec.decode([again], second[None])[0],
-                               tiny_decoder.decode(second[None])[0], **TOL)
+    torch.testing.assert_close(
+        codec.decode([again], second[None])[0], tiny_decoder.decode(second[None])[0], **TOL
+    )
 
 
 def test_closing_one_stream_leaves_the_others_untouched(tiny_decoder, random_codes):
@@ -130,16 +138,18 @@ def test_decoding_a_slot_that_is_not_open_is_refused(tiny_decoder, random_codes)
         codec.decode([slot], codes[..., :15])
 
 
-def test_bfloat16_streaming_stays_close_to_the_float32_waveform(tiny_tokenizer_dir, tiny_decoder,
-                                                                 random_codes):
+def test_bfloat16_streaming_stays_close_to_the_float32_waveform(
+    tiny_tokenizer_dir, tiny_decoder, random_codes
+):
     # bf16 is what the GPU runs; it differs from float32 by rounding only, so the error
     # stays a small fraction of the signal (a dtype mix-up would be of the signal's size).
     from ttsfleet_runtime.codec import load_speech_tokenizer
 
     codes = random_codes(1, 8, seed=15)
     reference = tiny_decoder.decode(codes)[0]
-    codec = StreamingCodec(load_speech_tokenizer(tiny_tokenizer_dir, dtype=torch.bfloat16),
-                           max_streams=1, device="cpu")
+    codec = StreamingCodec(
+        load_speech_tokenizer(tiny_tokenizer_dir, dtype=torch.bfloat16), max_streams=1, device="cpu"
+    )
     streamed = stream(codec, codec.open(), codes[0], [1, 2, 5])
     assert streamed.dtype == torch.float32
     error = (streamed - reference).abs()
@@ -159,7 +169,8 @@ class _EagerReplay:
 
 
 def test_a_batch_padded_up_to_a_captured_bucket_decodes_only_its_own_streams(
-        tiny_decoder, random_codes):
+    tiny_decoder, random_codes
+):
     from ttsfleet_runtime.codec.streaming import _CapturedStep
 
     codec = StreamingCodec(tiny_decoder, max_streams=3, device="cpu")

@@ -17,7 +17,9 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-engine"), "tiny", "CustomVoice", seed=3)
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-engine"), "tiny", "CustomVoice", seed=3
+    )
 
 
 @pytest.fixture

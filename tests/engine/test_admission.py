@@ -8,7 +8,13 @@ import dataclasses
 import pytest
 
 from support.engine_requests import collect, request
-from ttsfleet_runtime.engine.api import EngineStopped, InvalidRequest, QueueFull, SamplingParams, SynthesisRequest
+from ttsfleet_runtime.engine.api import (
+    EngineStopped,
+    InvalidRequest,
+    QueueFull,
+    SamplingParams,
+    SynthesisRequest,
+)
 
 
 async def test_queue_bound_refuses_with_a_retry_hint(make_engine):
@@ -25,15 +31,18 @@ async def test_queue_bound_refuses_with_a_retry_hint(make_engine):
     assert queued.finish_reason == "length" and len(pcm) == 2 * 1920
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(voice="nobody"), "unknown voice"),
-    (dict(voice=None), "voice is required"),
-    (dict(language="klingon"), "unknown language"),
-    (dict(text="   "), "text is empty"),
-    (dict(params=SamplingParams(top_p=0)), "top_p"),
-    (dict(params=SamplingParams(max_frames=4, min_frames=5)), "min_frames"),
-    (dict(params=SamplingParams(seed=2**64)), "seed"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(voice="nobody"), "unknown voice"),
+        (dict(voice=None), "voice is required"),
+        (dict(language="klingon"), "unknown language"),
+        (dict(text="   "), "text is empty"),
+        (dict(params=SamplingParams(top_p=0)), "top_p"),
+        (dict(params=SamplingParams(max_frames=4, min_frames=5)), "min_frames"),
+        (dict(params=SamplingParams(seed=2**64)), "seed"),
+    ],
+)
 async def test_invalid_requests_are_refused_with_a_reason(make_engine, change, message):
     engine = await make_engine(max_batch=1, max_queue=1)
     base = SynthesisRequest(text="Hello.", voice="ryan", language="english")

@@ -49,7 +49,7 @@ async def test_more_requests_than_slots_all_finish_with_full_length(make_engine)
     engine = await make_engine(max_batch=2, max_queue=8)
     streams = [engine.submit(request(frames=3, seed=i)) for i in range(5)]
     results = await asyncio.gather(*(collect(s) for s in streams))
-    for stream, (chunks, pcm) in zip(streams, results):
+    for stream, (chunks, pcm) in zip(streams, results, strict=True):
         assert stream.finish_reason == "length"
         assert sum(c.frames for c in chunks) == 3
         assert len(pcm) == 3 * 1920

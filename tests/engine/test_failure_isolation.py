@@ -45,7 +45,7 @@ async def run_three(engine, patch=None):
     finally:
         if patch is not None:
             delattr(patch[0], patch[1])
-    return {s.request_id: (s, pcm) for s, (_, pcm) in zip(streams, results)}
+    return {s.request_id: (s, pcm) for s, (_, pcm) in zip(streams, results, strict=True)}
 
 
 async def assert_only_the_victim_fails(engine, patch, exact_audio=True):

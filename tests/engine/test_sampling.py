@@ -9,9 +9,13 @@ from ttsfleet_runtime.engine.sampling import first_code_logits, sample
 
 
 def _rows(n, temperature=1.0, top_k=0, top_p=1.0, seed=0, counter=0):
-    return (torch.full((n,), float(temperature)), torch.full((n,), top_k, dtype=torch.int64),
-            torch.full((n,), float(top_p)), torch.full((n,), seed, dtype=torch.int64),
-            torch.full((n,), counter, dtype=torch.int64))
+    return (
+        torch.full((n,), float(temperature)),
+        torch.full((n,), top_k, dtype=torch.int64),
+        torch.full((n,), float(top_p)),
+        torch.full((n,), seed, dtype=torch.int64),
+        torch.full((n,), counter, dtype=torch.int64),
+    )
 
 
 def test_temperature_zero_is_argmax_with_the_first_index_on_ties():
@@ -41,7 +45,9 @@ def test_a_row_samples_the_same_whatever_its_batch_neighbours():
     t, k, p, _, _ = _rows(3)
     batched = sample(logits, t, k, p, seeds, counters)
     for i in range(3):
-        alone = sample(logits[i:i + 1], t[:1], k[:1], p[:1], seeds[i:i + 1], counters[i:i + 1])
+        alone = sample(
+            logits[i : i + 1], t[:1], k[:1], p[:1], seeds[i : i + 1], counters[i : i + 1]
+        )
         assert alone.item() == batched[i].item()
 
 
@@ -60,8 +66,12 @@ def test_first_code_logits_apply_penalty_suppression_and_min_length():
     seen = torch.tensor([[True, True, False, False]])
     suppressed = torch.tensor([False, False, False, True])
     eos_only = torch.tensor([False, False, True, False])
-    out = first_code_logits(logits, seen, torch.tensor([2.0]), suppressed, eos_only, torch.tensor([True]))
+    out = first_code_logits(
+        logits, seen, torch.tensor([2.0]), suppressed, eos_only, torch.tensor([True])
+    )
     assert out[0, 0] == 1.0 and out[0, 1] == -4.0  # positive divided, negative multiplied
     assert out[0, 2] == float("-inf") and out[0, 3] == float("-inf")
-    later = first_code_logits(logits, seen, torch.tensor([2.0]), suppressed, eos_only, torch.tensor([False]))
+    later = first_code_logits(
+        logits, seen, torch.tensor([2.0]), suppressed, eos_only, torch.tensor([False])
+    )
     assert later[0, 2] == 1.0

@@ -45,8 +45,11 @@ async def test_text_stream_gives_the_same_codes_as_the_whole_text(make_engine):
             await asyncio.sleep(0.05)
             yield word + " "
 
-    streamed = engine.submit(SynthesisRequest(text=deltas(), voice="ryan", language="english",
-                                              params=fixed_length(frames=8, seed=9)))
+    streamed = engine.submit(
+        SynthesisRequest(
+            text=deltas(), voice="ryan", language="english", params=fixed_length(frames=8, seed=9)
+        )
+    )
     chunks, _ = await collect(streamed)
     assert streamed.finish_reason == "length"
     np.testing.assert_array_equal(codes_of(streamed), codes_of(whole))
@@ -59,13 +62,17 @@ async def test_a_failing_text_stream_ends_the_request_with_error(make_engine):
         yield "Hello "
         raise RuntimeError("upstream LLM went away")
 
-    stream = engine.submit(SynthesisRequest(text=broken(), voice="ryan", params=fixed_length(frames=50, seed=1)))
+    stream = engine.submit(
+        SynthesisRequest(text=broken(), voice="ryan", params=fixed_length(frames=50, seed=1))
+    )
     await collect(stream)
     assert stream.finish_reason == "error"
     assert engine.stats().active == 0
 
 
-async def test_a_short_last_chunk_is_padded_to_a_captured_frame_count_and_cut_back(make_engine, tiny_checkpoint):
+async def test_a_short_last_chunk_is_padded_to_a_captured_frame_count_and_cut_back(
+    make_engine, tiny_checkpoint
+):
     """On a GPU only frame counts with a captured codec graph are fast; a stream's
     short last chunk is decoded padded up to one of them (CPU: set by hand here)
     and its audio cut back to its own frames, sample for sample."""

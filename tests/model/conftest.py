@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
 # Tiny models on a shared 2-core machine: more than one intra-op thread makes
@@ -17,5 +18,10 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def tiny_voice_design(tmp_path_factory) -> Path:
     # No speech tokenizer: these tests stop at codes.
-    return write_random_checkpoint(tmp_path_factory.mktemp("tiny-vd"), "tiny", "VoiceDesign", seed=1,
-                                   with_speech_tokenizer=False)
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-vd"),
+        "tiny",
+        "VoiceDesign",
+        seed=1,
+        with_speech_tokenizer=False,
+    )

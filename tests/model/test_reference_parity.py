@@ -20,7 +20,9 @@ FRAMES = 12
 def _reference_codes(checkpoint, text, speaker, instructions, language, frames):
     ref = reference_model(checkpoint)
     tok = TextTokenizer.from_checkpoint(checkpoint)
-    ids = torch.tensor([tok.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")])
+    ids = torch.tensor(
+        [tok.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")]
+    )
     instruct = None
     if instructions:
         instruct = torch.tensor([tok.encode(f"<|im_start|>user\n{instructions}<|im_end|>\n")])
@@ -28,9 +30,15 @@ def _reference_codes(checkpoint, text, speaker, instructions, language, frames):
     # one more first code to get `frames` whole frames.
     with torch.no_grad():
         codes, _ = ref.generate(
-            input_ids=[ids], instruct_ids=[instruct], languages=[language], speakers=[speaker],
-            non_streaming_mode=False, max_new_tokens=frames + 1, do_sample=False,
-            subtalker_dosample=False, repetition_penalty=1.05,
+            input_ids=[ids],
+            instruct_ids=[instruct],
+            languages=[language],
+            speakers=[speaker],
+            non_streaming_mode=False,
+            max_new_tokens=frames + 1,
+            do_sample=False,
+            subtalker_dosample=False,
+            repetition_penalty=1.05,
         )
     return codes[0]
 
@@ -49,8 +57,11 @@ def test_talker_logits_match_reference_on_the_same_prompt(tiny_custom_voice):
     with torch.no_grad():
         hidden = ours.talker(embeds[None], torch.arange(T)[None], k, v)
         our_logits = ours.talker.logits(hidden)
-        out = ref.talker(inputs_embeds=embeds[None], attention_mask=torch.ones(1, T, dtype=torch.long),
-                         use_cache=False)
+        out = ref.talker(
+            inputs_embeds=embeds[None],
+            attention_mask=torch.ones(1, T, dtype=torch.long),
+            use_cache=False,
+        )
     torch.testing.assert_close(our_logits, out.logits, rtol=1e-4, atol=1e-4)
 
 

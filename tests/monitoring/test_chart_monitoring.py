@@ -13,6 +13,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
+
 from support.monitoring import CHART, DASHBOARDS, alerts, selectors
 from support.tools import tool
 from ttsfleet_operator import labels
@@ -23,10 +24,22 @@ from ttsfleet_operator.tts_service import TTSService
 
 MONITORING_ON = {
     "monitoring": {
-        "podMonitors": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}, "interval": "30s"},
+        "podMonitors": {
+            "enabled": True,
+            "labels": {"release": "kube-prometheus-stack"},
+            "interval": "30s",
+        },
         "rules": {"enabled": True},
-        "alerts": {"enabled": True, "ttfaP99TargetSeconds": 0.3, "runbookBaseURL": "https://wiki.example/tts.md/"},
-        "dashboards": {"enabled": True, "namespace": "grafana", "annotations": {"grafana_folder": "TTS"}},
+        "alerts": {
+            "enabled": True,
+            "ttfaP99TargetSeconds": 0.3,
+            "runbookBaseURL": "https://wiki.example/tts.md/",
+        },
+        "dashboards": {
+            "enabled": True,
+            "namespace": "grafana",
+            "annotations": {"grafana_folder": "TTS"},
+        },
     }
 }
 
@@ -37,12 +50,22 @@ def helm(*args: str, values: dict | None = None, tmp_path=None) -> subprocess.Co
         path = tmp_path / "values.yaml"
         path.write_text(yaml.safe_dump(values))
         extra = ["-f", str(path)]
-    return subprocess.run([tool("helm"), *args, *extra], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [tool("helm"), *args, *extra], capture_output=True, text=True, timeout=120
+    )
 
 
 def template(tmp_path, values: dict | None = None, *args: str) -> list[dict]:
-    result = helm("template", "ttsfleet", str(CHART), "--namespace", "ttsfleet-system", *args,
-                  values=values, tmp_path=tmp_path)
+    result = helm(
+        "template",
+        "ttsfleet",
+        str(CHART),
+        "--namespace",
+        "ttsfleet-system",
+        *args,
+        values=values,
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -102,9 +125,15 @@ def test_dashboards_ship_as_valid_configmaps_for_the_grafana_sidecar(rendered):
 def test_prometheus_rules_are_the_rule_files_with_the_values_applied(rendered, tmp_path):
     rules = by_kind(rendered, "PrometheusRule")
     assert sorted(rules) == ["ttsfleet-alerts", "ttsfleet-recording"]
-    assert rules["ttsfleet-recording"]["spec"] == yaml.safe_load((CHART / "rules/ttsfleet-recording.yaml").read_text())
+    assert rules["ttsfleet-recording"]["spec"] == yaml.safe_load(
+        (CHART / "rules/ttsfleet-recording.yaml").read_text()
+    )
     alert_rules = [r for g in rules["ttsfleet-alerts"]["spec"]["groups"] for r in g["rules"]]
-    (target,) = [r for r in alert_rules if r.get("record") == "ttsfleet:time_to_first_audio_p99_target:seconds"]
+    (target,) = [
+        r
+        for r in alert_rules
+        if r.get("record") == "ttsfleet:time_to_first_audio_p99_target:seconds"
+    ]
     assert target["expr"] == "vector(0.3)"
     urls = [r["annotations"]["runbook_url"] for r in alert_rules if "alert" in r]
     assert len(urls) == len(alerts()) == 11
@@ -113,7 +142,9 @@ def test_prometheus_rules_are_the_rule_files_with_the_values_applied(rendered, t
     for name, rule in rules.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(rule["spec"]))
-        result = subprocess.run([tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True)
+        result = subprocess.run(
+            [tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True
+        )
         assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -123,12 +154,23 @@ def pod_label_meta(key: str) -> str:
 
 
 def runtime_pod_labels() -> list[dict]:
-    service = TTSService.model_validate({
-        "apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService",
-        "metadata": {"name": "demo", "namespace": "voice", "uid": "u"},
-        "spec": {"model": {"size": "1.7B", "variant": "CustomVoice"}, "replicas": 2, "spot": {"ratio": 0.5}},
-    })
-    return [m["spec"]["template"]["metadata"]["labels"] for m in render_fleet(service) if m["kind"] == "Deployment"]
+    service = TTSService.model_validate(
+        {
+            "apiVersion": "ttsfleet.io/v1alpha1",
+            "kind": "TTSService",
+            "metadata": {"name": "demo", "namespace": "voice", "uid": "u"},
+            "spec": {
+                "model": {"size": "1.7B", "variant": "CustomVoice"},
+                "replicas": 2,
+                "spot": {"ratio": 0.5},
+            },
+        }
+    )
+    return [
+        m["spec"]["template"]["metadata"]["labels"]
+        for m in render_fleet(service)
+        if m["kind"] == "Deployment"
+    ]
 
 
 def test_runtime_podmonitor_selects_the_rendered_pods_and_names_their_labels(rendered):
@@ -140,8 +182,14 @@ def test_runtime_podmonitor_selects_the_rendered_pods_and_names_their_labels(ren
     for pod in pods:
         assert monitor["spec"]["selector"]["matchLabels"].items() <= pod.items()
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == (HTTP_PORT_NAME, METRICS_PATH, "30s")
-    relabel = {r["targetLabel"]: r.get("sourceLabels") or r["replacement"] for r in endpoint["relabelings"]}
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == (
+        HTTP_PORT_NAME,
+        METRICS_PATH,
+        "30s",
+    )
+    relabel = {
+        r["targetLabel"]: r.get("sourceLabels") or r["replacement"] for r in endpoint["relabelings"]
+    }
     assert relabel == {
         "job": "ttsfleet-runtime",
         "service": [pod_label_meta(labels.SERVICE)],
@@ -179,7 +227,10 @@ def test_podmonitors_set_the_job_labels_the_target_down_alerts_select(rendered):
         (job,) = [r for r in endpoint["relabelings"] if r["targetLabel"] == "job"]
         assert "sourceLabels" not in job and job.get("action", "replace") == "replace"
         jobs[name] = job["replacement"]
-    assert jobs == {"ttsfleet-operator": "ttsfleet-operator", "ttsfleet-runtime": "ttsfleet-runtime"}
+    assert jobs == {
+        "ttsfleet-operator": "ttsfleet-operator",
+        "ttsfleet-runtime": "ttsfleet-runtime",
+    }
     selected = {
         matchers["job"]
         for rule in alerts()

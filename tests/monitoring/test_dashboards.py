@@ -6,9 +6,12 @@ import json
 import re
 
 import pytest
+
 from support.monitoring import DASHBOARDS, REPO, exported_names, grafana_to_promql, selectors
 
-_spec = importlib.util.spec_from_file_location("generate_dashboards", REPO / "hack" / "generate-dashboards.py")
+_spec = importlib.util.spec_from_file_location(
+    "generate_dashboards", REPO / "hack" / "generate-dashboards.py"
+)
 generator = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(generator)
 
@@ -42,7 +45,9 @@ def queries() -> list[tuple[str, str, str]]:
             if var["type"] == "query":
                 match = LABEL_VALUES.match(var["query"]["query"])
                 assert match, var["query"]
-                found.append((path.name, f"variable {var['name']}", grafana_to_promql(match["selector"])))
+                found.append(
+                    (path.name, f"variable {var['name']}", grafana_to_promql(match["selector"]))
+                )
     return found
 
 
@@ -50,7 +55,9 @@ def test_committed_dashboards_are_the_generators_output():
     rendered = generator.render()
     assert sorted(rendered) == sorted(p.name for p in DASHBOARDS)
     for path in DASHBOARDS:
-        assert path.read_text() == rendered[path.name], f"run: python hack/generate-dashboards.py ({path.name})"
+        assert path.read_text() == rendered[path.name], (
+            f"run: python hack/generate-dashboards.py ({path.name})"
+        )
 
 
 def test_every_query_is_accepted_by_a_real_prometheus(bare_prometheus):
@@ -71,8 +78,12 @@ def test_a_real_prometheus_does_reject_a_broken_query(bare_prometheus):
 
 def test_every_metric_a_dashboard_reads_is_one_we_export():
     known = exported_names()
-    unknown = {(name, title, metric) for name, title, expr in queries() for metric, _ in selectors(expr)
-               if metric not in known}
+    unknown = {
+        (name, title, metric)
+        for name, title, expr in queries()
+        for metric, _ in selectors(expr)
+        if metric not in known
+    }
     assert not unknown
 
 
@@ -84,26 +95,43 @@ def test_per_service_queries_follow_the_namespace_and_service_variables():
                 for metric, matchers in selectors(target["expr"].replace("$__rate_interval", "1m")):
                     if metric in NOT_PER_SERVICE:
                         continue
-                    assert matchers.get("namespace") == ("Re", "$namespace"), (path.name, panel["title"], metric)
-                    assert matchers.get("service") == ("Re", "$service"), (path.name, panel["title"], metric)
+                    assert matchers.get("namespace") == ("Re", "$namespace"), (
+                        path.name,
+                        panel["title"],
+                        metric,
+                    )
+                    assert matchers.get("service") == ("Re", "$service"), (
+                        path.name,
+                        panel["title"],
+                        metric,
+                    )
 
 
 def test_fleet_overview_shows_what_platform_teams_watch():
-    read = {metric for title, expr in
-            ((p["title"], t["expr"]) for p in panels(load("ttsfleet-fleet.json")) for t in p["targets"])
-            for metric, _ in selectors(grafana_to_promql(expr))}
-    assert read >= {
-        "namespace_service_track:ttsfleet_speech_requests:rate1m",  # requests/s
-        "namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m",  # TTFA p50/95/99
-        "namespace_service_track:ttsfleet_real_time_factor:histogram_quantile5m",  # RTF
-        "namespace_service_track:ttsfleet_server_error_ratio:rate5m",
-        "ttsfleet_errors_total",
-        "namespace_service_track:ttsfleet_queue_depth:avg",
-        "namespace_service_track:ttsfleet_gpu_utilization:avg",
-        "namespace_service_track:ttsfleet_gpu_memory_used:ratio",
-        "namespace_service_pool:ttsfleet_ready_pods:sum",  # replicas on spot vs on-demand
-        "ttsfleet_operator_reconcile_errors_total",
+    read = {
+        metric
+        for title, expr in (
+            (p["title"], t["expr"])
+            for p in panels(load("ttsfleet-fleet.json"))
+            for t in p["targets"]
+        )
+        for metric, _ in selectors(grafana_to_promql(expr))
     }
+    assert (
+        read
+        >= {
+            "namespace_service_track:ttsfleet_speech_requests:rate1m",  # requests/s
+            "namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m",  # TTFA p50/95/99
+            "namespace_service_track:ttsfleet_real_time_factor:histogram_quantile5m",  # RTF
+            "namespace_service_track:ttsfleet_server_error_ratio:rate5m",
+            "ttsfleet_errors_total",
+            "namespace_service_track:ttsfleet_queue_depth:avg",
+            "namespace_service_track:ttsfleet_gpu_utilization:avg",
+            "namespace_service_track:ttsfleet_gpu_memory_used:ratio",
+            "namespace_service_pool:ttsfleet_ready_pods:sum",  # replicas on spot vs on-demand
+            "ttsfleet_operator_reconcile_errors_total",
+        }
+    )
 
 
 def test_canary_view_splits_every_time_series_by_track():
@@ -124,7 +152,7 @@ def test_layout_and_data_source_are_consistent(path):
     cells = set()
     for panel in dashboard["panels"]:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24
         for x in range(grid["x"], grid["x"] + grid["w"]):
             for y in range(grid["y"], grid["y"] + grid["h"]):
                 assert (x, y) not in cells, f"{panel['title']} overlaps another panel"

@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from ttsfleet_operator import metrics
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
@@ -48,7 +49,9 @@ def operator_metrics():
 
 @pytest.fixture
 def reconcile(cluster, operator_metrics):
-    return operator_metrics.instrument(Reconciler(cluster, now=lambda: "2026-11-21T16:00:00Z").reconcile)
+    return operator_metrics.instrument(
+        Reconciler(cluster, now=lambda: "2026-11-21T16:00:00Z").reconcile
+    )
 
 
 def sample(m: OperatorMetrics, name: str, **labels) -> float | None:
@@ -62,12 +65,17 @@ async def test_a_pass_is_timed_and_its_fleet_shows_in_the_gauges(reconcile, oper
     assert sample(m, metrics.RECONCILE_DURATION + "_count", result="ok") == 1
     assert sample(m, metrics.RECONCILE_DURATION + "_sum", result="ok") > 0
     replicas = {
-        pool: sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool=pool)
+        pool: sample(
+            m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool=pool
+        )
         for pool in ("on-demand", "spot")
     }
     assert replicas == {"on-demand": 2, "spot": 1}
     assert sample(m, metrics.ON_DEMAND_FLOOR, namespace="voice", service="demo") == 1
-    managed = {kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind) for kind in ("TTSService", "Deployment", "Service")}
+    managed = {
+        kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind)
+        for kind in ("TTSService", "Deployment", "Service")
+    }
     assert managed == {"TTSService": 1, "Deployment": 2, "Service": 1}
 
 
@@ -80,7 +88,9 @@ async def test_managed_objects_count_what_the_pass_rendered_under_gateway_api(
     await reconcile(body(replicas=4, canary=CANARY))
 
     m = operator_metrics
-    managed = {kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind) for kind in ("Service", "HTTPRoute")}
+    managed = {
+        kind: sample(m, metrics.MANAGED_OBJECTS, kind=kind) for kind in ("Service", "HTTPRoute")
+    }
     assert managed == {"Service": 3, "HTTPRoute": 1}
     assert cluster.names("HTTPRoute") == ["demo"]
 
@@ -91,22 +101,35 @@ async def test_canary_gauges_show_the_state_after_the_pass(reconcile, operator_m
     await reconcile(body(replicas=4, canary=CANARY))
 
     m = operator_metrics
-    canary = sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="canary", pool="on-demand")
-    stable = sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand")
+    canary = sample(
+        m, metrics.REPLICAS, namespace="voice", service="demo", track="canary", pool="on-demand"
+    )
+    stable = sample(
+        m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand"
+    )
     assert (canary, stable) == (1, 3)
-    assert sample(m, metrics.CANARY_STATE, namespace="voice", service="demo", state="progressing") == 1
+    assert (
+        sample(m, metrics.CANARY_STATE, namespace="voice", service="demo", state="progressing") == 1
+    )
     assert sample(m, metrics.MANAGED_OBJECTS, kind="Deployment") == 2
 
 
-async def test_managed_objects_add_up_over_services_and_the_floor_is_capped_by_replicas(reconcile, operator_metrics):
+async def test_managed_objects_add_up_over_services_and_the_floor_is_capped_by_replicas(
+    reconcile, operator_metrics
+):
     await reconcile(body("a", replicas=1))
     await reconcile(body("b", replicas=2, spot={"ratio": 0.5, "minOnDemand": 5}))
 
     m = operator_metrics
     assert sample(m, metrics.MANAGED_OBJECTS, kind="TTSService") == 2
-    assert sample(m, metrics.MANAGED_OBJECTS, kind="Deployment") == 3  # a: on-demand; b: on-demand + spot
+    assert (
+        sample(m, metrics.MANAGED_OBJECTS, kind="Deployment") == 3
+    )  # a: on-demand; b: on-demand + spot
     assert sample(m, metrics.ON_DEMAND_FLOOR, namespace="voice", service="b") == 2
-    assert sample(m, metrics.REPLICAS, namespace="voice", service="b", track="stable", pool="spot") == 0
+    assert (
+        sample(m, metrics.REPLICAS, namespace="voice", service="b", track="stable", pool="spot")
+        == 0
+    )
 
 
 async def test_a_refused_apply_counts_an_error_for_that_kind(reconcile, operator_metrics, cluster):
@@ -115,7 +138,12 @@ async def test_a_refused_apply_counts_an_error_for_that_kind(reconcile, operator
 
     assert outcome.problem.reason == "ApplyFailed"
     m = operator_metrics
-    labels = {"namespace": "voice", "service": "demo", "reason": "ApplyFailed", "kind": "Deployment"}
+    labels = {
+        "namespace": "voice",
+        "service": "demo",
+        "reason": "ApplyFailed",
+        "kind": "Deployment",
+    }
     assert sample(m, metrics.RECONCILE_ERRORS, **labels) == 1
     assert sample(m, metrics.RECONCILE_DURATION + "_count", result="error") == 1
     assert sample(m, metrics.RECONCILE_DURATION + "_count", result="ok") is None
@@ -126,17 +154,29 @@ async def test_a_refused_apply_counts_an_error_for_that_kind(reconcile, operator
     assert sample(m, metrics.RECONCILE_DURATION + "_count", result="ok") == 1
 
 
-async def test_an_invalid_spec_counts_as_invalid_and_keeps_the_last_valid_fleet(reconcile, operator_metrics):
+async def test_an_invalid_spec_counts_as_invalid_and_keeps_the_last_valid_fleet(
+    reconcile, operator_metrics
+):
     await reconcile(body(replicas=2))
     broken = body(replicas=2)
     broken["spec"]["model"]["size"] = "7B"
     await reconcile(broken)
 
     m = operator_metrics
-    invalid = {"namespace": "voice", "service": "demo", "reason": "InvalidSpec", "kind": "TTSService"}
+    invalid = {
+        "namespace": "voice",
+        "service": "demo",
+        "reason": "InvalidSpec",
+        "kind": "TTSService",
+    }
     assert sample(m, metrics.RECONCILE_ERRORS, **invalid) == 1
     # The invalid spec was not applied: the Deployments of the last valid one still run.
-    assert sample(m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand") == 2
+    assert (
+        sample(
+            m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand"
+        )
+        == 2
+    )
 
 
 async def test_a_pass_that_raises_is_counted_and_the_exception_still_propagates(operator_metrics):
@@ -156,10 +196,14 @@ def test_canary_state_is_one_for_the_current_state_only(operator_metrics):
     operator_metrics.set_canary_state("voice", "demo", "rolled_back")
 
     values = {
-        state: sample(operator_metrics, metrics.CANARY_STATE, namespace="voice", service="demo", state=state)
+        state: sample(
+            operator_metrics, metrics.CANARY_STATE, namespace="voice", service="demo", state=state
+        )
         for state in metrics.CANARY_STATES
     }
-    assert values == {state: (1 if state == "rolled_back" else 0) for state in metrics.CANARY_STATES}
+    assert values == {
+        state: (1 if state == "rolled_back" else 0) for state in metrics.CANARY_STATES
+    }
     with pytest.raises(ValueError):
         operator_metrics.set_canary_state("voice", "demo", "rolledBack")
 
@@ -178,18 +222,24 @@ async def test_a_deleted_service_leaves_no_series_behind(reconcile, operator_met
     assert sample(operator_metrics, metrics.MANAGED_OBJECTS, kind="TTSService") == 1
 
 
-async def test_metrics_are_served_over_http_with_every_catalogued_name(reconcile, operator_metrics, cluster):
+async def test_metrics_are_served_over_http_with_every_catalogued_name(
+    reconcile, operator_metrics, cluster
+):
     cluster.fail_apply_kinds.add("Service")
     await reconcile(body())
     operator_metrics.set_canary_state("voice", "demo", "none")
     server = operator_metrics.serve(0, "127.0.0.1")
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as response:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{server.server_port}/metrics", timeout=10
+        ) as response:
             text = response.read().decode()
     finally:
         server.shutdown()
         server.server_close()
-    names = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    names = {
+        sample.name for family in text_string_to_metric_families(text) for sample in family.samples
+    }
     for name in metrics.ALL:
         wanted = name + "_count" if name == metrics.RECONCILE_DURATION else name
         assert wanted in names, name

@@ -12,6 +12,7 @@ import importlib.util
 import time
 
 import pytest
+
 from support.monitoring import REPO, RULE_FILES, rule_groups
 from support.polling import wait_for
 from support.prometheus import Prometheus
@@ -20,7 +21,13 @@ from support.traffic import SpeechTraffic
 
 pytestmark = pytest.mark.slow
 
-TARGET_LABELS = {"namespace": "voice", "service": "e2e", "track": "stable", "pool": "on-demand", "pod": "e2e-0"}
+TARGET_LABELS = {
+    "namespace": "voice",
+    "service": "e2e",
+    "track": "stable",
+    "pool": "on-demand",
+    "pod": "e2e-0",
+}
 SEL = 'namespace="voice", service="e2e", track="stable"'
 
 
@@ -44,8 +51,10 @@ def prometheus(runtime, tmp_path_factory):
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
         "scrape_configs": [
-            {"job_name": "ttsfleet-runtime", "static_configs": [{"targets": [f"127.0.0.1:{port}"],
-                                                                 "labels": TARGET_LABELS}]}
+            {
+                "job_name": "ttsfleet-runtime",
+                "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": TARGET_LABELS}],
+            }
         ],
     }
     server = Prometheus(tmp_path_factory.mktemp("prometheus"), config, RULE_FILES)
@@ -61,43 +70,84 @@ def value(result: list[dict]) -> float:
     return float(sample["value"][1])
 
 
-def test_recording_rules_produce_the_series_dashboards_alerts_and_hpa_read(runtime, prometheus, tmp_path):
+def test_recording_rules_produce_the_series_dashboards_alerts_and_hpa_read(
+    runtime, prometheus, tmp_path
+):
     base, _ = runtime
     # Streamed and whole-file requests plus ones the client gets wrong, so counters move across scrapes.
     with SpeechTraffic(base, varied=True) as traffic:
         # Every recorded series needs a counter to move between two scrapes.
-        wait_for(lambda: prometheus.query(f"namespace_service_track:ttsfleet_speech_requests:rate1m{{{SEL}}} > 0")
-                 and prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")
-                 and len(prometheus.query(
-                     f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}"
-                     " >= 0")) == 3,
-                 120, what="the recorded series")
+        wait_for(
+            lambda: (
+                prometheus.query(
+                    f"namespace_service_track:ttsfleet_speech_requests:rate1m{{{SEL}}} > 0"
+                )
+                and prometheus.query(
+                    f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}"
+                )
+                and len(
+                    prometheus.query(
+                        f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}"
+                        " >= 0"
+                    )
+                )
+                == 3
+            ),
+            120,
+            what="the recorded series",
+        )
         time.sleep(3)  # a few more evaluations with traffic flowing
     assert traffic.failures == []
     assert traffic.sent["ok"] >= 3 and traffic.sent["invalid"] >= 1
 
     # Latency: three quantiles, ordered, finite and within the histogram's range.
-    ttfa = {s["metric"]["quantile"]: float(s["value"][1]) for s in prometheus.query_one_evaluation(
-        f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}")}
+    ttfa = {
+        s["metric"]["quantile"]: float(s["value"][1])
+        for s in prometheus.query_one_evaluation(
+            f"namespace_service_track:ttsfleet_time_to_first_audio_seconds:histogram_quantile5m{{{SEL}}}"
+        )
+    }
     assert set(ttfa) == {"0.5", "0.95", "0.99"}
     assert 0 < ttfa["0.5"] <= ttfa["0.95"] <= ttfa["0.99"] <= 10, ttfa
-    rtf = {s["metric"]["quantile"]: float(s["value"][1]) for s in prometheus.query_one_evaluation(
-        f"namespace_service_track:ttsfleet_real_time_factor:histogram_quantile5m{{{SEL}}}")}
+    rtf = {
+        s["metric"]["quantile"]: float(s["value"][1])
+        for s in prometheus.query_one_evaluation(
+            f"namespace_service_track:ttsfleet_real_time_factor:histogram_quantile5m{{{SEL}}}"
+        )
+    }
     assert set(rtf) == {"0.5", "0.95"} and 0 < rtf["0.5"] <= rtf["0.95"], rtf
 
     # Traffic: speech requests and audio flowed; client errors happened...
-    assert value(prometheus.query(f"namespace_service_track:ttsfleet_audio_seconds:rate1m{{{SEL}}}")) > 0
-    assert value(prometheus.query(f'sum(ttsfleet_errors_total{{{SEL}, type="invalid_request"}})')) >= 1
+    assert (
+        value(prometheus.query(f"namespace_service_track:ttsfleet_audio_seconds:rate1m{{{SEL}}}"))
+        > 0
+    )
+    assert (
+        value(prometheus.query(f'sum(ttsfleet_errors_total{{{SEL}, type="invalid_request"}})')) >= 1
+    )
     # ...and none is the server's fault: the ratio is exactly 0, present, not absent.
-    assert value(prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")) == 0
+    assert (
+        value(
+            prometheus.query(f"namespace_service_track:ttsfleet_server_error_ratio:rate5m{{{SEL}}}")
+        )
+        == 0
+    )
 
     # Capacity: the pod counts as one ready on-demand pod; the HPA's per-pod
     # queue depth has the labels prometheus-adapter maps to the pod.
-    assert value(prometheus.query(
-        'namespace_service_pool:ttsfleet_ready_pods:sum{namespace="voice", service="e2e", pool="on-demand"}')) == 1
+    assert (
+        value(
+            prometheus.query(
+                'namespace_service_pool:ttsfleet_ready_pods:sum{namespace="voice", service="e2e", pool="on-demand"}'
+            )
+        )
+        == 1
+    )
     (queue,) = prometheus.query('ttsfleet_queue_depth{service="e2e"}')
     assert queue["metric"]["namespace"] == "voice" and queue["metric"]["pod"] == "e2e-0"
-    assert value(prometheus.query(f"namespace_service_track:ttsfleet_queue_depth:avg{{{SEL}}}")) >= 0
+    assert (
+        value(prometheus.query(f"namespace_service_track:ttsfleet_queue_depth:avg{{{SEL}}}")) >= 0
+    )
 
     # Every rule evaluated without error on real data (no many-to-many matches).
     status, body = prometheus.api("rules")
@@ -114,12 +164,20 @@ def test_recording_rules_produce_the_series_dashboards_alerts_and_hpa_read(runti
     assert state["TTSFleetOperatorDown"] == "pending"
 
     # The picture: the dashboard's own panels, rendered from this Prometheus.
-    spec = importlib.util.spec_from_file_location("render_dashboard", REPO / "hack" / "render-dashboard.py")
+    spec = importlib.util.spec_from_file_location(
+        "render_dashboard", REPO / "hack" / "render-dashboard.py"
+    )
     render_dashboard = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(render_dashboard)
-    data = render_dashboard.collect(prometheus.url, "voice", "e2e", minutes=2, step=1, rate_interval="1m")
+    data = render_dashboard.collect(
+        prometheus.url, "voice", "e2e", minutes=2, step=1, rate_interval="1m"
+    )
     ttfa_panel = data["panels"][0]
     assert ttfa_panel["title"] == "Time to first audio"
-    assert {s["name"] for s in ttfa_panel["series"]} >= {"e2e stable p0.5", "e2e stable p0.95", "e2e stable p0.99"}
+    assert {s["name"] for s in ttfa_panel["series"]} >= {
+        "e2e stable p0.5",
+        "e2e stable p0.95",
+        "e2e stable p0.99",
+    }
     png = render_dashboard.render(data, tmp_path / "panel.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

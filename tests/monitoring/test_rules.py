@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from support.monitoring import (
     REPO,
     RULE_FILES,
@@ -39,7 +40,10 @@ ALERTS = {
 
 def test_rule_files_pass_promtool_check():
     result = subprocess.run(
-        [tool("promtool"), "check", "rules", *map(str, RULE_FILES)], capture_output=True, text=True, timeout=60
+        [tool("promtool"), "check", "rules", *map(str, RULE_FILES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(RULE_FILES) == 2
@@ -47,7 +51,10 @@ def test_rule_files_pass_promtool_check():
 
 def test_alert_unit_tests_pass_promtool():
     result = subprocess.run(
-        [tool("promtool"), "test", "rules", *map(str, PROMTOOL_TESTS)], capture_output=True, text=True, timeout=120
+        [tool("promtool"), "test", "rules", *map(str, PROMTOOL_TESTS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -68,7 +75,9 @@ def test_rules_read_only_metrics_we_export():
     for group in rule_groups():
         for rule in group["rules"]:
             for name, _ in selectors(rule["expr"]):
-                assert name in known, f"{rule.get('record') or rule.get('alert')}: {name} is exported by nothing"
+                assert name in known, (
+                    f"{rule.get('record') or rule.get('alert')}: {name} is exported by nothing"
+                )
 
 
 def test_server_fault_selectors_match_the_runtime_catalogue():
@@ -96,4 +105,6 @@ def test_alert_has_labels_annotations_and_a_runbook_section(alert):
     base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
     assert base == "https://github.com/ttsfleet/ttsfleet/blob/main/docs/runbooks.md"
     headings = [line[3:] for line in RUNBOOKS.read_text().splitlines() if line.startswith("## ")]
-    assert anchor in {github_anchor(h) for h in headings}, f"docs/runbooks.md has no section #{anchor}"
+    assert anchor in {github_anchor(h) for h in headings}, (
+        f"docs/runbooks.md has no section #{anchor}"
+    )

@@ -6,6 +6,7 @@ import copy
 import uuid
 
 import pytest
+
 from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.tts_service import TTSService
 
@@ -20,7 +21,12 @@ def make_service():
             {
                 "apiVersion": "ttsfleet.io/v1alpha1",
                 "kind": "TTSService",
-                "metadata": {"name": name, "namespace": namespace, "uid": "uid-" + name, "generation": 1},
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": "uid-" + name,
+                    "generation": 1,
+                },
                 "spec": spec,
             }
         )
@@ -56,7 +62,10 @@ class FakeCluster:
             for (k, ns, _), obj in sorted(self.objects.items())
             if k == kind
             and ns == namespace
-            and all(obj["metadata"].get("labels", {}).get(key) == value for key, value in selector.items())
+            and all(
+                obj["metadata"].get("labels", {}).get(key) == value
+                for key, value in selector.items()
+            )
         ]
 
     async def serves(self, api_version, kind):

@@ -6,6 +6,7 @@ import copy
 import logging
 
 import pytest
+
 from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.reconcile import Reconciler, owner_reference
 

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from support.tools import tool
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary import state_machine as sm
@@ -18,7 +19,13 @@ from ttsfleet_operator.tts_service import CanaryAnalysis
 
 
 def series(name: str, values: str, **labels: str) -> dict:
-    base = {"namespace": "voice", "service": "demo", "track": "canary", "pool": "on-demand", "pod": "demo-c-0"}
+    base = {
+        "namespace": "voice",
+        "service": "demo",
+        "track": "canary",
+        "pool": "on-demand",
+        "pod": "demo-c-0",
+    }
     text = ",".join(f'{k}="{v}"' for k, v in {**base, **labels}.items())
     return {"series": f"{name}{{{text}}}", "values": values}
 
@@ -30,8 +37,12 @@ INPUT = [
     series("ttsfleet_requests_total", "0+57x20", route="/v1/audio/speech", code="200"),
     series("ttsfleet_requests_total", "0+3x20", route="/v1/audio/speech", code="500"),
     series("ttsfleet_requests_total", "0+1000x20", route="/metrics", code="200"),
-    series("ttsfleet_requests_total", "0+600x20", route="/v1/audio/speech", code="200", track="stable"),
-    series("ttsfleet_requests_total", "0+600x20", route="/v1/audio/speech", code="200", service="other"),
+    series(
+        "ttsfleet_requests_total", "0+600x20", route="/v1/audio/speech", code="200", track="stable"
+    ),
+    series(
+        "ttsfleet_requests_total", "0+600x20", route="/v1/audio/speech", code="200", service="other"
+    ),
     series("ttsfleet_errors_total", "0+3x20", type="internal"),
     series("ttsfleet_errors_total", "0+50x20", type="invalid_request"),
     series("ttsfleet_errors_total", "0+60x20", type="internal", track="stable"),
@@ -46,25 +57,39 @@ INPUT = [
 EXPECTED = {"requests": 120, "error_ratio": 0.05, "ttfa_p95": 0.19}
 
 
-def promtool_test(tmp_path: pathlib.Path, input_series: list[dict], expected: dict[str, list[dict]]) -> None:
+def promtool_test(
+    tmp_path: pathlib.Path, input_series: list[dict], expected: dict[str, list[dict]]
+) -> None:
     """promtool evaluates each query at 10 m over `input_series`: expected = {query: samples}."""
-    tests = [{
-        "interval": "1m",
-        "input_series": input_series,
-        "promql_expr_test": [{"expr": expr, "eval_time": "10m", "exp_samples": samples}
-                             for expr, samples in expected.items()],
-    }]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": input_series,
+            "promql_expr_test": [
+                {"expr": expr, "eval_time": "10m", "exp_samples": samples}
+                for expr, samples in expected.items()
+            ],
+        }
+    ]
     path = tmp_path / "analysis_test.yaml"
     path.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": tests}))
-    result = subprocess.run([tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [tool("promtool"), "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_queries_give_requests_error_ratio_and_ttfa_of_the_canary_only(tmp_path):
     queries = analysis.queries("voice", "demo", 120)
-    promtool_test(tmp_path, INPUT,
-                  {queries[name]: [{"labels": "{}", "value": value}] for name, value in EXPECTED.items()})
+    promtool_test(
+        tmp_path,
+        INPUT,
+        {queries[name]: [{"labels": "{}", "value": value}] for name, value in EXPECTED.items()},
+    )
 
 
 def test_no_error_series_reads_as_zero_errors_not_as_no_data(tmp_path):
@@ -112,7 +137,9 @@ def test_an_unreachable_prometheus_is_inconclusive_not_a_failure():
 
 def test_the_client_reads_vectors_and_scalars_from_a_real_prometheus(bare_prometheus):
     client = Prometheus(bare_prometheus.url)
-    assert asyncio.run(client.query('label_replace(vector(3), "a", "b", "", "")')) == [({"a": "b"}, 3.0)]
+    assert asyncio.run(client.query('label_replace(vector(3), "a", "b", "", "")')) == [
+        ({"a": "b"}, 3.0)
+    ]
     assert client.query_sync("scalar(vector(2))") == [({}, 2.0)]
     assert client.query_sync("vector(0) / 0 > 1") == []
     assert client.query_sync("nonexistent_metric") == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.tts_service import AnalysisResult
@@ -23,14 +24,24 @@ def body(annotations=None, **overrides) -> dict:
         "canary": {
             "percent": 20,
             "candidate": {"image": CANDIDATE_IMAGE},
-            "analysis": {"intervalSeconds": 60, "steps": 2, "failureLimit": 1, "inconclusiveLimit": 2},
+            "analysis": {
+                "intervalSeconds": 60,
+                "steps": 2,
+                "failureLimit": 1,
+                "inconclusiveLimit": 2,
+            },
         },
     }
     spec.update(overrides)
     metadata = {"name": "demo", "namespace": "voice", "uid": "uid-1", "generation": 1}
     if annotations:
         metadata["annotations"] = annotations
-    return {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService", "metadata": metadata, "spec": spec}
+    return {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "metadata": metadata,
+        "spec": spec,
+    }
 
 
 class Rollout:
@@ -83,7 +94,10 @@ class Rollout:
         return next(c for c in self.obj["status"]["conditions"] if c["type"] == type_)
 
     def replicas(self) -> dict[str, int]:
-        return {name: self.cluster.get("Deployment", "voice", name)["spec"]["replicas"] for name in self.deployments()}
+        return {
+            name: self.cluster.get("Deployment", "voice", name)["spec"]["replicas"]
+            for name in self.deployments()
+        }
 
     def deployments(self) -> list[str]:
         return self.cluster.names("Deployment")
@@ -104,16 +118,26 @@ def rollout(fake_cluster):
 async def test_a_healthy_canary_steps_up_then_promotes_and_stable_serves_the_candidate(rollout):
     await rollout.step()
     assert rollout.replicas() == {"demo-canary-on-demand": 1, "demo-on-demand": 4}
-    assert rollout.image("demo-canary-on-demand") == CANDIDATE_IMAGE and rollout.image("demo-on-demand") == STABLE_IMAGE
+    assert (
+        rollout.image("demo-canary-on-demand") == CANDIDATE_IMAGE
+        and rollout.image("demo-on-demand") == STABLE_IMAGE
+    )
     assert rollout.cluster.names("ConfigMap") == ["demo-canary-engine", "demo-engine"]
-    assert (rollout.canary["phase"], rollout.canary["step"], rollout.obj["status"]["canaryWeight"]) == (
+    assert (
+        rollout.canary["phase"],
+        rollout.canary["step"],
+        rollout.obj["status"]["canaryWeight"],
+    ) == (
         sm.PROGRESSING,
         1,
         20,
     )
     assert rollout.condition("CanaryProgressing")["status"] == "True"
     assert rollout.obj["status"]["canaryPools"] == {"onDemand": 1, "spot": 0}
-    stable_revision, canary_revision = rollout.obj["status"]["stableRevision"], rollout.obj["status"]["canaryRevision"]
+    stable_revision, canary_revision = (
+        rollout.obj["status"]["stableRevision"],
+        rollout.obj["status"]["canaryRevision"],
+    )
     assert stable_revision != canary_revision
 
     await rollout.step(sm.PASS)  # a minute later: the interval has passed
@@ -123,7 +147,9 @@ async def test_a_healthy_canary_steps_up_then_promotes_and_stable_serves_the_can
     await rollout.step(sm.PASS)
     assert rollout.canary["phase"] == sm.PROMOTING
     assert rollout.image("demo-on-demand") == CANDIDATE_IMAGE, "stable rolls to the candidate"
-    assert rollout.replicas() == {"demo-canary-on-demand": 3, "demo-on-demand": 2}, "canary holds until stable is up"
+    assert rollout.replicas() == {"demo-canary-on-demand": 3, "demo-on-demand": 2}, (
+        "canary holds until stable is up"
+    )
 
     await rollout.step()  # stable not ready yet: still promoting
     assert rollout.canary["phase"] == sm.PROMOTING
@@ -131,9 +157,13 @@ async def test_a_healthy_canary_steps_up_then_promotes_and_stable_serves_the_can
     await rollout.step()
     assert rollout.canary["phase"] == sm.PROMOTED
     await rollout.step()
-    assert rollout.deployments() == ["demo-on-demand"] and rollout.replicas() == {"demo-on-demand": 5}
+    assert rollout.deployments() == ["demo-on-demand"] and rollout.replicas() == {
+        "demo-on-demand": 5
+    }
     assert rollout.obj["status"]["stableRevision"] == canary_revision
-    assert "canaryRevision" not in rollout.obj["status"] and rollout.obj["status"]["canaryWeight"] == 0
+    assert (
+        "canaryRevision" not in rollout.obj["status"] and rollout.obj["status"]["canaryWeight"] == 0
+    )
     assert rollout.condition("CanaryProgressing")["reason"] == sm.PROMOTED
     assert rollout.event_reasons().count("CanaryPromoted") == 1
     assert rollout.states[0] == "progressing" and rollout.states[-1] == "promoted"
@@ -249,17 +279,24 @@ async def test_percent_zero_is_no_canary(fake_cluster):
     obj["spec"]["canary"]["percent"] = 0
     rollout = Rollout(fake_cluster, obj)
     await rollout.step()
-    assert rollout.deployments() == ["demo-on-demand"] and rollout.image("demo-on-demand") == STABLE_IMAGE
+    assert (
+        rollout.deployments() == ["demo-on-demand"]
+        and rollout.image("demo-on-demand") == STABLE_IMAGE
+    )
 
 
-async def test_a_route_under_explicit_gateway_api_traffic_is_kept_current_not_recreated(fake_cluster):
+async def test_a_route_under_explicit_gateway_api_traffic_is_kept_current_not_recreated(
+    fake_cluster,
+):
     fake_cluster.served.add(("gateway.networking.k8s.io/v1", "HTTPRoute"))
     obj = body()
     obj["spec"]["canary"]["traffic"] = "GatewayAPI"
     rollout = Rollout(fake_cluster, obj)
     await rollout.step()
     await rollout.step(sm.INCONCLUSIVE)  # weight held: the listed route matches its rendering
-    route_writes = [target for verb, target in fake_cluster.writes if target.startswith("HTTPRoute/")]
+    route_writes = [
+        target for verb, target in fake_cluster.writes if target.startswith("HTTPRoute/")
+    ]
     assert route_writes == ["HTTPRoute/demo"]
 
 

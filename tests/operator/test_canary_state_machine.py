@@ -6,6 +6,7 @@ import datetime
 import typing
 
 import pytest
+
 from ttsfleet_operator import metrics
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.tts_service import AnalysisResult, CanarySpec, CanaryStatus
@@ -15,8 +16,16 @@ REV = "cand-1"
 
 
 def spec(**analysis) -> CanarySpec:
-    analysis = {"intervalSeconds": 60, "steps": 3, "failureLimit": 1, "inconclusiveLimit": 2, **analysis}
-    return CanarySpec.model_validate({"percent": 10, "candidate": {"image": "runtime:2"}, "analysis": analysis})
+    analysis = {
+        "intervalSeconds": 60,
+        "steps": 3,
+        "failureLimit": 1,
+        "inconclusiveLimit": 2,
+        **analysis,
+    }
+    return CanarySpec.model_validate(
+        {"percent": 10, "candidate": {"image": "runtime:2"}, "analysis": analysis}
+    )
 
 
 def at(seconds: float) -> datetime.datetime:
@@ -38,7 +47,11 @@ def reasons(transition: sm.Transition) -> list[str]:
 def test_a_new_candidate_starts_at_step_one_with_percent_of_traffic():
     transition = sm.next_state(spec(), REV, None, T0)
     assert transition.status.phase == sm.PROGRESSING
-    assert (transition.status.step, transition.status.weight, transition.status.revision) == (1, 10, REV)
+    assert (transition.status.step, transition.status.weight, transition.status.revision) == (
+        1,
+        10,
+        REV,
+    )
     assert transition.status.step_started == "2026-11-21T12:00:00Z"
     assert reasons(transition) == ["CanaryStarted"]
 
@@ -70,7 +83,10 @@ def test_a_pass_advances_one_step_and_raises_the_weight():
     transition = sm.next_state(spec(), REV, started(), at(60), analysis=result(sm.PASS))
     status = transition.status
     assert (status.phase, status.step, status.weight) == (sm.PROGRESSING, 2, 40)
-    assert status.last_analysis.result == sm.PASS and status.last_analysis.time == "2026-11-21T12:01:00Z"
+    assert (
+        status.last_analysis.result == sm.PASS
+        and status.last_analysis.time == "2026-11-21T12:01:00Z"
+    )
     assert status.step_started == "2026-11-21T12:01:00Z"
     assert reasons(transition) == ["CanaryStepAdvanced"]
 
@@ -93,18 +109,32 @@ def test_passing_the_last_step_promotes_then_promoted_once_stable_serves_the_can
 
 
 def test_failures_up_to_the_limit_hold_then_one_more_rolls_back():
-    first = sm.next_state(spec(failureLimit=1), REV, started(), at(60), analysis=result(sm.FAIL, "error ratio 0.5"))
-    assert first.status.phase == sm.PROGRESSING and first.status.failures == 1 and first.status.weight == 10
+    first = sm.next_state(
+        spec(failureLimit=1), REV, started(), at(60), analysis=result(sm.FAIL, "error ratio 0.5")
+    )
+    assert (
+        first.status.phase == sm.PROGRESSING
+        and first.status.failures == 1
+        and first.status.weight == 10
+    )
     assert [(e.type, e.reason) for e in first.events] == [("Warning", "CanaryAnalysisFailed")]
 
-    second = sm.next_state(spec(failureLimit=1), REV, first.status, at(120), analysis=result(sm.FAIL, "ttfa"))
-    assert second.status.phase == sm.ROLLED_BACK and second.status.weight == 0 and second.status.failures == 2
+    second = sm.next_state(
+        spec(failureLimit=1), REV, first.status, at(120), analysis=result(sm.FAIL, "ttfa")
+    )
+    assert (
+        second.status.phase == sm.ROLLED_BACK
+        and second.status.weight == 0
+        and second.status.failures == 2
+    )
     assert [(e.type, e.reason) for e in second.events] == [("Warning", "CanaryRolledBack")]
     assert "ttfa" in second.status.message
 
 
 def test_a_failure_limit_of_zero_rolls_back_on_the_first_failure():
-    transition = sm.next_state(spec(failureLimit=0), REV, started(), at(60), analysis=result(sm.FAIL))
+    transition = sm.next_state(
+        spec(failureLimit=0), REV, started(), at(60), analysis=result(sm.FAIL)
+    )
     assert transition.status.phase == sm.ROLLED_BACK
 
 
@@ -117,9 +147,16 @@ def test_a_pass_does_not_forgive_earlier_failures():
 
 
 def test_inconclusive_holds_the_weight_and_is_not_a_pass():
-    transition = sm.next_state(spec(), REV, started(), at(60), analysis=result(sm.INCONCLUSIVE, "3 requests"))
+    transition = sm.next_state(
+        spec(), REV, started(), at(60), analysis=result(sm.INCONCLUSIVE, "3 requests")
+    )
     status = transition.status
-    assert (status.phase, status.step, status.weight, status.inconclusive) == (sm.PROGRESSING, 1, 10, 1)
+    assert (status.phase, status.step, status.weight, status.inconclusive) == (
+        sm.PROGRESSING,
+        1,
+        10,
+        1,
+    )
     assert status.failures == 0
     assert reasons(transition) == ["CanaryAnalysisInconclusive"]
 
@@ -138,7 +175,11 @@ def test_a_paused_rollout_is_still_analysed_and_resumes_on_a_pass():
     status = started().model_copy(update={"phase": sm.PAUSED, "inconclusive": 2})
     assert sm.analysis_due(spec(), status, at(60))
     resumed = sm.next_state(spec(), REV, status, at(60), analysis=result(sm.PASS))
-    assert (resumed.status.phase, resumed.status.step, resumed.status.inconclusive) == (sm.PROGRESSING, 2, 0)
+    assert (resumed.status.phase, resumed.status.step, resumed.status.inconclusive) == (
+        sm.PROGRESSING,
+        2,
+        0,
+    )
 
 
 def test_a_paused_rollout_rolls_back_when_failures_pass_the_limit():
@@ -202,7 +243,13 @@ def test_a_different_candidate_starts_a_fresh_rollout(phase):
     status = started().model_copy(update={"phase": phase, "failures": 2, "step": 3})
     transition = sm.next_state(spec(), "cand-2", status, at(600))
     new = transition.status
-    assert (new.phase, new.revision, new.step, new.weight, new.failures) == (sm.PROGRESSING, "cand-2", 1, 10, 0)
+    assert (new.phase, new.revision, new.step, new.weight, new.failures) == (
+        sm.PROGRESSING,
+        "cand-2",
+        1,
+        10,
+        0,
+    )
     assert reasons(transition) == ["CanaryStarted"]
 
 

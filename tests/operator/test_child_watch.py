@@ -5,6 +5,7 @@ import copy
 
 import kopf
 import pytest
+
 from ttsfleet_operator import child_kinds, handlers, labels
 from ttsfleet_operator.child_watch import ChildWatch
 from ttsfleet_operator.resync import Resync
@@ -82,7 +83,8 @@ def test_pods_stopping_being_ready_ask_for_a_pass_over_the_owner():
 
 
 @pytest.mark.parametrize(
-    "field", ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "observedGeneration"]
+    "field",
+    ["replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "observedGeneration"],
 )
 def test_each_status_field_the_tts_service_status_reads_asks_for_a_pass(field):
     before = deployment(ready=1)
@@ -100,7 +102,12 @@ def test_a_condition_changing_reason_asks_for_a_pass_but_its_timestamps_alone_do
     assert watch.owner_to_refresh("MODIFIED", touched) is None
     stuck = copy.deepcopy(touched)
     stuck["status"]["conditions"].append(
-        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "stuck"}
+        {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "ProgressDeadlineExceeded",
+            "message": "stuck",
+        }
     )
     assert watch.owner_to_refresh("MODIFIED", stuck) == OWNER
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import yaml
+
 from ttsfleet_operator import crd
 from ttsfleet_operator.cli import build_parser, main
 
@@ -38,7 +39,9 @@ def test_render_refuses_an_invalid_service_with_the_rule_message(tmp_path, capsy
 
 
 def test_operator_run_arguments():
-    args = build_parser().parse_args(["operator", "run", "-n", "a", "-n", "b", "--resync-seconds", "5"])
+    args = build_parser().parse_args(
+        ["operator", "run", "-n", "a", "-n", "b", "--resync-seconds", "5"]
+    )
     assert args.namespace == ["a", "b"] and args.resync_seconds == 5.0 and not args.all_namespaces
     args = build_parser().parse_args(["operator", "run", "--all-namespaces", "--kubeconfig", "/k"])
     assert args.all_namespaces and args.kubeconfig == "/k" and args.namespace is None
@@ -48,7 +51,9 @@ def test_the_cli_starts_without_torch():
     # The operator image has no torch: the CLI (with the runtime's subcommands
     # registered) must not import it.
     code = "import sys; from ttsfleet_operator.cli import build_parser; build_parser(); print('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 
@@ -85,7 +90,7 @@ BILLION_LAUGHS = (
     'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
     + "".join(
         f"{level}: &{level} [{','.join([f'*{previous}'] * 9)}]\n"
-        for previous, level in zip("abcdefgh", "bcdefghi")
+        for previous, level in zip("abcdefgh", "bcdefghi", strict=True)
     )
     + "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: lol}\n"
     + "spec: {model: {size: 0.6B, variant: Base}}\n"
@@ -115,7 +120,9 @@ def test_render_refuses_an_alias_bomb_before_building_it(tmp_path, capsys):
 
 def test_render_refuses_a_recursive_alias_and_deep_nesting(tmp_path, capsys):
     assert "expands to more than" in render_refusal(tmp_path, capsys, "spec: &s {model: *s}\n")
-    assert "more than 64 '[' or '{'" in render_refusal(tmp_path, capsys, "[" * 500_000 + "]" * 500_000)
+    assert "more than 64 '[' or '{'" in render_refusal(
+        tmp_path, capsys, "[" * 500_000 + "]" * 500_000
+    )
     assert "nested too deeply" in render_refusal(tmp_path, capsys, "- " * 100_000)
 
 
@@ -124,7 +131,9 @@ def test_render_refuses_a_huge_document_without_reading_it_all(tmp_path, capsys)
     assert "at most 1048576 are read" in render_refusal(tmp_path, capsys, text)
 
 
-@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "metadata: [1]\n", "a: b: c\n", "\xff"])
+@pytest.mark.parametrize(
+    "text", ["- a\n- b\n", "just a string\n", "metadata: [1]\n", "a: b: c\n", "\xff"]
+)
 def test_render_refuses_what_is_not_a_tts_service_with_a_message(tmp_path, capsys, text):
     assert render_refusal(tmp_path, capsys, text).startswith("error: ")
 
@@ -132,7 +141,9 @@ def test_render_refuses_what_is_not_a_tts_service_with_a_message(tmp_path, capsy
 @pytest.mark.parametrize("value", ["!!float ''", "!!int 0xZZ", "!!binary /w==", "!!set {a}"])
 def test_render_refuses_scalars_their_tags_cannot_hold(tmp_path, capsys, value):
     # Found by test_spec_fuzz: PyYAML's constructors raised IndexError and ValueError here.
-    text = f"apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {{name: tts, x: {value}}}\n"
+    text = (
+        f"apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {{name: tts, x: {value}}}\n"
+    )
     assert "not valid YAML" in render_refusal(tmp_path, capsys, text)
 
 
@@ -170,7 +181,9 @@ def test_render_names_the_hostile_field(tmp_path, capsys):
 def test_render_shows_the_api_keys_secret_the_operator_creates(capsys):
     assert main(["render", "-f", str(REPO / "samples" / "base-0.6b.yaml")]) == 0
     manifests = [m for m in yaml.safe_load_all(capsys.readouterr().out) if m]
-    assert manifests[0]["kind"] == "Secret" and manifests[0]["metadata"]["name"] == "tts-base-api-keys"
+    assert (
+        manifests[0]["kind"] == "Secret" and manifests[0]["metadata"]["name"] == "tts-base-api-keys"
+    )
     (key,) = manifests[0]["stringData"]["keys"].splitlines()
     assert key.startswith("ttsf_")
     (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]

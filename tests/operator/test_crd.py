@@ -8,6 +8,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
 from ttsfleet_operator import cel, crd
 from ttsfleet_operator.tts_service import TTSService
 
@@ -36,11 +37,15 @@ def walk(node: dict, path: str = ""):
 
 
 def test_committed_crd_is_the_generated_one():
-    assert CRD_FILE.read_text() == crd.to_yaml(), "run: ttsfleet crd > crds/ttsservices.ttsfleet.io.yaml"
+    assert CRD_FILE.read_text() == crd.to_yaml(), (
+        "run: ttsfleet crd > crds/ttsservices.ttsfleet.io.yaml"
+    )
 
 
 def test_chart_ships_the_same_crd():
-    assert CHART_CRD_FILE.read_text() == CRD_FILE.read_text(), "copy crds/ into charts/ttsfleet/crds/"
+    assert CHART_CRD_FILE.read_text() == CRD_FILE.read_text(), (
+        "copy crds/ into charts/ttsfleet/crds/"
+    )
 
 
 @pytest.mark.parametrize("kubernetes", ["1.35", "1.36", "1.37"])
@@ -52,7 +57,9 @@ def test_schema_is_structural():
     for path, node in walk(schema()):
         assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
         assert not ({"anyOf", "oneOf", "allOf", "$ref"} & node.keys()), f"{path} is not structural"
-        assert not ("properties" in node and "additionalProperties" in node), f"{path} mixes properties"
+        assert not ("properties" in node and "additionalProperties" in node), (
+            f"{path} mixes properties"
+        )
 
 
 def test_strings_and_lists_are_bounded_where_cel_reads_them():
@@ -128,7 +135,9 @@ def test_every_sample_passes_the_crd_schema_and_the_model(sample):
     document = yaml.safe_load(sample.read_text())
     defaulted = with_defaults(schema(), document)
     openapi_validator(schema()).validate(defaulted)
-    TTSService.model_validate({**document, "metadata": {**document["metadata"], "namespace": "default"}})
+    TTSService.model_validate(
+        {**document, "metadata": {**document["metadata"], "namespace": "default"}}
+    )
     # And the CRD's own CEL rules, read from the CRD (not from the model), hold.
     for path, node in walk(schema()):
         rules = node.get(cel.VALIDATIONS_KEY)

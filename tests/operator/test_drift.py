@@ -1,6 +1,7 @@
 """When is a live child different from what we rendered?"""
 
 import pytest
+
 from ttsfleet_operator import drift
 
 

@@ -9,6 +9,7 @@ import re
 
 import pytest
 from lupa import lua54
+
 from ttsfleet_operator.canary import state_machine as sm
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.tts_service import AnalysisResult
@@ -65,7 +66,9 @@ class Passes:
         async def analyse(service):
             return AnalysisResult(result=self.results.pop(0), reason="scripted")
 
-        self.reconciler = Reconciler(cluster, now=lambda: f"2026-11-21T17:{self.minute:02d}:00Z", analyse=analyse)
+        self.reconciler = Reconciler(
+            cluster, now=lambda: f"2026-11-21T17:{self.minute:02d}:00Z", analyse=analyse
+        )
 
     async def run(self):
         written = []
@@ -115,7 +118,11 @@ def canary_spec() -> dict:
     ("results", "argo", "flux"),
     [
         ([], "Progressing", "InProgress"),  # step 1, before its analysis
-        ([sm.INCONCLUSIVE], "Suspended", "Current"),  # paused: nothing moves until traffic or a person
+        (
+            [sm.INCONCLUSIVE],
+            "Suspended",
+            "Current",
+        ),  # paused: nothing moves until traffic or a person
         ([sm.FAIL], "Degraded", "Failed"),  # rolled back
     ],
 )

@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
+
 from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.kube_cluster import KubeCluster
-
 
 # A Service whose port someone changed by hand, as the reconciler last listed it.
 EDITED_SERVICE = {
@@ -25,7 +25,10 @@ EDITED_SERVICE = {
         "labels": {"team": "speech"},
         "managedFields": [{"manager": "kubectl-patch"}],
     },
-    "spec": {"clusterIP": "10.0.0.7", "ports": [{"name": "http", "port": 9999, "targetPort": "http"}]},
+    "spec": {
+        "clusterIP": "10.0.0.7",
+        "ports": [{"name": "http", "port": 9999, "targetPort": "http"}],
+    },
 }
 
 
@@ -48,11 +51,18 @@ async def api():
         if request.path.endswith("/missing"):
             return web.json_response({"kind": "Status", "message": "not found"}, status=404)
         if request.path.endswith("/refused"):
-            return web.json_response({"kind": "Status", "message": "spec.replicas: Invalid value"}, status=422)
-        if request.path.endswith("/edited") and request.method == "PATCH" and not any(
-            r["content_type"] == "application/json-patch+json" for r in received
+            return web.json_response(
+                {"kind": "Status", "message": "spec.replicas: Invalid value"}, status=422
+            )
+        if (
+            request.path.endswith("/edited")
+            and request.method == "PATCH"
+            and not any(r["content_type"] == "application/json-patch+json" for r in received)
         ):
-            return web.json_response({"kind": "Status", "message": 'spec.ports[1].name: Duplicate value: "http"'}, status=422)
+            return web.json_response(
+                {"kind": "Status", "message": 'spec.ports[1].name: Duplicate value: "http"'},
+                status=422,
+            )
         if request.method == "GET":
             return web.json_response({"items": [{"metadata": {"name": "x"}}]})
         return web.json_response(json.loads(body) if body else {})
@@ -70,7 +80,11 @@ async def api():
 
 async def test_apply_is_a_forced_server_side_apply_with_our_field_manager(api):
     cluster, received = api
-    manifest = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "voice"}}
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "voice"},
+    }
     await cluster.apply(manifest)
     (request,) = received
     assert request["method"] == "PATCH"
@@ -93,14 +107,18 @@ async def test_delete_carries_a_uid_precondition_and_tolerates_missing(api):
     await cluster.delete("autoscaling/v2", "HorizontalPodAutoscaler", "voice", "missing", "uid-7")
     (request,) = received
     assert request["method"] == "DELETE"
-    assert request["path"] == "/apis/autoscaling/v2/namespaces/voice/horizontalpodautoscalers/missing"
+    assert (
+        request["path"] == "/apis/autoscaling/v2/namespaces/voice/horizontalpodautoscalers/missing"
+    )
     assert request["body"]["preconditions"] == {"uid": "uid-7"}
     assert request["body"]["propagationPolicy"] == "Background"
 
 
 async def test_status_is_a_merge_patch_of_the_subresource(api):
     cluster, received = api
-    await cluster.patch_status("ttsfleet.io/v1alpha1", "TTSService", "voice", "demo", {"readyReplicas": 2})
+    await cluster.patch_status(
+        "ttsfleet.io/v1alpha1", "TTSService", "voice", "demo", {"readyReplicas": 2}
+    )
     (request,) = received
     assert request["path"] == "/apis/ttsfleet.io/v1alpha1/namespaces/voice/ttsservices/demo/status"
     assert request["content_type"] == "application/merge-patch+json"
@@ -109,7 +127,11 @@ async def test_status_is_a_merge_patch_of_the_subresource(api):
 
 async def test_a_refusal_raises_with_the_api_servers_message(api):
     cluster, _ = api
-    manifest = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "refused", "namespace": "voice"}}
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "refused", "namespace": "voice"},
+    }
     with pytest.raises(ApiError) as caught:
         await cluster.apply(manifest)
     assert caught.value.status == 422 and "Invalid value" in caught.value.message
@@ -137,7 +159,11 @@ async def test_an_apply_refused_as_invalid_replaces_the_fields_once_then_applies
     assert patch["query"] == {"fieldManager": "ttsfleet-operator"}
     assert patch["body"] == [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
-        {"op": "replace", "path": "/spec", "value": {"clusterIP": "10.0.0.7", "ports": desired["spec"]["ports"]}},
+        {
+            "op": "replace",
+            "path": "/spec",
+            "value": {"clusterIP": "10.0.0.7", "ports": desired["spec"]["ports"]},
+        },
     ]
 
 
@@ -152,7 +178,9 @@ async def test_events_point_at_the_service(api):
     (request,) = received
     assert request["method"] == "POST" and request["path"] == "/api/v1/namespaces/voice/events"
     event = request["body"]
-    assert event["involvedObject"]["uid"] == "u1" and event["involvedObject"]["kind"] == "TTSService"
+    assert (
+        event["involvedObject"]["uid"] == "u1" and event["involvedObject"]["kind"] == "TTSService"
+    )
     assert (event["type"], event["reason"]) == ("Normal", "Created")
 
 
@@ -166,7 +194,11 @@ def test_kopf_logs_in_with_the_credentials_our_client_loaded():
     info = connection_info(configuration)
     assert info["server"] == "https://10.0.0.1:6443"
     assert (info["scheme"], info["token"]) == ("Bearer", "s3cret")
-    assert (info["ca_path"], info["certificate_path"], info["private_key_path"]) == ("/ca.crt", "/c.crt", "/c.key")
+    assert (info["ca_path"], info["certificate_path"], info["private_key_path"]) == (
+        "/ca.crt",
+        "/c.crt",
+        "/c.key",
+    )
     assert info["insecure"] is False
 
 
@@ -176,14 +208,26 @@ async def test_get_metadata_asks_for_metadata_only(api):
     assert await cluster.get_metadata("v1", "Secret", "voice", "missing") is None
     await cluster.get_metadata("v1", "Secret", "voice", "demo-api-keys")
     assert [(r["method"], r["path"], r["accept"]) for r in received] == [
-        ("GET", "/api/v1/namespaces/voice/secrets/missing", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
-        ("GET", "/api/v1/namespaces/voice/secrets/demo-api-keys", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+        (
+            "GET",
+            "/api/v1/namespaces/voice/secrets/missing",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/voice/secrets/demo-api-keys",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ),
     ]
 
 
 async def test_create_posts_to_the_collection_with_our_field_manager(api):
     cluster, received = api
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-api-keys", "namespace": "voice"}}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "demo-api-keys", "namespace": "voice"},
+    }
     await cluster.create(secret)
     (request,) = received
     assert (request["method"], request["path"]) == ("POST", "/api/v1/namespaces/voice/secrets")

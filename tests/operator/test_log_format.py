@@ -7,7 +7,9 @@ from ttsfleet_operator.log_format import JsonFormatter
 
 
 def test_extra_fields_become_json_keys_and_kopf_settings_are_dropped():
-    record = logging.LogRecord("ttsfleet", logging.INFO, __file__, 1, "reconciled %s", ("demo",), None)
+    record = logging.LogRecord(
+        "ttsfleet", logging.INFO, __file__, 1, "reconciled %s", ("demo",), None
+    )
     record.service = "demo"
     record.children_created = ["Deployment demo-spot"]
     record.settings = object()  # kopf attaches its whole OperatorSettings

@@ -5,6 +5,7 @@ import copy
 import logging
 
 import pytest
+
 from ttsfleet_operator.reconcile import Reconciler
 
 
@@ -48,7 +49,9 @@ async def test_first_pass_creates_every_child_owned_by_the_service(reconciler, f
     outcome = await reconciler.reconcile(body(replicas=3, spot={"ratio": 0.5}))
     assert outcome.problem is None
     assert fake_cluster.names("Deployment") == ["demo-on-demand", "demo-spot"]
-    assert fake_cluster.names("Service") == ["demo"] and fake_cluster.names("ConfigMap") == ["demo-engine"]
+    assert fake_cluster.names("Service") == ["demo"] and fake_cluster.names("ConfigMap") == [
+        "demo-engine"
+    ]
     for (_, _, _), obj in fake_cluster.objects.items():
         (owner,) = obj["metadata"]["ownerReferences"]
         assert owner == {
@@ -80,7 +83,9 @@ async def test_drift_in_a_child_is_corrected(reconciler, fake_cluster):
     outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert outcome.updated == ["Deployment demo-on-demand"]
     assert fake_cluster.get("Deployment", "voice", "demo-on-demand")["spec"]["replicas"] == 2
-    assert [w for w in fake_cluster.writes if w[0] == "apply"] == [("apply", "Deployment/demo-on-demand")]
+    assert [w for w in fake_cluster.writes if w[0] == "apply"] == [
+        ("apply", "Deployment/demo-on-demand")
+    ]
 
 
 async def test_fields_added_by_the_api_server_are_not_drift(reconciler, fake_cluster):
@@ -88,7 +93,9 @@ async def test_fields_added_by_the_api_server_are_not_drift(reconciler, fake_clu
     await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     deployment = fake_cluster.get("Deployment", "voice", "demo-on-demand")
     deployment["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"
-    deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "4000m"
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = (
+        "4000m"
+    )
     fake_cluster.requests.clear()
     await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert [w for w in fake_cluster.writes if w[0] == "apply"] == []
@@ -125,7 +132,10 @@ async def test_objects_of_another_owner_are_left_alone(reconciler, fake_cluster)
             "name": "demo-old",
             "namespace": "voice",
             "uid": "x",
-            "labels": {"ttsfleet.io/service": "demo", "app.kubernetes.io/managed-by": "ttsfleet-operator"},
+            "labels": {
+                "ttsfleet.io/service": "demo",
+                "app.kubernetes.io/managed-by": "ttsfleet-operator",
+            },
             "ownerReferences": [{"uid": "someone-else", "controller": True}],
         },
         "spec": {},
@@ -146,7 +156,10 @@ async def test_status_reports_replicas_selector_and_conditions(reconciler, fake_
     assert status["readyReplicas"] == 0
     assert status["endpoint"] == "http://demo.voice.svc:8000"
     conditions = {c["type"]: c for c in status["conditions"]}
-    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "ReplicasNotReady"
+    assert (
+        conditions["Ready"]["status"] == "False"
+        and conditions["Ready"]["reason"] == "ReplicasNotReady"
+    )
     assert conditions["Progressing"]["status"] == "True"
     assert conditions["Degraded"]["status"] == "False"
 
@@ -192,7 +205,10 @@ async def test_a_problem_the_status_already_reports_posts_no_second_event(reconc
     for _ in range(2):
         await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     warnings = [(e[1], e[2].split(":")[0]) for e in fake_cluster.events if e[0] == "Warning"]
-    assert warnings == [("ApplyFailed", "Deployment demo-on-demand"), ("ApplyFailed", "ConfigMap demo-engine")]
+    assert warnings == [
+        ("ApplyFailed", "Deployment demo-on-demand"),
+        ("ApplyFailed", "ConfigMap demo-engine"),
+    ]
 
 
 async def test_a_stuck_rollout_is_degraded(reconciler, fake_cluster):
@@ -201,7 +217,12 @@ async def test_a_stuck_rollout_is_degraded(reconciler, fake_cluster):
     deployment = fake_cluster.get("Deployment", "voice", "demo-on-demand")
     deployment["status"] = {
         "conditions": [
-            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "timed out"}
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": "timed out",
+            }
         ]
     }
     await reconcile_and_keep_status(reconciler, fake_cluster, obj)

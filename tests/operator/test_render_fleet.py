@@ -10,7 +10,9 @@ def kinds_and_names(manifests):
 
 
 def deployment_replicas(manifests):
-    return {m["metadata"]["name"]: m["spec"]["replicas"] for m in manifests if m["kind"] == "Deployment"}
+    return {
+        m["metadata"]["name"]: m["spec"]["replicas"] for m in manifests if m["kind"] == "Deployment"
+    }
 
 
 def test_a_plain_service_gets_config_deployment_service_and_pdb(make_service):
@@ -63,7 +65,13 @@ def test_pods_carry_track_and_pool_and_the_service_selects_them_all(make_service
         assert selector.items() <= pod_labels.items()
         assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [
-        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}
+        {
+            "name": "http",
+            "port": 8000,
+            "targetPort": "http",
+            "protocol": "TCP",
+            "appProtocol": "http",
+        }
     ]
 
 
@@ -80,7 +88,11 @@ def test_the_hpa_scales_the_tts_service_on_queue_depth_and_gpu_utilisation(make_
     hpa = next(m for m in render_fleet(service) if m["kind"] == "HorizontalPodAutoscaler")
     spec = hpa["spec"]
     assert hpa["apiVersion"] == "autoscaling/v2"
-    assert spec["scaleTargetRef"] == {"apiVersion": "ttsfleet.io/v1alpha1", "kind": "TTSService", "name": "demo"}
+    assert spec["scaleTargetRef"] == {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "name": "demo",
+    }
     assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 9)
     targets = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in spec["metrics"]}
     assert targets[metrics.QUEUE_DEPTH] == {"type": "AverageValue", "averageValue": "3"}
@@ -90,7 +102,9 @@ def test_the_hpa_scales_the_tts_service_on_queue_depth_and_gpu_utilisation(make_
 def test_the_hpa_adds_fast_and_removes_slowly(make_service):
     hpa = next(
         m
-        for m in render_fleet(make_service(autoscaling={"enabled": True, "scaleDownStabilizationSeconds": 600}))
+        for m in render_fleet(
+            make_service(autoscaling={"enabled": True, "scaleDownStabilizationSeconds": 600})
+        )
         if m["kind"] == "HorizontalPodAutoscaler"
     )
     behavior = hpa["spec"]["behavior"]
@@ -109,7 +123,9 @@ def test_no_hpa_without_autoscaling(make_service):
 
 
 def test_the_pdb_lets_one_pod_go_at_a_time_even_for_a_single_replica(make_service):
-    pdb = next(m for m in render_fleet(make_service(replicas=1)) if m["kind"] == "PodDisruptionBudget")
+    pdb = next(
+        m for m in render_fleet(make_service(replicas=1)) if m["kind"] == "PodDisruptionBudget"
+    )
     assert pdb["spec"]["maxUnavailable"] == 1
     assert "minAvailable" not in pdb["spec"]
     assert pdb["spec"]["selector"]["matchLabels"] == {
@@ -124,7 +140,9 @@ def test_rendering_is_deterministic(make_service):
 
 
 def test_hpa_never_goes_below_the_on_demand_floor(make_service):
-    service = make_service(autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 8}, spot={"minOnDemand": 3})
+    service = make_service(
+        autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 8}, spot={"minOnDemand": 3}
+    )
     hpa = next(m for m in render_fleet(service) if m["kind"] == "HorizontalPodAutoscaler")
     assert hpa["spec"]["minReplicas"] == 3
 
@@ -158,7 +176,9 @@ def test_the_longest_name_leaves_every_child_name_valid(make_service):
         if manifest["kind"] == "Service":
             assert re.fullmatch(grammar.DNS1035_LABEL.strip("^$"), name) and len(name) <= 63, name
         else:
-            assert re.fullmatch(grammar.DNS1123_SUBDOMAIN.strip("^$"), name) and len(name) <= 63, name
+            assert re.fullmatch(grammar.DNS1123_SUBDOMAIN.strip("^$"), name) and len(name) <= 63, (
+                name
+            )
         for value in manifest["metadata"]["labels"].values():
             assert re.fullmatch(grammar.LABEL_VALUE.strip("^$"), value) and len(value) <= 63, value
     assert len(names["Deployment"]) == 4 and len(names["Service"]) == 3 and "HTTPRoute" in names

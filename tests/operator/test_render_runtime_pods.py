@@ -4,6 +4,7 @@ import pathlib
 import re
 
 import pytest
+
 from ttsfleet_operator.cli import main
 from ttsfleet_operator.render import api_keys, render_fleet
 from ttsfleet_operator.render.deployment import RUNTIME_UID
@@ -14,7 +15,9 @@ def by_kind(manifests, kind):
 
 
 def pod_of(service, pool="on-demand"):
-    deployment = next(m for m in render_fleet(service) if m["metadata"]["name"] == f"{service.name}-{pool}")
+    deployment = next(
+        m for m in render_fleet(service) if m["metadata"]["name"] == f"{service.name}-{pool}"
+    )
     return deployment["spec"]["template"]["spec"]
 
 
@@ -30,9 +33,9 @@ def test_gpu_limit_and_request_follow_the_spec(make_service):
 
 
 def test_gpu_pods_tolerate_the_gpu_taint(make_service):
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_of(make_service())[
-        "tolerations"
-    ]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_of(
+        make_service()
+    )["tolerations"]
 
 
 def test_startup_probe_waits_for_the_model_load(make_service):
@@ -99,12 +102,20 @@ def test_the_server_takes_every_setting_from_the_engine_configmap(make_service):
 
 def test_engine_settings_map_onto_the_servers_variables(make_service):
     service = make_service(
-        engine={"maxBatch": 32, "maxQueue": 100, "cudaGraphs": False, "dtype": "float16", "firstChunkFrames": 1},
+        engine={
+            "maxBatch": 32,
+            "maxQueue": 100,
+            "cudaGraphs": False,
+            "dtype": "float16",
+            "firstChunkFrames": 1,
+        },
         runtime={"terminationGraceSeconds": 90},
     )
     environment = engine_environment(service)
     assert environment["TTSFLEET_MAX_BATCH"] == "32" and environment["TTSFLEET_MAX_QUEUE"] == "100"
-    assert environment["TTSFLEET_CUDA_GRAPHS"] == "off" and environment["TTSFLEET_DTYPE"] == "float16"
+    assert (
+        environment["TTSFLEET_CUDA_GRAPHS"] == "off" and environment["TTSFLEET_DTYPE"] == "float16"
+    )
     assert environment["TTSFLEET_FIRST_CHUNK_FRAMES"] == "1"
     assert environment["TTSFLEET_DRAIN_TIMEOUT"] == "90"
 
@@ -134,7 +145,10 @@ def test_auth_is_on_by_default_with_the_operators_generated_secret(make_service)
     environment = engine_environment(service)
     assert "TTSFLEET_AUTH" not in environment
     assert environment["TTSFLEET_API_KEYS_FILE"] == "/etc/ttsfleet/api-keys/keys"
-    assert api_keys_volume(service) == {"secretName": "demo-api-keys", "items": [{"key": "keys", "path": "keys"}]}
+    assert api_keys_volume(service) == {
+        "secretName": "demo-api-keys",
+        "items": [{"key": "keys", "path": "keys"}],
+    }
     assert api_keys.generated_secret_name(service) == "demo-api-keys"
 
 
@@ -148,7 +162,9 @@ def test_a_spec_secret_replaces_the_generated_one(make_service):
 def test_auth_is_off_only_when_the_spec_says_so(make_service):
     service = make_service(runtime={"auth": "Disabled"})
     environment = engine_environment(service)
-    assert environment["TTSFLEET_AUTH"] == "disabled" and "TTSFLEET_API_KEYS_FILE" not in environment
+    assert (
+        environment["TTSFLEET_AUTH"] == "disabled" and "TTSFLEET_API_KEYS_FILE" not in environment
+    )
     assert api_keys_volume(service) is None
     assert api_keys.generated_secret_name(service) is None
 
@@ -175,12 +191,19 @@ def test_the_generated_secret_holds_one_random_key_the_runtime_accepts(make_serv
 
 def test_a_pvc_checkpoint_is_mounted_read_only_and_the_hub_is_not_used(make_service):
     service = make_service(
-        model={"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": "models", "path": "/qwen/base"}}}
+        model={
+            "size": "1.7B",
+            "variant": "Base",
+            "source": {"pvc": {"claimName": "models", "path": "/qwen/base"}},
+        }
     )
     container, pod = container_of(service), pod_of(service)
     assert engine_environment(service)["TTSFLEET_MODEL"] == "/models/qwen/base"
     assert {"name": "model", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
-    assert {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in pod["volumes"]
+    assert {
+        "name": "model",
+        "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
+    } in pod["volumes"]
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
 
 

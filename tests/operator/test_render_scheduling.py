@@ -9,6 +9,7 @@ import pathlib
 
 import pytest
 import yaml
+
 from ttsfleet_operator.render import render_fleet
 
 NODES_FILE = pathlib.Path(__file__).resolve().parents[2] / "e2e" / "cluster" / "nodes.yaml"
@@ -22,7 +23,11 @@ SPOT_LABELS = {
 def nodes() -> list[dict]:
     if not NODES_FILE.exists():
         pytest.skip(f"{NODES_FILE} (the e2e cluster's node pools) is missing")
-    return [doc for doc in yaml.safe_load_all(NODES_FILE.read_text()) if doc and doc.get("kind") == "Node"]
+    return [
+        doc
+        for doc in yaml.safe_load_all(NODES_FILE.read_text())
+        if doc and doc.get("kind") == "Node"
+    ]
 
 
 def expression_holds(expression: dict, node_labels: dict) -> bool:
@@ -53,14 +58,20 @@ def fits(pod: dict, node: dict) -> bool:
     node_labels = node["metadata"].get("labels", {})
     if any(node_labels.get(k) != v for k, v in pod.get("nodeSelector", {}).items()):
         return False
-    required = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = (
+        pod.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution")
+    )
     if required and not any(
         all(expression_holds(e, node_labels) for e in term["matchExpressions"])
         for term in required["nodeSelectorTerms"]
     ):
         return False
     for taint in node["spec"].get("taints") or []:
-        if taint["effect"] in ("NoSchedule", "NoExecute") and not tolerated(taint, pod.get("tolerations", [])):
+        if taint["effect"] in ("NoSchedule", "NoExecute") and not tolerated(
+            taint, pod.get("tolerations", [])
+        ):
             return False
     allocatable = node["status"]["allocatable"]
     for resource, amount in pod["containers"][0]["resources"]["requests"].items():
@@ -93,7 +104,8 @@ def test_spot_pods_land_only_on_spot_nodes_and_on_demand_pods_never_do(make_serv
 
 
 @pytest.mark.parametrize(
-    "gpu_class, product", [("h100", "NVIDIA-H100-80GB-HBM3"), ("h200", "NVIDIA-H200"), ("l4", "NVIDIA-L4")]
+    "gpu_class, product",
+    [("h100", "NVIDIA-H100-80GB-HBM3"), ("h200", "NVIDIA-H200"), ("l4", "NVIDIA-L4")],
 )
 def test_pods_land_only_on_their_gpu_class(make_service, gpu_class, product):
     where = placements(make_service(gpu={"class": gpu_class}, replicas=2, spot={"ratio": 0.5}))
@@ -112,22 +124,32 @@ def test_without_gpu_toleration_nothing_would_fit(make_service):
 def test_a_user_spot_selector_replaces_the_cloud_defaults(make_service):
     service = make_service(
         replicas=2,
-        spot={"ratio": 0.5, "nodeSelector": {"pool": "cheap"}, "tolerations": [{"key": "cheap", "operator": "Exists"}]},
+        spot={
+            "ratio": 0.5,
+            "nodeSelector": {"pool": "cheap"},
+            "tolerations": [{"key": "cheap", "operator": "Exists"}],
+        },
     )
     by_name = {m["metadata"]["name"]: m for m in render_fleet(service)}
     spot_pod = by_name["demo-spot"]["spec"]["template"]["spec"]
     on_demand_pod = by_name["demo-on-demand"]["spec"]["template"]["spec"]
-    spot_terms = spot_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
+    spot_terms = spot_pod["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert spot_terms == [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cheap"]}]}
     ]
-    assert spot_terms == [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cheap"]}]}]
     assert {"key": "cheap", "operator": "Exists"} in spot_pod["tolerations"]
-    od_terms = on_demand_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
+    od_terms = on_demand_pod["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert od_terms == [
+        {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["cheap"]}]}
     ]
-    assert od_terms == [{"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["cheap"]}]}]
 
 
 def test_gpu_product_override_wins_over_the_table(make_service):
     deployment = render_fleet(make_service(gpu={"class": "h100", "product": "NVIDIA-H100-PCIe"}))[1]
-    assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-PCIe"}
+    assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-PCIe"
+    }

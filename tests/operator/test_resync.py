@@ -93,7 +93,9 @@ async def test_a_body_a_status_write_superseded_is_not_reconciled_again():
         seen.append((obj["metadata"]["resourceVersion"], obj.get("status")))
         if len(seen) == 1:
             await gate.wait()
-            return Written({**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"}, "status": {"x": 1}})
+            return Written(
+                {**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"}, "status": {"x": 1}}
+            )
         return Written(None)
 
     resync = Resync(reconcile, period_seconds=30)
@@ -121,7 +123,9 @@ async def test_requests_soon_after_one_another_share_one_pass_over_the_latest_bo
     resync = Resync(reconcile, period_seconds=600, coalesce_seconds=0.01)
     resync.remember(body("a"))
     for generation in range(5):
-        resync.remember({**body("a"), "metadata": {**body("a")["metadata"], "generation": generation}})
+        resync.remember(
+            {**body("a"), "metadata": {**body("a")["metadata"], "generation": generation}}
+        )
         resync.soon(("voice", "a"))
     await asyncio.gather(*resync.tasks)
     assert seen == [4]
@@ -210,13 +214,21 @@ async def test_a_body_several_status_writes_superseded_is_not_reconciled_again()
         if len(seen) == 1:
             await gate.wait()
         newer = str(int(version) + 1)
-        return Written({**obj, "metadata": {**obj["metadata"], "resourceVersion": newer}, "status": {"v": newer}})
+        return Written(
+            {
+                **obj,
+                "metadata": {**obj["metadata"], "resourceVersion": newer},
+                "status": {"v": newer},
+            }
+        )
 
     resync = Resync(reconcile, period_seconds=30)
     created = {**body("a"), "metadata": {**body("a")["metadata"], "resourceVersion": "1"}}
     first = asyncio.create_task(resync.reconcile_locked(created))
     await asyncio.sleep(0)
-    queued = [asyncio.create_task(resync.reconcile_locked(copy.deepcopy(created))) for _ in range(2)]
+    queued = [
+        asyncio.create_task(resync.reconcile_locked(copy.deepcopy(created))) for _ in range(2)
+    ]
     await asyncio.sleep(0)
     gate.set()
     await asyncio.gather(first, *queued)
@@ -267,7 +279,9 @@ async def test_a_persistently_failing_pass_backs_off_and_posts_one_event_per_pro
     await periods(600)
     # Retried 1, 2, 4 periods after each failure, then every 240 s (the cap), not every period.
     assert passes == [0, 30, 90, 210, 450]
-    assert [b - a for a, b in zip(passes, passes[1:])] == [resync.retry_delay(n) for n in (1, 2, 3, 4)]
+    assert [b - a for a, b in zip(passes, passes[1:], strict=False)] == [
+        resync.retry_delay(n) for n in (1, 2, 3, 4)
+    ]
     assert warnings() == ["ApplyFailed"], "the same problem is reported once, not per pass"
 
     # Fixed: the retry due at 690 succeeds, and the period runs every 30 s again.

@@ -17,6 +17,7 @@ from unittest import mock
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from support.hostile_specs import hostile_documents
 from ttsfleet_operator import grammar, tts_service
 from ttsfleet_operator.cli import main
@@ -126,10 +127,49 @@ def test_render_refuses_hostile_specs_cleanly_and_renders_only_safe_manifests(do
 
 # YAML's syntax characters, some tags, and a valid TTSService to splice them into.
 YAML_PIECES = st.sampled_from(
-    [" ", "\n", "  ", "- ", ": ", "[", "]", "{", "}", ",", "&a ", "*a", "!!int ", "!!float ",
-     "!!binary ", "!!set ", "!!timestamp ", "!!python/object:os.system ", "<<: ", "? ", "|", ">",
-     "'", '"', "#", "%YAML 1.1\n", "---\n", "...\n", "0x1F", "1e999", "2001-13-45", "~", "null",
-     "metadata: ", "spec: ", "name: ", "replicas: ", "\t", "\ufeff", "\x85", "\u2028"]
+    [
+        " ",
+        "\n",
+        "  ",
+        "- ",
+        ": ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        "&a ",
+        "*a",
+        "!!int ",
+        "!!float ",
+        "!!binary ",
+        "!!set ",
+        "!!timestamp ",
+        "!!python/object:os.system ",
+        "<<: ",
+        "? ",
+        "|",
+        ">",
+        "'",
+        '"',
+        "#",
+        "%YAML 1.1\n",
+        "---\n",
+        "...\n",
+        "0x1F",
+        "1e999",
+        "2001-13-45",
+        "~",
+        "null",
+        "metadata: ",
+        "spec: ",
+        "name: ",
+        "replicas: ",
+        "\t",
+        "\ufeff",
+        "\x85",
+        "\u2028",
+    ]
 )
 SPEC_TEXT = (
     "apiVersion: ttsfleet.io/v1alpha1\nkind: TTSService\nmetadata: {name: tts}\n"

@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from ttsfleet_operator.replicas import ReplicaSplit, split_replicas
 
 replicas = st.integers(min_value=0, max_value=1000)
@@ -69,7 +70,9 @@ def test_the_on_demand_floor_holds_over_both_tracks(n, ratio, floor, weight):
     assert split.on_demand + split.canary_on_demand >= min(floor, split.total)
 
 
-@given(st.integers(min_value=2, max_value=1000), ratios, floors, st.integers(min_value=1, max_value=99))
+@given(
+    st.integers(min_value=2, max_value=1000), ratios, floors, st.integers(min_value=1, max_value=99)
+)
 def test_a_weighted_canary_has_a_pod_and_leaves_stable_one(n, ratio, floor, weight):
     split = split_replicas(n, ratio, floor, canary_weight=weight)
     assert 1 <= split.canary <= n - 1 and split.stable >= 1

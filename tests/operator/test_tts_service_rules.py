@@ -41,7 +41,14 @@ def test_25_hz_needs_an_explicit_checkpoint(make_service):
     assert "no 25 Hz Qwen3-TTS checkpoint is published" in refusal(
         make_service, model={"size": "1.7B", "variant": "Base", "tokenizerRateHz": 25}
     )
-    make_service(model={"size": "1.7B", "variant": "Base", "tokenizerRateHz": 25, "source": {"hub": "me/tts-25hz"}})
+    make_service(
+        model={
+            "size": "1.7B",
+            "variant": "Base",
+            "tokenizerRateHz": 25,
+            "source": {"hub": "me/tts-25hz"},
+        }
+    )
 
 
 def test_source_is_hub_or_pvc_not_both_nor_neither(make_service):
@@ -49,11 +56,18 @@ def test_source_is_hub_or_pvc_not_both_nor_neither(make_service):
     assert "exactly one of hub or pvc" in refusal(
         make_service, model={"size": "1.7B", "variant": "Base", "source": both}
     )
-    assert "exactly one of hub or pvc" in refusal(make_service, model={"size": "1.7B", "variant": "Base", "source": {}})
+    assert "exactly one of hub or pvc" in refusal(
+        make_service, model={"size": "1.7B", "variant": "Base", "source": {}}
+    )
 
 
 def test_a_pvc_source_has_no_revision(make_service):
-    model = {"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": "models"}}, "revision": "abc"}
+    model = {
+        "size": "1.7B",
+        "variant": "Base",
+        "source": {"pvc": {"claimName": "models"}},
+        "revision": "abc",
+    }
     assert "a PVC source has no revision" in refusal(make_service, model=model)
 
 
@@ -65,7 +79,9 @@ def test_min_replicas_not_above_max(make_service):
 
 def test_on_demand_floor_not_above_max_replicas_when_autoscaling(make_service):
     assert "spot.minOnDemand must not exceed autoscaling.maxReplicas" in refusal(
-        make_service, autoscaling={"enabled": True, "maxReplicas": 3}, spot={"ratio": 0.5, "minOnDemand": 4}
+        make_service,
+        autoscaling={"enabled": True, "maxReplicas": 3},
+        spot={"ratio": 0.5, "minOnDemand": 4},
     )
     # Without autoscaling the floor is simply capped by spec.replicas.
     make_service(spot={"ratio": 0.5, "minOnDemand": 4})
@@ -143,11 +159,21 @@ def test_env_may_not_override_settings_or_load_code(make_service, name, says):
 def test_env_names_are_unique(make_service):
     twice = [{"name": "HF_TOKEN", "value": "a"}, {"name": "HF_TOKEN", "value": "b"}]
     assert "runtime.env names must be unique" in refusal(make_service, runtime={"env": twice})
-    service = make_service(runtime={"env": [{"name": "HF_TOKEN", "value": "a"}, {"name": "_LOG", "value": "b"}]})
+    service = make_service(
+        runtime={"env": [{"name": "HF_TOKEN", "value": "a"}, {"name": "_LOG", "value": "b"}]}
+    )
     assert [item.name for item in service.spec.runtime.env] == ["HF_TOKEN", "_LOG"]
 
 
-HOSTILE_NAMES = ["Not_A/Valid..Name!", "../../kube-system/admin", "UPPER", "-x", "a" * 254, "a\nb", ""]
+HOSTILE_NAMES = [
+    "Not_A/Valid..Name!",
+    "../../kube-system/admin",
+    "UPPER",
+    "-x",
+    "a" * 254,
+    "a\nb",
+    "",
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -157,7 +183,9 @@ HOSTILE_NAMES = ["Not_A/Valid..Name!", "../../kube-system/admin", "UPPER", "-x",
         lambda name: {"runtime": {"apiKeysSecret": name}},
         lambda name: {"runtime": {"serviceAccountName": name}},
         lambda name: {"runtime": {"imagePullSecrets": [name]}},
-        lambda name: {"model": {"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": name}}}},
+        lambda name: {
+            "model": {"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": name}}}
+        },
     ],
     ids=["apiKeysSecret", "serviceAccountName", "imagePullSecrets", "pvc.claimName"],
 )
@@ -202,9 +230,15 @@ def test_real_image_references_pass(make_service, image):
     assert make_service(runtime={"image": image}).spec.runtime.image == image
 
 
-@pytest.mark.parametrize("path", ["/../../etc", "/models/..", "/a/../b", "relative", "/a//b", "/a b", "/a\n"])
+@pytest.mark.parametrize(
+    "path", ["/../../etc", "/models/..", "/a/../b", "relative", "/a//b", "/a b", "/a\n"]
+)
 def test_pvc_paths_stay_inside_the_volume(make_service, path):
-    model = {"size": "1.7B", "variant": "Base", "source": {"pvc": {"claimName": "models", "path": path}}}
+    model = {
+        "size": "1.7B",
+        "variant": "Base",
+        "source": {"pvc": {"claimName": "models", "path": path}},
+    }
     message = refusal(make_service, model=model)
     if ".." in path:
         assert "must not contain '..'" in message
@@ -215,13 +249,17 @@ def test_hub_ids_are_owner_slash_name(make_service, hub):
     refusal(make_service, model={"size": "1.7B", "variant": "Base", "source": {"hub": hub}})
 
 
-@pytest.mark.parametrize("revision", ["../../main", "a/../b", ".hidden", "main.", "a//b", "v 1", "-x"])
+@pytest.mark.parametrize(
+    "revision", ["../../main", "a/../b", ".hidden", "main.", "a//b", "v 1", "-x"]
+)
 def test_hub_revisions_are_refs_without_dot_dot(make_service, revision):
     refusal(make_service, model={"size": "1.7B", "variant": "Base", "revision": revision})
     refusal(make_service, canary={"candidate": {"modelRevision": revision}})
 
 
-@pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/12", "0123456789abcdef0123456789abcdef01234567"])
+@pytest.mark.parametrize(
+    "revision", ["main", "v1.0", "refs/pr/12", "0123456789abcdef0123456789abcdef01234567"]
+)
 def test_real_hub_revisions_pass(make_service, revision):
     make_service(model={"size": "1.7B", "variant": "Base", "revision": revision})
 
@@ -252,7 +290,9 @@ def test_a_null_field_is_an_absent_field_as_on_the_api_server(make_service):
 
 
 def test_more_than_one_gpu_per_pod_is_refused_until_the_runtime_uses_them(make_service):
-    assert "gpu.count must be 1: the runtime serves with one GPU" in refusal(make_service, gpu={"count": 2})
+    assert "gpu.count must be 1: the runtime serves with one GPU" in refusal(
+        make_service, gpu={"count": 2}
+    )
 
 
 def test_api_keys_secret_contradicts_auth_disabled(make_service):
@@ -267,7 +307,10 @@ def test_api_keys_secret_contradicts_auth_disabled(make_service):
     [
         ({"operator": "Equal", "value": "x"}, "without a key needs operator Exists"),
         ({"key": "k", "operator": "Exists", "value": "x"}, "operator Exists has no value"),
-        ({"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}, "applies to effect NoExecute only"),
+        (
+            {"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5},
+            "applies to effect NoExecute only",
+        ),
         ({"key": "bad key"}, "should match pattern"),
     ],
 )
@@ -279,5 +322,7 @@ def test_spot_node_selector_keys_are_label_keys(make_service):
     assert "spot.nodeSelector keys are label keys" in refusal(
         make_service, spot={"ratio": 0.5, "nodeSelector": {"bad key!": "spot"}}
     )
-    assert "should match pattern" in refusal(make_service, spot={"ratio": 0.5, "nodeSelector": {"pool": "a b"}})
+    assert "should match pattern" in refusal(
+        make_service, spot={"ratio": 0.5, "nodeSelector": {"pool": "a b"}}
+    )
     make_service(spot={"ratio": 0.5, "nodeSelector": {"example.com/pool": "spot-gpu"}})

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
@@ -22,8 +23,12 @@ def make_engine(tiny_custom_voice):
 
     def make(max_batch: int = 4, max_queue: int = 8):
         return TTSEngine.from_pretrained(
-            str(tiny_custom_voice), device="cpu", max_batch=max_batch, max_queue=max_queue,
-            dtype="float32", cuda_graphs=False,
+            str(tiny_custom_voice),
+            device="cpu",
+            max_batch=max_batch,
+            max_queue=max_queue,
+            dtype="float32",
+            cuda_graphs=False,
         )
 
     return make
@@ -37,8 +42,13 @@ def voices_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(voices_root, make_engine):
     """The default server: two keys, voice uploads on, no rate limit."""
-    settings = ServerSettings(voices_dir=voices_root, max_body_bytes=16 * 1024, max_input_chars=500,
-                              max_voice_upload_bytes=400 * 1024, max_audio_seconds=SHORT_AUDIO_S)
+    settings = ServerSettings(
+        voices_dir=voices_root,
+        max_body_bytes=16 * 1024,
+        max_input_chars=500,
+        max_voice_upload_bytes=400 * 1024,
+        max_audio_seconds=SHORT_AUDIO_S,
+    )
     with LiveServer(make_engine(), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
         yield live
 
@@ -52,5 +62,6 @@ def model_id(server) -> str:
 def openai_client(server):
     import openai
 
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
-
+    return openai.OpenAI(
+        base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60
+    )

@@ -7,12 +7,12 @@ element's position, type, press keys, read the page, take a screenshot.
 from __future__ import annotations
 
 import base64
-import os
-import signal
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -23,9 +23,17 @@ from websockets.sync.client import connect
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for this sandbox (see the machine notes): no GPU, no outbound network.
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required", "--window-size=900,1000", "--remote-debugging-port=0",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+    "--window-size=900,1000",
+    "--remote-debugging-port=0",
 ]
 
 
@@ -56,12 +64,17 @@ class Page:
     def _event(self, message):
         if message.get("method") == "Runtime.consoleAPICalled":
             args = message["params"]["args"]
-            self.console.append(f"{message['params']['type']}: " + " ".join(str(a.get("value", a.get("description"))) for a in args))
+            self.console.append(
+                f"{message['params']['type']}: "
+                + " ".join(str(a.get("value", a.get("description"))) for a in args)
+            )
         elif message.get("method") == "Runtime.exceptionThrown":
             self.exceptions.append(json.dumps(message["params"]["exceptionDetails"])[:500])
 
     def evaluate(self, expression: str):
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        result = self.send(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(result["exceptionDetails"])
         return result["result"].get("value")
@@ -80,18 +93,46 @@ class Page:
             " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
         )
         for kind in ("mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+            self.send(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
 
     def type(self, text: str) -> None:
         self.send("Input.insertText", text=text)
 
     def press(self, key: str, code: str, key_code: int) -> None:
         for kind in ("keyDown", "keyUp"):
-            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=code, windowsVirtualKeyCode=key_code)
+            self.send(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key=key,
+                code=code,
+                windowsVirtualKeyCode=key_code,
+            )
 
     def select_all(self) -> None:
-        self.send("Input.dispatchKeyEvent", type="keyDown", key="a", code="KeyA", modifiers=2, windowsVirtualKeyCode=65, commands=["selectAll"])
-        self.send("Input.dispatchKeyEvent", type="keyUp", key="a", code="KeyA", modifiers=2, windowsVirtualKeyCode=65)
+        self.send(
+            "Input.dispatchKeyEvent",
+            type="keyDown",
+            key="a",
+            code="KeyA",
+            modifiers=2,
+            windowsVirtualKeyCode=65,
+            commands=["selectAll"],
+        )
+        self.send(
+            "Input.dispatchKeyEvent",
+            type="keyUp",
+            key="a",
+            code="KeyA",
+            modifiers=2,
+            windowsVirtualKeyCode=65,
+        )
 
     def screenshot(self, path: Path) -> bytes:
         data = base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
@@ -106,7 +147,8 @@ class Browser:
         self._profile = tempfile.TemporaryDirectory(prefix="chromium-profile-")
         self._process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             # Its own process group: the renderer and helper processes it forks
             # write to the profile too, and must be gone before it is removed.
             start_new_session=True,
@@ -126,7 +168,9 @@ class Browser:
 
         targets = httpx.get(f"http://127.0.0.1:{self.port}/json/list").json()
         target = next(t for t in targets if t["type"] == "page")
-        ws = self._sockets.enter_context(connect(target["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
+        ws = self._sockets.enter_context(
+            connect(target["webSocketDebuggerUrl"], max_size=None, open_timeout=10)
+        )
         page = Page(ws)
         page.send("Runtime.enable")
         page.send("Page.enable")

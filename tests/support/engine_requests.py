@@ -12,10 +12,19 @@ def fixed_length(frames: int, seed: int, **kw) -> SamplingParams:
     return SamplingParams(seed=seed, max_frames=frames, min_frames=frames, **kw)
 
 
-def request(text: str = "Hello there, how are you today?", voice: str = "ryan", request_id: str = "",
-            **params) -> SynthesisRequest:
-    return SynthesisRequest(text=text, voice=voice, language="english", params=fixed_length(**params),
-                            request_id=request_id)
+def request(
+    text: str = "Hello there, how are you today?",
+    voice: str = "ryan",
+    request_id: str = "",
+    **params,
+) -> SynthesisRequest:
+    return SynthesisRequest(
+        text=text,
+        voice=voice,
+        language="english",
+        params=fixed_length(**params),
+        request_id=request_id,
+    )
 
 
 async def collect(stream) -> tuple[list, np.ndarray]:

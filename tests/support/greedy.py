@@ -10,17 +10,34 @@ from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model
 
-GREEDY = SlotParams(temperature=0.0, top_k=50, top_p=1.0, repetition_penalty=1.05,
-                    subtalker_temperature=0.0, subtalker_top_k=50, subtalker_top_p=1.0,
-                    seed=0, min_frames=0)
+GREEDY = SlotParams(
+    temperature=0.0,
+    top_k=50,
+    top_p=1.0,
+    repetition_penalty=1.05,
+    subtalker_temperature=0.0,
+    subtalker_top_k=50,
+    subtalker_top_p=1.0,
+    seed=0,
+    min_frames=0,
+)
 
 
-def our_codes(checkpoint, text: str, voice, instructions, language: str, frames: int,
-              params: SlotParams = GREEDY) -> torch.Tensor:
+def our_codes(
+    checkpoint,
+    text: str,
+    voice,
+    instructions,
+    language: str,
+    frames: int,
+    params: SlotParams = GREEDY,
+) -> torch.Tensor:
     """-> codes [n <= frames, 16], stopping at EOS like the reference."""
     model = load_model(checkpoint, "cpu", "float32", max_positions=512)
     builder = PromptBuilder(model.config, TextTokenizer.from_checkpoint(checkpoint))
-    runner = ModelRunner(model, max_batch=2, max_len=512, max_text=256, device="cpu", cuda_graphs=False)
+    runner = ModelRunner(
+        model, max_batch=2, max_len=512, max_text=256, device="cpu", cuda_graphs=False
+    )
     prompt = builder.voice(voice, instructions, language)
     ids = builder.text_ids(text)
     embeds = builder.prefill_embeds(model.talker, prompt, ids[0])

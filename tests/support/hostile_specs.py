@@ -101,7 +101,7 @@ values = st.one_of(strings, numbers, st.sampled_from(WRONG_TYPES))
 def _set(document: dict, path: tuple, value: Any) -> None:
     """Put `value` at `path`, making (or replacing) the containers on the way."""
     node: Any = document
-    for part, following in zip(path, path[1:]):
+    for part, following in zip(path, path[1:], strict=False):
         child = _get(node, part)
         wanted = list if isinstance(following, int) else dict
         if not isinstance(child, wanted):

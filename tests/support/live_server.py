@@ -75,7 +75,8 @@ def metric_value(base_url: str, name: str, labels: dict | None = None) -> float:
     text = httpx.get(base_url + "/metrics").text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+            if sample.name == name and all(
+                sample.labels.get(k) == v for k, v in (labels or {}).items()
+            ):
                 return sample.value
     return 0.0
-

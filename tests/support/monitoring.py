@@ -82,7 +82,9 @@ def rule_groups() -> list[dict]:
 
 
 def recorded_names() -> set[str]:
-    return {rule["record"] for group in rule_groups() for rule in group["rules"] if "record" in rule}
+    return {
+        rule["record"] for group in rule_groups() for rule in group["rules"] if "record" in rule
+    }
 
 
 def alerts() -> list[dict]:
@@ -90,7 +92,13 @@ def alerts() -> list[dict]:
 
 
 def exported_names() -> set[str]:
-    return runtime_metric_names() | operator_metric_names() | recorded_names() | EXTERNAL_METRICS | SCRAPE_METRICS
+    return (
+        runtime_metric_names()
+        | operator_metric_names()
+        | recorded_names()
+        | EXTERNAL_METRICS
+        | SCRAPE_METRICS
+    )
 
 
 # Grafana's template variables, as a query sees them on the server.
@@ -116,7 +124,9 @@ def selectors(expr: str) -> list[tuple[str, dict[str, tuple[str, str]]]]:
 
     def visit(node):
         if isinstance(node, promql_parser.VectorSelector):
-            matchers = {m.name: (str(m.op).rsplit(".", 1)[-1], m.value) for m in node.matchers.matchers}
+            matchers = {
+                m.name: (str(m.op).rsplit(".", 1)[-1], m.value) for m in node.matchers.matchers
+            }
             found.append((node.name, matchers))
 
     promql_parser.walk(promql_parser.parse(expr), visit)

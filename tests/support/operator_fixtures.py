@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from support.tools import tool
 from ttsfleet_operator import child_kinds
 
@@ -75,9 +76,7 @@ def install_chart(cluster, helm: str | None = None) -> None:
         check=False,
     )
     if proc.returncode != 0:
-        raise AssertionError(
-            f"helm upgrade --install failed:\n{proc.stderr}{proc.stdout}"
-        )
+        raise AssertionError(f"helm upgrade --install failed:\n{proc.stderr}{proc.stdout}")
 
 
 def service_account_kubeconfig(cluster, path: Path, duration: str = "6h") -> Path:
@@ -92,12 +91,8 @@ def service_account_kubeconfig(cluster, path: Path, duration: str = "6h") -> Pat
         duration,
     ).stdout.strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    context = next(
-        c for c in admin["contexts"] if c["name"] == admin["current-context"]
-    )["context"]
-    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])[
-        "cluster"
-    ]
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
     user = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{SERVICE_ACCOUNT}"
     config = {
         "apiVersion": "v1",
@@ -115,9 +110,7 @@ def service_account_kubeconfig(cluster, path: Path, duration: str = "6h") -> Pat
 class Operator:
     """`ttsfleet operator run` as a local process with the ServiceAccount's kubeconfig."""
 
-    def __init__(
-        self, kubeconfig: Path, log_path: Path, resync_seconds: float = RESYNC_SECONDS
-    ):
+    def __init__(self, kubeconfig: Path, log_path: Path, resync_seconds: float = RESYNC_SECONDS):
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.resync_seconds = resync_seconds
@@ -127,17 +120,11 @@ class Operator:
         self.proc: subprocess.Popen | None = None
         self._log = None
 
-    def start(
-        self, namespaces: list[str] | None = None, extra_args: tuple[str, ...] = ()
-    ) -> None:
-        assert self.proc is None or self.proc.poll() is not None, (
-            "operator already running"
-        )
+    def start(self, namespaces: list[str] | None = None, extra_args: tuple[str, ...] = ()) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "operator already running"
         self.namespaces = namespaces
         self.extra_args = tuple(extra_args)
-        scope = (
-            [arg for ns in namespaces for arg in ("-n", ns)] if namespaces else ["-A"]
-        )
+        scope = [arg for ns in namespaces for arg in ("-n", ns)] if namespaces else ["-A"]
         cmd = [
             ttsfleet_path(),
             "operator",
@@ -173,11 +160,7 @@ class Operator:
             # A SIGTERM before kopf has set up its signal handlers kills it outright:
             # give it the moment it needs to be stoppable cleanly.
             deadline = time.monotonic() + 15
-            while (
-                time.monotonic() < deadline
-                and self.proc.poll() is None
-                and not self._started()
-            ):
+            while time.monotonic() < deadline and self.proc.poll() is None and not self._started():
                 time.sleep(0.2)
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -187,9 +170,7 @@ class Operator:
                 self.proc.wait(10)
         code = self.proc.returncode
         if self._log:
-            self._log.write(
-                f"===== {time.strftime('%H:%M:%S')} stopped (exit {code})\n"
-            )
+            self._log.write(f"===== {time.strftime('%H:%M:%S')} stopped (exit {code})\n")
             self._log.close()
             self._log = None
         self.proc = None
@@ -218,9 +199,7 @@ class Operator:
 
     def log_tail(self, lines: int = 80) -> str:
         try:
-            return "\n".join(
-                self.log_path.read_text(errors="replace").splitlines()[-lines:]
-            )
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no operator log)"
 
@@ -251,9 +230,7 @@ def operator_install(cluster, tmp_path_factory) -> OperatorInstall:
             pytrace=False,
         )
     install_chart(cluster)
-    path = service_account_kubeconfig(
-        cluster, tmp_path_factory.mktemp("operator") / "kubeconfig"
-    )
+    path = service_account_kubeconfig(cluster, tmp_path_factory.mktemp("operator") / "kubeconfig")
     return OperatorInstall(kubeconfig=path)
 
 
@@ -267,9 +244,7 @@ def operator(operator_install, tmp_path_factory):
     yield op
     code = op.stop()
     # SIGTERM is a clean shutdown: kopf exits 0 (a signal exit would show as negative).
-    assert code in (0, None), (
-        f"operator did not shut down cleanly (exit {code}):\n{op.log_tail()}"
-    )
+    assert code in (0, None), f"operator did not shut down cleanly (exit {code}):\n{op.log_tail()}"
 
 
 @pytest.fixture
@@ -339,16 +314,12 @@ def wait_ready(cluster, name: str, namespace: str, timeout: float = 90) -> dict:
             what=f"TTSService {name} Ready",
         )
     except AssertionError as exc:
-        raise AssertionError(
-            f"{exc}\nlast: {json.dumps(last(), indent=1)[:3000]}"
-        ) from None
+        raise AssertionError(f"{exc}\nlast: {json.dumps(last(), indent=1)[:3000]}") from None
 
 
 def children(cluster, kind: str, name: str, namespace: str) -> list[dict]:
     """Objects of `kind` labelled as this TTSService's children."""
-    return cluster.get(kind, "-n", namespace, "-l", f"ttsfleet.io/service={name}")[
-        "items"
-    ]
+    return cluster.get(kind, "-n", namespace, "-l", f"ttsfleet.io/service={name}")["items"]
 
 
 def deployment_replicas(cluster, name: str, namespace: str) -> dict[str, int]:

@@ -8,7 +8,10 @@ from typing import Any
 
 
 def wait_for(
-    condition: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = "condition"
+    condition: Callable[[], Any],
+    timeout: float = 60,
+    interval: float = 0.5,
+    what: str = "condition",
 ) -> Any:
     """Poll until condition() returns something truthy; return it. Fails with `what`."""
     deadline = time.monotonic() + timeout

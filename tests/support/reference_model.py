@@ -15,12 +15,19 @@ import sys
 import types
 from pathlib import Path
 
-import pytest
 from support import reference
 
-
-_AUDIO_ONLY_MODULES = ("librosa", "librosa.filters", "soundfile", "sox", "onnxruntime", "einops",
-                       "torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi")
+_AUDIO_ONLY_MODULES = (
+    "librosa",
+    "librosa.filters",
+    "soundfile",
+    "sox",
+    "onnxruntime",
+    "einops",
+    "torchaudio",
+    "torchaudio.compliance",
+    "torchaudio.compliance.kaldi",
+)
 
 
 class _Absent(types.ModuleType):
@@ -59,7 +66,9 @@ def reference_model(checkpoint: Path):
     torch.manual_seed(0)
     model = qwen_tts.Qwen3TTSForConditionalGeneration(cfg).float().eval()
     state = load_file(str(checkpoint / "model.safetensors"))
-    missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    missing, unexpected = model.load_state_dict(
+        {k: v.float() for k, v in state.items()}, strict=False
+    )
     assert not unexpected, unexpected
     assert not [k for k in missing if not k.startswith("speaker_encoder.")], missing
     return model

@@ -22,8 +22,12 @@ def ttsfleet(*args: str) -> list[str]:
 def write_tiny_checkpoint(out: Path, variant: str = "CustomVoice") -> Path:
     """`ttsfleet checkpoint --random --size tiny` into `out` (random weights, no download)."""
     subprocess.run(
-        ttsfleet("checkpoint", "--random", "--size", "tiny", "--variant", variant, "--out", str(out)),
-        check=True, capture_output=True, timeout=300,
+        ttsfleet(
+            "checkpoint", "--random", "--size", "tiny", "--variant", variant, "--out", str(out)
+        ),
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     return out
 
@@ -35,18 +39,36 @@ class RuntimeProcess:
     Random weights never say EOS: every utterance runs to --max-audio-seconds.
     """
 
-    def __init__(self, workdir: Path, checkpoint: Path, *flags: str, name: str = "serve",
-                 log_level: str = "warning"):
+    def __init__(
+        self,
+        workdir: Path,
+        checkpoint: Path,
+        *flags: str,
+        name: str = "serve",
+        log_level: str = "warning",
+    ):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"{name}.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115 (open while the process runs; stop() closes it)
         self.process = subprocess.Popen(
             ttsfleet(
-                "serve", "--model", str(checkpoint), "--device", "cpu", "--host", "127.0.0.1",
-                "--port", str(self.port), "--auth", "disabled", *flags,
+                "serve",
+                "--model",
+                str(checkpoint),
+                "--device",
+                "cpu",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--auth",
+                "disabled",
+                *flags,
             ),
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "TTSFLEET_LOG_LEVEL": log_level},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TTSFLEET_LOG_LEVEL": log_level},
         )
 
     def log_text(self) -> str:

@@ -31,7 +31,7 @@ class _Stream:
     """Generation runs in its own task (as in a real engine), into a queue;
     `cancel()` stops it and frees the slot whether or not anyone iterates."""
 
-    def __init__(self, engine: "StandInEngine", request: api.SynthesisRequest):
+    def __init__(self, engine: StandInEngine, request: api.SynthesisRequest):
         self.engine = engine
         self.request = request
         self.request_id = request.request_id
@@ -70,17 +70,26 @@ class _Stream:
                         if engine._stopping_now:
                             self._finish = "shutdown"
                             return
-                        if engine.fail_after_chunks is not None and index >= engine.fail_after_chunks:
+                        if (
+                            engine.fail_after_chunks is not None
+                            and index >= engine.fail_after_chunks
+                        ):
                             if engine.fail_quietly:
                                 self._finish = "error"
                                 return
-                            raise engine.fail_with or CudaOutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
+                            raise engine.fail_with or CudaOutOfMemory(
+                                "CUDA out of memory. Tried to allocate 2.00 GiB"
+                            )
                         n = min(engine.frames_per_chunk, frames - done)
-                        t = (np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME) / SAMPLE_RATE
+                        t = (
+                            np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME
+                        ) / SAMPLE_RATE
                         pcm = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
                         done += n
                         engine._frames_total += n
-                        self._chunks.put_nowait(api.AudioChunk(pcm, SAMPLE_RATE, index, n, t_admitted, time.monotonic()))
+                        self._chunks.put_nowait(
+                            api.AudioChunk(pcm, SAMPLE_RATE, index, n, t_admitted, time.monotonic())
+                        )
                         index += 1
                     self._finish = "eos"
                 finally:
@@ -159,7 +168,11 @@ class StandInEngine:
     def submit(self, request: api.SynthesisRequest):
         if self._stopped:
             raise api.EngineStopped("stopped")
-        if request.voice is not None and request.voice not in self.info.speakers and not request.voice.startswith("voice_"):
+        if (
+            request.voice is not None
+            and request.voice not in self.info.speakers
+            and not request.voice.startswith("voice_")
+        ):
             raise api.InvalidRequest(f"unknown voice {request.voice!r}")
         request.params.validate()
         if self._queued + self._active >= self.max_batch + self.max_queue:
@@ -169,8 +182,11 @@ class StandInEngine:
 
     def stats(self) -> api.EngineStats:
         return api.EngineStats(
-            queue_depth=max(0, self._queued), active=self._active, max_batch=self.max_batch,
-            max_queue=self.max_queue, frames_total=self._frames_total,
+            queue_depth=max(0, self._queued),
+            active=self._active,
+            max_batch=self.max_batch,
+            max_queue=self.max_queue,
+            frames_total=self._frames_total,
         )
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:

@@ -24,5 +24,7 @@ def tool(name: str) -> str:
     cached = tools_dir() / name
     if cached.exists():
         return str(cached)
-    pytest.fail(f"{name} not found on PATH or in {tools_dir()}: run `make tools` (hack/install-tools.sh)",
-                pytrace=False)
+    pytest.fail(
+        f"{name} not found on PATH or in {tools_dir()}: run `make tools` (hack/install-tools.sh)",
+        pytrace=False,
+    )

@@ -35,7 +35,12 @@ class SpeechTraffic:
             model = client.get("/v1/models").json()["data"][0]["id"]
             i = 0
             while not self._stopping.is_set():
-                body = {"model": model, "voice": "Vivian", "input": f"Sentence number {i}.", "response_format": "pcm"}
+                body = {
+                    "model": model,
+                    "voice": "Vivian",
+                    "input": f"Sentence number {i}.",
+                    "response_format": "pcm",
+                }
                 if self.varied and i % 2:
                     body["stream_format"] = "audio"
                 response = client.post("/v1/audio/speech", json=body)
@@ -49,7 +54,9 @@ class SpeechTraffic:
                     if 400 <= bad.status_code < 500:
                         self._count("invalid")
                     else:
-                        self.failures.append(f"empty input: {bad.status_code} {bad.text[:200]}, not 4xx")
+                        self.failures.append(
+                            f"empty input: {bad.status_code} {bad.text[:200]}, not 4xx"
+                        )
                 i += 1
                 time.sleep(self.pause)
 
@@ -75,7 +82,12 @@ def request_seconds(base: str, samples: int = 3) -> float:
     tests scale with it, since a busy 2-core machine can be several times slower."""
     with httpx.Client(base_url=base, timeout=120) as client:
         model = client.get("/v1/models").json()["data"][0]["id"]
-        body = {"model": model, "voice": "Vivian", "input": "Calibration.", "response_format": "pcm"}
+        body = {
+            "model": model,
+            "voice": "Vivian",
+            "input": "Calibration.",
+            "response_format": "pcm",
+        }
         started = time.monotonic()
         for _ in range(samples):
             assert client.post("/v1/audio/speech", json=body).status_code == 200

@@ -16,12 +16,11 @@ candidate showed nothing wrong, and repeated silence pauses the rollout.
 
 from __future__ import annotations
 
-from ttsfleet_runtime import metrics as runtime_metrics
-
 from ttsfleet_operator import labels
 from ttsfleet_operator.canary.prometheus import Prometheus, PrometheusError
 from ttsfleet_operator.canary.state_machine import FAIL, INCONCLUSIVE, PASS
 from ttsfleet_operator.tts_service import AnalysisResult, CanaryAnalysis
+from ttsfleet_runtime import metrics as runtime_metrics
 
 SERVER_FAULT_TYPES = runtime_metrics.SERVER_FAULT_ERRORS
 API_ROUTES = "/v1/.*"
@@ -34,10 +33,14 @@ def _selector(namespace: str, service: str, track: str, extra: str = "") -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def queries(namespace: str, service: str, interval_seconds: int, track: str = labels.CANARY) -> dict[str, str]:
+def queries(
+    namespace: str, service: str, interval_seconds: int, track: str = labels.CANARY
+) -> dict[str, str]:
     """The PromQL of one analysis, by name."""
     window = f"[{interval_seconds}s]"
-    requests = runtime_metrics.REQUESTS + _selector(namespace, service, track, f'route=~"{API_ROUTES}"')
+    requests = runtime_metrics.REQUESTS + _selector(
+        namespace, service, track, f'route=~"{API_ROUTES}"'
+    )
     errors = runtime_metrics.ERRORS + _selector(
         namespace, service, track, f'type=~"{"|".join(SERVER_FAULT_TYPES)}"'
     )
@@ -56,7 +59,10 @@ def judge(
     """Pass, Fail or Inconclusive from the three numbers (None: no data)."""
     if requests is None or requests < rules.min_requests:
         seen = 0 if requests is None else round(requests)
-        return AnalysisResult(result=INCONCLUSIVE, reason=f"{seen} requests on the canary, {rules.min_requests} needed")
+        return AnalysisResult(
+            result=INCONCLUSIVE,
+            reason=f"{seen} requests on the canary, {rules.min_requests} needed",
+        )
     problems = []
     if error_ratio is not None and error_ratio > rules.max_error_ratio:
         problems.append(f"error ratio {error_ratio:.3f} > {rules.max_error_ratio:g}")
@@ -75,14 +81,20 @@ def judge(
     return AnalysisResult(result=PASS, reason=numbers)
 
 
-async def analyse(prometheus: Prometheus | None, namespace: str, service: str, rules: CanaryAnalysis) -> AnalysisResult:
+async def analyse(
+    prometheus: Prometheus | None, namespace: str, service: str, rules: CanaryAnalysis
+) -> AnalysisResult:
     if prometheus is None:
-        return AnalysisResult(result=INCONCLUSIVE, reason="no Prometheus configured (--prometheus-url)")
+        return AnalysisResult(
+            result=INCONCLUSIVE, reason="no Prometheus configured (--prometheus-url)"
+        )
     values: dict[str, float | None] = {}
     try:
         for name, expr in queries(namespace, service, rules.interval_seconds).items():
             result = await prometheus.query(expr)
             values[name] = result[0][1] if result else None
     except PrometheusError as error:
-        return AnalysisResult(result=INCONCLUSIVE, reason=f"Prometheus query failed: {error}"[:1000])
+        return AnalysisResult(
+            result=INCONCLUSIVE, reason=f"Prometheus query failed: {error}"[:1000]
+        )
     return judge(rules, values["requests"], values["error_ratio"], values["ttfa_p95"])

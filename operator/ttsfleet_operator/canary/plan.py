@@ -20,10 +20,19 @@ def uses_gateway(service: TTSService, cluster_has_gateway_api: bool) -> bool:
     return canary.traffic == "Auto" and cluster_has_gateway_api
 
 
-def plan(service: TTSService, canary: CanaryStatus | None, cluster_has_gateway_api: bool = False) -> Tracks:
+def plan(
+    service: TTSService, canary: CanaryStatus | None, cluster_has_gateway_api: bool = False
+) -> Tracks:
     stable = stable_service(service, canary)
     gateway = uses_gateway(service, cluster_has_gateway_api)
     revision = candidate_revision(service)
-    if canary is None or revision is None or canary.revision != revision or canary.phase not in CANDIDATE_RENDERED:
+    if (
+        canary is None
+        or revision is None
+        or canary.revision != revision
+        or canary.phase not in CANDIDATE_RENDERED
+    ):
         return Tracks(stable=stable, gateway=gateway)
-    return Tracks(stable=stable, candidate=candidate_service(service), weight=canary.weight, gateway=gateway)
+    return Tracks(
+        stable=stable, candidate=candidate_service(service), weight=canary.weight, gateway=gateway
+    )

@@ -93,7 +93,9 @@ def _parse(text: str | None) -> datetime.datetime | None:
     return parse_time(text) if text else None
 
 
-def analysis_due(spec: CanarySpec | None, status: CanaryStatus | None, now: datetime.datetime) -> bool:
+def analysis_due(
+    spec: CanarySpec | None, status: CanaryStatus | None, now: datetime.datetime
+) -> bool:
     """True when an active rollout's interval has passed since its step began or its last analysis."""
     if spec is None or status is None or status.phase not in ACTIVE:
         return False
@@ -104,7 +106,9 @@ def analysis_due(spec: CanarySpec | None, status: CanaryStatus | None, now: date
     return since is None or (now - since).total_seconds() >= spec.analysis.interval_seconds
 
 
-def seconds_until_analysis(spec: CanarySpec | None, status: CanaryStatus | None, now: datetime.datetime) -> float:
+def seconds_until_analysis(
+    spec: CanarySpec | None, status: CanaryStatus | None, now: datetime.datetime
+) -> float:
     """How long until `analysis_due` turns true (0 if due, inf if never)."""
     if spec is None or status is None or status.phase not in ACTIVE:
         return float("inf")
@@ -117,7 +121,9 @@ def seconds_until_analysis(spec: CanarySpec | None, status: CanaryStatus | None,
     return max(0.0, spec.analysis.interval_seconds - (now - since).total_seconds())
 
 
-def pending_action(status: CanaryStatus | None, action: str | None, candidate_revision: str | None) -> bool:
+def pending_action(
+    status: CanaryStatus | None, action: str | None, candidate_revision: str | None
+) -> bool:
     """A promote/abort annotation not yet acted on for this candidate (it wins over any analysis)."""
     if action not in (PROMOTE, ABORT) or status is None or status.phase not in ACTIVE:
         return False
@@ -148,7 +154,13 @@ def next_state(
             return Transition(status)
         events = ()
         if status.phase in (*ACTIVE, PROMOTING):
-            events = (Event(WARNING, "CanaryCancelled", "the candidate was removed from the spec; stable serves"),)
+            events = (
+                Event(
+                    WARNING,
+                    "CanaryCancelled",
+                    "the candidate was removed from the spec; stable serves",
+                ),
+            )
         return Transition(CanaryStatus(message="no candidate"), events)
 
     if status.revision != candidate_revision:
@@ -171,7 +183,9 @@ def next_state(
         if not stable_serves_candidate:
             return Transition(status)
         message = f"candidate {candidate_revision} is stable; the canary Deployments are removed"
-        promoted = status.model_copy(update={"phase": PROMOTED, "weight": 0, "step_started": stamp, "message": message})
+        promoted = status.model_copy(
+            update={"phase": PROMOTED, "weight": 0, "step_started": stamp, "message": message}
+        )
         return Transition(promoted, (Event(NORMAL, "CanaryPromoted", message),))
 
     if pending_action(status, action, candidate_revision):
@@ -182,13 +196,21 @@ def next_state(
     return _analysed(spec, status, analysis.model_copy(update={"time": stamp}), stamp)
 
 
-def _manual(spec: CanarySpec, status: CanaryStatus, action: str, handled: str, stamp: str) -> Transition:
+def _manual(
+    spec: CanarySpec, status: CanaryStatus, action: str, handled: str, stamp: str
+) -> Transition:
     if action == PROMOTE:
         message = (
-            f"promoted by hand ({ACTION_ANNOTATION}={PROMOTE}) at step {status.step}: stable rolls to the candidate"
+            f"promoted by hand ({ACTION_ANNOTATION}={PROMOTE}) at step {status.step}: "
+            "stable rolls to the candidate"
         )
         new = status.model_copy(
-            update={"phase": PROMOTING, "handled_action": handled, "step_started": stamp, "message": message}
+            update={
+                "phase": PROMOTING,
+                "handled_action": handled,
+                "step_started": stamp,
+                "message": message,
+            }
         )
         return Transition(new, (Event(NORMAL, "CanaryPromoting", message),))
     message = f"aborted by hand ({ACTION_ANNOTATION}={ABORT}) at step {status.step}: candidate scaled to 0"
@@ -197,12 +219,20 @@ def _manual(spec: CanarySpec, status: CanaryStatus, action: str, handled: str, s
 
 def _rolled_back(status: CanaryStatus, message: str, stamp: str, **update) -> Transition:
     new = status.model_copy(
-        update={"phase": ROLLED_BACK, "weight": 0, "step_started": stamp, "message": message, **update}
+        update={
+            "phase": ROLLED_BACK,
+            "weight": 0,
+            "step_started": stamp,
+            "message": message,
+            **update,
+        }
     )
     return Transition(new, (Event(WARNING, "CanaryRolledBack", message),))
 
 
-def _analysed(spec: CanarySpec, status: CanaryStatus, analysis: AnalysisResult, stamp: str) -> Transition:
+def _analysed(
+    spec: CanarySpec, status: CanaryStatus, analysis: AnalysisResult, stamp: str
+) -> Transition:
     steps, limits = spec.analysis.steps, spec.analysis
     base = {"last_analysis": analysis}
     if analysis.result == FAIL:
@@ -214,9 +244,12 @@ def _analysed(spec: CanarySpec, status: CanaryStatus, analysis: AnalysisResult, 
             )
             return _rolled_back(status, message, stamp, failures=failures, inconclusive=0, **base)
         message = (
-            f"step {status.step}: analysis failed ({failures} of {limits.failure_limit} tolerated): {analysis.reason}"
+            f"step {status.step}: analysis failed "
+            f"({failures} of {limits.failure_limit} tolerated): {analysis.reason}"
         )
-        new = status.model_copy(update={**base, "failures": failures, "inconclusive": 0, "message": message})
+        new = status.model_copy(
+            update={**base, "failures": failures, "inconclusive": 0, "message": message}
+        )
         return Transition(new, (Event(WARNING, "CanaryAnalysisFailed", message),))
 
     if analysis.result == INCONCLUSIVE:
@@ -226,18 +259,32 @@ def _analysed(spec: CanarySpec, status: CanaryStatus, analysis: AnalysisResult, 
                 f"step {status.step}: {inconclusive} inconclusive intervals in a row ({analysis.reason});"
                 f" paused at {status.weight}% until traffic shows a result or a person sets {ACTION_ANNOTATION}"
             )
-            new = status.model_copy(update={**base, "phase": PAUSED, "inconclusive": inconclusive, "message": message})
+            new = status.model_copy(
+                update={**base, "phase": PAUSED, "inconclusive": inconclusive, "message": message}
+            )
             return Transition(new, (Event(WARNING, "CanaryPaused", message),))
         message = f"step {status.step}: analysis inconclusive ({analysis.reason}); weight held at {status.weight}%"
         new = status.model_copy(update={**base, "inconclusive": inconclusive, "message": message})
         # Repeated while paused: no Event per interval (the status says it), only on the way in.
-        events = () if status.phase == PAUSED else (Event(NORMAL, "CanaryAnalysisInconclusive", message),)
+        events = (
+            ()
+            if status.phase == PAUSED
+            else (Event(NORMAL, "CanaryAnalysisInconclusive", message),)
+        )
         return Transition(new, events)
 
     if status.step >= steps:
-        message = f"analysis passed on the last step ({analysis.reason}): stable rolls to the candidate"
+        message = (
+            f"analysis passed on the last step ({analysis.reason}): stable rolls to the candidate"
+        )
         new = status.model_copy(
-            update={**base, "phase": PROMOTING, "inconclusive": 0, "step_started": stamp, "message": message}
+            update={
+                **base,
+                "phase": PROMOTING,
+                "inconclusive": 0,
+                "step_started": stamp,
+                "message": message,
+            }
         )
         return Transition(new, (Event(NORMAL, "CanaryPromoting", message),))
     step = status.step + 1

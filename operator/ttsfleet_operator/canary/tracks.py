@@ -24,10 +24,16 @@ def candidate_service(service: TTSService) -> TTSService | None:
     if canary is None:
         return None
     spec = service.spec
-    runtime = spec.runtime.model_copy(update={"image": canary.candidate.image or spec.runtime.image})
-    model = spec.model.model_copy(update={"revision": canary.candidate.model_revision or spec.model.revision})
+    runtime = spec.runtime.model_copy(
+        update={"image": canary.candidate.image or spec.runtime.image}
+    )
+    model = spec.model.model_copy(
+        update={"revision": canary.candidate.model_revision or spec.model.revision}
+    )
     return service.model_copy(
-        update={"spec": spec.model_copy(update={"canary": None, "runtime": runtime, "model": model})}
+        update={
+            "spec": spec.model_copy(update={"canary": None, "runtime": runtime, "model": model})
+        }
     )
 
 
@@ -41,7 +47,11 @@ def candidate_revision(service: TTSService) -> str | None:
 
 def stable_service(service: TTSService, canary: CanaryStatus | None) -> TTSService:
     """What the stable track runs: the candidate once it was promoted, else the spec's stable."""
-    if canary is not None and canary.phase in state_machine.PROMOTED_PHASES:
-        if canary.revision is not None and canary.revision == candidate_revision(service):
-            return candidate_service(service)
+    if (
+        canary is not None
+        and canary.phase in state_machine.PROMOTED_PHASES
+        and canary.revision is not None
+        and canary.revision == candidate_revision(service)
+    ):
+        return candidate_service(service)
     return base_service(service)

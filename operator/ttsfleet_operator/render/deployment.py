@@ -10,8 +10,8 @@ from __future__ import annotations
 from ttsfleet_operator import gpu_classes, labels
 from ttsfleet_operator.render import api_keys, configmap, names, scheduling
 from ttsfleet_operator.render.metadata import child_metadata
-from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.model_source import PVC_MOUNT, uses_pvc
+from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
 from ttsfleet_operator.tts_service import TTSService
 
@@ -31,7 +31,10 @@ def render_deployment(service: TTSService, track: str, pool: str, replicas: int)
     pod_labels = labels.pool_selector(service.name, track, pool)
     runtime = service.spec.runtime
     metadata = child_metadata(
-        service, names.deployment_name(service.name, track, pool), "runtime", {labels.TRACK: track, labels.POOL: pool}
+        service,
+        names.deployment_name(service.name, track, pool),
+        "runtime",
+        {labels.TRACK: track, labels.POOL: pool},
     )
     metadata["annotations"] = {labels.REVISION: revision(service)}
     return {
@@ -45,10 +48,17 @@ def render_deployment(service: TTSService, track: str, pool: str, replicas: int)
             # A rollout may wait for a slow model load before it is called stuck.
             "progressDeadlineSeconds": runtime.startup_timeout_seconds + 300,
             # Never drop below the current serving capacity during a rollout.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
             "template": {
                 "metadata": {
-                    "labels": {**labels.service_labels(service.name), labels.COMPONENT: "runtime", **pod_labels},
+                    "labels": {
+                        **labels.service_labels(service.name),
+                        labels.COMPONENT: "runtime",
+                        **pod_labels,
+                    },
                     "annotations": {
                         labels.ENGINE_CONFIG_HASH: configmap.engine_config_hash(service),
                         labels.REVISION: revision(service),
@@ -113,7 +123,11 @@ def _runtime_container(service: TTSService, track: str) -> dict:
         "env": env,
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": {
-            "requests": {"cpu": resources.cpu, "memory": resources.memory, gpu_classes.GPU_RESOURCE: gpus},
+            "requests": {
+                "cpu": resources.cpu,
+                "memory": resources.memory,
+                gpu_classes.GPU_RESOURCE: gpus,
+            },
             "limits": {"memory": resources.memory, gpu_classes.GPU_RESOURCE: gpus},
         },
         # Download + load + CUDA graph capture can take many minutes; until this
@@ -160,7 +174,9 @@ def _volumes(service: TTSService) -> list[dict]:
     ]
     if uses_pvc(service):
         claim = service.spec.model.source.pvc.claim_name
-        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        volumes.append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
     keys_secret = api_keys.mounted_secret_name(service)
     if keys_secret:
         volumes.append(
@@ -168,7 +184,9 @@ def _volumes(service: TTSService) -> list[dict]:
                 "name": "api-keys",
                 "secret": {
                     "secretName": keys_secret,
-                    "items": [{"key": api_keys.API_KEYS_SECRET_KEY, "path": api_keys.API_KEYS_SECRET_KEY}],
+                    "items": [
+                        {"key": api_keys.API_KEYS_SECRET_KEY, "path": api_keys.API_KEYS_SECRET_KEY}
+                    ],
                 },
             }
         )

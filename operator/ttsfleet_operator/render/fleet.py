@@ -33,7 +33,9 @@ class Tracks:
 
 def fleet_split(service: TTSService, weight: int = 0) -> ReplicaSplit:
     spot = service.spec.spot
-    return split_replicas(service.spec.replicas, spot.ratio, spot.min_on_demand, canary_weight=weight)
+    return split_replicas(
+        service.spec.replicas, spot.ratio, spot.min_on_demand, canary_weight=weight
+    )
 
 
 def pools(service: TTSService) -> list[str]:
@@ -61,15 +63,23 @@ def render_fleet(service: TTSService, tracks: Tracks | None = None) -> list[dict
     manifests = [render_configmap(tracks.stable)]
     if tracks.candidate is not None:
         manifests.append(render_configmap(tracks.candidate, labels.CANARY))
-    manifests += [render_deployment(tracks.stable, labels.STABLE, pool, stable_pods[pool]) for pool in pools(service)]
+    manifests += [
+        render_deployment(tracks.stable, labels.STABLE, pool, stable_pods[pool])
+        for pool in pools(service)
+    ]
     if tracks.candidate is not None:
         manifests += [
-            render_deployment(tracks.candidate, labels.CANARY, pool, canary_pods[pool]) for pool in pools(service)
+            render_deployment(tracks.candidate, labels.CANARY, pool, canary_pods[pool])
+            for pool in pools(service)
         ]
     manifests.append(render_service(service))
     if tracks.gateway:
-        manifests += [render_track_service(service, track) for track in (labels.STABLE, labels.CANARY)]
-        manifests.append(render_httproute(service, tracks.weight if tracks.candidate is not None else 0))
+        manifests += [
+            render_track_service(service, track) for track in (labels.STABLE, labels.CANARY)
+        ]
+        manifests.append(
+            render_httproute(service, tracks.weight if tracks.candidate is not None else 0)
+        )
     manifests.append(render_pdb(service))
     if service.spec.autoscaling.enabled:
         manifests.append(render_hpa(service))

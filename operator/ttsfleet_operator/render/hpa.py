@@ -8,11 +8,10 @@ served to the HPA by prometheus-adapter (rules ship with the chart later).
 
 from __future__ import annotations
 
-from ttsfleet_runtime import metrics
-
 from ttsfleet_operator import tts_service
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_runtime import metrics
 
 # GPU pods take minutes to become useful: add capacity fast, in big steps.
 SCALE_UP_PERIOD_SECONDS = 60
@@ -48,7 +47,10 @@ def render_hpa(service: TTSService) -> dict:
                     "type": "Pods",
                     "pods": {
                         "metric": {"name": metrics.QUEUE_DEPTH},
-                        "target": {"type": "AverageValue", "averageValue": str(autoscaling.target_queue_depth)},
+                        "target": {
+                            "type": "AverageValue",
+                            "averageValue": str(autoscaling.target_queue_depth),
+                        },
                     },
                 },
                 {
@@ -57,7 +59,9 @@ def render_hpa(service: TTSService) -> dict:
                         "metric": {"name": metrics.GPU_UTILIZATION},
                         "target": {
                             "type": "AverageValue",
-                            "averageValue": gpu_utilization_target(autoscaling.target_gpu_utilization),
+                            "averageValue": gpu_utilization_target(
+                                autoscaling.target_gpu_utilization
+                            ),
                         },
                     },
                 },
@@ -67,15 +71,27 @@ def render_hpa(service: TTSService) -> dict:
                     "stabilizationWindowSeconds": 0,
                     "selectPolicy": "Max",
                     "policies": [
-                        {"type": "Pods", "value": SCALE_UP_MAX_PODS, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
-                        {"type": "Percent", "value": SCALE_UP_MAX_PERCENT, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+                        {
+                            "type": "Pods",
+                            "value": SCALE_UP_MAX_PODS,
+                            "periodSeconds": SCALE_UP_PERIOD_SECONDS,
+                        },
+                        {
+                            "type": "Percent",
+                            "value": SCALE_UP_MAX_PERCENT,
+                            "periodSeconds": SCALE_UP_PERIOD_SECONDS,
+                        },
                     ],
                 },
                 "scaleDown": {
                     "stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds,
                     "selectPolicy": "Min",
                     "policies": [
-                        {"type": "Pods", "value": SCALE_DOWN_MAX_PODS, "periodSeconds": SCALE_DOWN_PERIOD_SECONDS},
+                        {
+                            "type": "Pods",
+                            "value": SCALE_DOWN_MAX_PODS,
+                            "periodSeconds": SCALE_DOWN_PERIOD_SECONDS,
+                        },
                     ],
                 },
             },

@@ -20,7 +20,12 @@ KIND = child_kinds.HTTP_ROUTE.kind
 def _parent_ref(service: TTSService) -> dict:
     gateway = service.spec.canary.gateway if service.spec.canary else None
     if gateway is None:
-        return {"group": "", "kind": "Service", "name": names.service_name(service.name), "port": HTTP_PORT}
+        return {
+            "group": "",
+            "kind": "Service",
+            "name": names.service_name(service.name),
+            "port": HTTP_PORT,
+        }
     ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
     if gateway.namespace:
         ref["namespace"] = gateway.namespace

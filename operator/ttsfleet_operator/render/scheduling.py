@@ -19,8 +19,18 @@ DEFAULT_SPOT_NODE_LABELS: tuple[tuple[str, str], ...] = (
 # Taints spot pools carry: GKE's and AKS's own, and ttsfleet's for self-managed pools.
 DEFAULT_SPOT_TOLERATIONS: tuple[dict, ...] = (
     {"key": "ttsfleet.io/spot", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-    {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+    {
+        "key": "cloud.google.com/gke-spot",
+        "operator": "Equal",
+        "value": "true",
+        "effect": "NoSchedule",
+    },
+    {
+        "key": "kubernetes.azure.com/scalesetpriority",
+        "operator": "Equal",
+        "value": "spot",
+        "effect": "NoSchedule",
+    },
 )
 ZONE_KEY = "topology.kubernetes.io/zone"
 HOSTNAME_KEY = "kubernetes.io/hostname"
@@ -42,14 +52,24 @@ def node_affinity(service: TTSService, pool: str) -> dict:
     if pool == labels.SPOT:
         if service.spec.spot.node_selector:
             # A user's selector is one set of labels a spot node has: all must match.
-            terms = [{"matchExpressions": [_expression(key, "In", value) for key, value in spot_labels]}]
+            terms = [
+                {"matchExpressions": [_expression(key, "In", value) for key, value in spot_labels]}
+            ]
         else:
             # Any one cloud's spot label marks a spot node: terms are ORed.
-            terms = [{"matchExpressions": [_expression(key, "In", value)]} for key, value in spot_labels]
+            terms = [
+                {"matchExpressions": [_expression(key, "In", value)]} for key, value in spot_labels
+            ]
     else:
         # NotIn also matches nodes without the label; every expression must hold.
-        terms = [{"matchExpressions": [_expression(key, "NotIn", value) for key, value in spot_labels]}]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+        terms = [
+            {"matchExpressions": [_expression(key, "NotIn", value) for key, value in spot_labels]}
+        ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
 
 
 def _expression(key: str, operator: str, value: str) -> dict:
@@ -60,7 +80,11 @@ def tolerations(service: TTSService, pool: str) -> list[dict]:
     result = [gpu_classes.gpu_toleration()]
     if pool == labels.SPOT:
         override = service.spec.spot.tolerations
-        result += [t.wire() for t in override] if override else [dict(t) for t in DEFAULT_SPOT_TOLERATIONS]
+        result += (
+            [t.wire() for t in override]
+            if override
+            else [dict(t) for t in DEFAULT_SPOT_TOLERATIONS]
+        )
     return result
 
 

@@ -63,8 +63,10 @@ def encoder_tensor_shapes(enc: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
     vq_dim = enc["vector_quantization_hidden_dimension"]
     n_semantic = enc["num_semantic_quantizers"]
-    halves = {"semantic_residual_vector_quantizer": n_semantic,
-              "acoustic_residual_vector_quantizer": enc["num_quantizers"] - n_semantic}
+    halves = {
+        "semantic_residual_vector_quantizer": n_semantic,
+        "acoustic_residual_vector_quantizer": enc["num_quantizers"] - n_semantic,
+    }
     for half, n in halves.items():
         p = f"encoder.quantizer.{half}"
         for i in range(n):
@@ -74,4 +76,3 @@ def encoder_tensor_shapes(enc: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         out[f"{p}.input_proj.weight"] = (vq_dim, h, 1)
         out[f"{p}.output_proj.weight"] = (h, vq_dim, 1)
     return out
-

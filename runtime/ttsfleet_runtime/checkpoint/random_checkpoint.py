@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-def random_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator, device: str) -> torch.Tensor:
+def random_tensor(
+    name: str, shape: tuple[int, ...], gen: torch.Generator, device: str
+) -> torch.Tensor:
     """Initialise like the reference's `_init_weights`: N(0, 0.02) matrices,
     unit norms, zero biases."""
     if name.endswith("norm.weight"):
@@ -69,7 +71,9 @@ def write_random_checkpoint(
     total = sum(_numel(s) for s in shapes.values())
     done = 0
     for i, (name, shape) in enumerate(shapes.items()):
-        tensors[name] = random_tensor(name, shape, gen, device).to(_DTYPES[dtype]).cpu().contiguous()
+        tensors[name] = (
+            random_tensor(name, shape, gen, device).to(_DTYPES[dtype]).cpu().contiguous()
+        )
         done += _numel(shape)
         if i % 50 == 0:
             say(f"random weights: {done / 1e6:.0f}M of {total / 1e6:.0f}M parameters")

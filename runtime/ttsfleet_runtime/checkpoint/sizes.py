@@ -16,42 +16,120 @@ VARIANTS = ("Base", "CustomVoice", "VoiceDesign")
 MODEL_TYPE = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
 MODEL_SIZE = {"tiny": "tiny", "0.6B": "0b6", "1.7B": "1b7"}
 
-SPEAKER_IDS = {"serena": 3066, "vivian": 3065, "uncle_fu": 3010, "ryan": 3061, "aiden": 2861,
-               "ono_anna": 2873, "sohee": 2864, "eric": 2875, "dylan": 2878}
+SPEAKER_IDS = {
+    "serena": 3066,
+    "vivian": 3065,
+    "uncle_fu": 3010,
+    "ryan": 3061,
+    "aiden": 2861,
+    "ono_anna": 2873,
+    "sohee": 2864,
+    "eric": 2875,
+    "dylan": 2878,
+}
 SPEAKER_DIALECT: dict[str, str | bool] = {k: False for k in SPEAKER_IDS}
 SPEAKER_DIALECT.update({"eric": "sichuan_dialect", "dylan": "beijing_dialect"})
-LANGUAGE_IDS = {"chinese": 2055, "english": 2050, "german": 2053, "italian": 2070,
-                "portuguese": 2071, "spanish": 2054, "japanese": 2058, "korean": 2064,
-                "french": 2061, "russian": 2069, "beijing_dialect": 2074, "sichuan_dialect": 2062}
+LANGUAGE_IDS = {
+    "chinese": 2055,
+    "english": 2050,
+    "german": 2053,
+    "italian": 2070,
+    "portuguese": 2071,
+    "spanish": 2054,
+    "japanese": 2058,
+    "korean": 2064,
+    "french": 2061,
+    "russian": 2069,
+    "beijing_dialect": 2074,
+    "sichuan_dialect": 2062,
+}
 
 # Text special tokens of the Qwen2 vocabulary the prompt format uses.
-SPECIAL_TOKENS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
-                  "<tts_pad>": 151671, "<tts_text_bos>": 151672, "<tts_text_eod>": 151673}
+SPECIAL_TOKENS = {
+    "<|endoftext|>": 151643,
+    "<|im_start|>": 151644,
+    "<|im_end|>": 151645,
+    "<tts_pad>": 151671,
+    "<tts_text_bos>": 151672,
+    "<tts_text_eod>": 151673,
+}
 
-_PREDICTOR = dict(attention_bias=False, head_dim=128, hidden_act="silu", hidden_size=1024,
-                  intermediate_size=3072, max_position_embeddings=65536, num_attention_heads=16,
-                  num_code_groups=16, num_hidden_layers=5, num_key_value_heads=8,
-                  rms_norm_eps=1e-6, rope_theta=1000000, vocab_size=2048,
-                  use_sliding_window=False, model_type="qwen3_tts_talker_code_predictor")
+_PREDICTOR = dict(
+    attention_bias=False,
+    head_dim=128,
+    hidden_act="silu",
+    hidden_size=1024,
+    intermediate_size=3072,
+    max_position_embeddings=65536,
+    num_attention_heads=16,
+    num_code_groups=16,
+    num_hidden_layers=5,
+    num_key_value_heads=8,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000,
+    vocab_size=2048,
+    use_sliding_window=False,
+    model_type="qwen3_tts_talker_code_predictor",
+)
 
-_TALKER = dict(attention_bias=False, attention_dropout=0, codec_bos_id=2149, codec_eos_token_id=2150,
-               codec_think_id=2154, codec_nothink_id=2155, codec_pad_id=2148,
-               codec_think_bos_id=2156, codec_think_eos_id=2157, head_dim=128, hidden_act="silu",
-               hidden_size=2048, intermediate_size=6144, max_position_embeddings=32768,
-               num_attention_heads=16, num_code_groups=16, num_hidden_layers=28,
-               num_key_value_heads=8, position_id_per_seconds=13, rms_norm_eps=1e-6,
-               rope_scaling={"interleaved": True, "mrope_section": [24, 20, 20],
-                             "rope_type": "default", "type": "default"},
-               rope_theta=1000000, text_hidden_size=2048, text_vocab_size=151936,
-               vocab_size=3072, use_sliding_window=False, model_type="qwen3_tts_talker")
+_TALKER = dict(
+    attention_bias=False,
+    attention_dropout=0,
+    codec_bos_id=2149,
+    codec_eos_token_id=2150,
+    codec_think_id=2154,
+    codec_nothink_id=2155,
+    codec_pad_id=2148,
+    codec_think_bos_id=2156,
+    codec_think_eos_id=2157,
+    head_dim=128,
+    hidden_act="silu",
+    hidden_size=2048,
+    intermediate_size=6144,
+    max_position_embeddings=32768,
+    num_attention_heads=16,
+    num_code_groups=16,
+    num_hidden_layers=28,
+    num_key_value_heads=8,
+    position_id_per_seconds=13,
+    rms_norm_eps=1e-6,
+    rope_scaling={
+        "interleaved": True,
+        "mrope_section": [24, 20, 20],
+        "rope_type": "default",
+        "type": "default",
+    },
+    rope_theta=1000000,
+    text_hidden_size=2048,
+    text_vocab_size=151936,
+    vocab_size=3072,
+    use_sliding_window=False,
+    model_type="qwen3_tts_talker",
+)
 
-_TINY_TALKER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                    text_hidden_size=32,
-                    rope_scaling={"interleaved": True, "mrope_section": [4, 2, 2],
-                                  "rope_type": "default", "type": "default"})
-_TINY_PREDICTOR = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=12)
+_TINY_TALKER = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    text_hidden_size=32,
+    rope_scaling={
+        "interleaved": True,
+        "mrope_section": [4, 2, 2],
+        "rope_type": "default",
+        "type": "default",
+    },
+)
+_TINY_PREDICTOR = dict(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=12,
+)
 
 
 def model_config(size: str, variant: str) -> dict[str, Any]:
@@ -89,6 +167,15 @@ def model_config(size: str, variant: str) -> dict[str, Any]:
     return config
 
 
-GENERATION_CONFIG = dict(do_sample=True, top_k=50, top_p=1.0, temperature=0.9,
-                         repetition_penalty=1.05, subtalker_dosample=True, subtalker_top_k=50,
-                         subtalker_top_p=1.0, subtalker_temperature=0.9, max_new_tokens=8192)
+GENERATION_CONFIG = dict(
+    do_sample=True,
+    top_k=50,
+    top_p=1.0,
+    temperature=0.9,
+    repetition_penalty=1.05,
+    subtalker_dosample=True,
+    subtalker_top_k=50,
+    subtalker_top_p=1.0,
+    subtalker_temperature=0.9,
+    max_new_tokens=8192,
+)

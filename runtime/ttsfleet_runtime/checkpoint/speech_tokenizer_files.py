@@ -75,8 +75,10 @@ def write_random_speech_tokenizer(out_dir: str | Path, size: str = "tiny", seed:
     cfg = speech_tokenizer_config(size)
     gen = torch.Generator().manual_seed(seed)
     shapes = {**encoder_tensor_shapes(cfg.encoder), **decoder_tensor_shapes(cfg)}
-    tensors = {name: _random_tensor(name, shape, gen).float().contiguous()
-               for name, shape in sorted(shapes.items())}
+    tensors = {
+        name: _random_tensor(name, shape, gen).float().contiguous()
+        for name, shape in sorted(shapes.items())
+    }
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     (out / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR_CONFIG, indent=2) + "\n")

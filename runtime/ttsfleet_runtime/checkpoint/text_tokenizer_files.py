@@ -49,8 +49,9 @@ def write_text_tokenizer(out_dir: str | Path) -> None:
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
     added = {
-        str(i): dict(content=t, lstrip=False, normalized=False, rstrip=False,
-                     single_word=False, special=True)
+        str(i): dict(
+            content=t, lstrip=False, normalized=False, rstrip=False, single_word=False, special=True
+        )
         for t, i in sorted(SPECIAL_TOKENS.items(), key=lambda kv: kv[1])
     }
     config = dict(

@@ -82,14 +82,23 @@ class SpeechTokenizerConfig:
         cfg = cls(
             decoder=CodecDecoderConfig.from_dict(raw.get("decoder_config", {})),
             encoder=dict(raw.get("encoder_config", {})),
-            **{k: raw[k] for k in (
-                "encoder_valid_num_quantizers", "input_sample_rate", "output_sample_rate",
-                "decode_upsample_rate", "encode_downsample_rate") if k in raw},
+            **{
+                k: raw[k]
+                for k in (
+                    "encoder_valid_num_quantizers",
+                    "input_sample_rate",
+                    "output_sample_rate",
+                    "decode_upsample_rate",
+                    "encode_downsample_rate",
+                )
+                if k in raw
+            },
         )
         if cfg.decoder.samples_per_frame != cfg.decode_upsample_rate:
             raise ValueError(
                 f"decoder upsamples by {cfg.decoder.samples_per_frame}, "
-                f"config says decode_upsample_rate={cfg.decode_upsample_rate}")
+                f"config says decode_upsample_rate={cfg.decode_upsample_rate}"
+            )
         return cfg
 
     @classmethod
@@ -112,17 +121,41 @@ class SpeechTokenizerConfig:
 
 # The published tokenizer's Mimi encoder (one size, shared by the 0.6B and 1.7B models).
 _REAL_ENCODER = {
-    "audio_channels": 1, "sampling_rate": 24000, "_frame_rate": 12.5,
-    "num_filters": 64, "kernel_size": 7, "residual_kernel_size": 3, "last_kernel_size": 3,
-    "num_residual_layers": 1, "dilation_growth_rate": 2, "compress": 2,
-    "upsampling_ratios": [8, 6, 5, 4], "use_causal_conv": True, "pad_mode": "constant",
-    "use_conv_shortcut": False, "trim_right_ratio": 1.0, "upsample_groups": 512,
-    "hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
-    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2048, "hidden_act": "gelu",
-    "norm_eps": 1e-5, "layer_scale_initial_scale": 0.01, "rope_theta": 10000.0,
-    "max_position_embeddings": 8000, "sliding_window": 250, "attention_bias": False,
-    "num_quantizers": 32, "num_semantic_quantizers": 1, "codebook_size": 2048,
-    "codebook_dim": 256, "vector_quantization_hidden_dimension": 256, "use_cache": False,
+    "audio_channels": 1,
+    "sampling_rate": 24000,
+    "_frame_rate": 12.5,
+    "num_filters": 64,
+    "kernel_size": 7,
+    "residual_kernel_size": 3,
+    "last_kernel_size": 3,
+    "num_residual_layers": 1,
+    "dilation_growth_rate": 2,
+    "compress": 2,
+    "upsampling_ratios": [8, 6, 5, 4],
+    "use_causal_conv": True,
+    "pad_mode": "constant",
+    "use_conv_shortcut": False,
+    "trim_right_ratio": 1.0,
+    "upsample_groups": 512,
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2048,
+    "hidden_act": "gelu",
+    "norm_eps": 1e-5,
+    "layer_scale_initial_scale": 0.01,
+    "rope_theta": 10000.0,
+    "max_position_embeddings": 8000,
+    "sliding_window": 250,
+    "attention_bias": False,
+    "num_quantizers": 32,
+    "num_semantic_quantizers": 1,
+    "codebook_size": 2048,
+    "codebook_dim": 256,
+    "vector_quantization_hidden_dimension": 256,
+    "use_cache": False,
     "model_type": "mimi",
 }
 
@@ -130,14 +163,31 @@ _REAL_ENCODER = {
 # samples per frame) stays real so engine code sees the same shapes; the window is short
 # so a test of a few dozen frames crosses it.
 _TINY_DECODER = CodecDecoderConfig(
-    codebook_dim=16, latent_dim=32, hidden_size=32, intermediate_size=64,
-    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-    sliding_window=8, vector_quantization_hidden_dimension=16, decoder_dim=32,
+    codebook_dim=16,
+    latent_dim=32,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    sliding_window=8,
+    vector_quantization_hidden_dimension=16,
+    decoder_dim=32,
 )
 _TINY_ENCODER = dict(
-    _REAL_ENCODER, num_filters=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-    num_key_value_heads=2, head_dim=8, intermediate_size=32, num_quantizers=16,
-    codebook_dim=8, vector_quantization_hidden_dimension=8, upsample_groups=16,
+    _REAL_ENCODER,
+    num_filters=4,
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=8,
+    intermediate_size=32,
+    num_quantizers=16,
+    codebook_dim=8,
+    vector_quantization_hidden_dimension=8,
+    upsample_groups=16,
 )
 
 SIZES = ("tiny", "real")

@@ -35,18 +35,25 @@ class Stateful(nn.Module):
     def _with_history(self, x: torch.Tensor, state: State) -> torch.Tensor:
         """x prefixed with the remembered input; remembers the new tail."""
         full = torch.cat([state[self.state_key], x], dim=-1)
-        state[self.state_key] = full[..., full.shape[-1] - self.context:]
+        state[self.state_key] = full[..., full.shape[-1] - self.context :]
         return full
 
 
 class CausalConv1d(Stateful):
     """Stride-1 conv that sees only the past: left context of (kernel-1)*dilation."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
-                 dilation: int = 1, groups: int = 1):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dilation: int = 1,
+        groups: int = 1,
+    ):
         super().__init__()
-        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation,
-                              groups=groups)
+        self.conv = nn.Conv1d(
+            in_channels, out_channels, kernel_size, dilation=dilation, groups=groups
+        )
         self.context = (kernel_size - 1) * dilation
 
     def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
@@ -74,7 +81,7 @@ class CausalTransposeConv1d(Stateful):
             return self.conv(x)
         # Output for the remembered sample's first half was emitted by the previous call.
         y = self.conv(self._with_history(x, state))
-        return y[..., self.stride:self.stride + n_out]
+        return y[..., self.stride : self.stride + n_out]
 
 
 class SnakeBeta(nn.Module):
@@ -137,11 +144,13 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, rate: int):
         super().__init__()
-        self.block = nn.ModuleList([
-            SnakeBeta(in_dim),
-            CausalTransposeConv1d(in_dim, out_dim, 2 * rate, rate),
-            *(ResidualUnit(out_dim, d) for d in (1, 3, 9)),
-        ])
+        self.block = nn.ModuleList(
+            [
+                SnakeBeta(in_dim),
+                CausalTransposeConv1d(in_dim, out_dim, 2 * rate, rate),
+                *(ResidualUnit(out_dim, d) for d in (1, 3, 9)),
+            ]
+        )
 
     def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
         x = self.block[1](self.block[0](x), state)

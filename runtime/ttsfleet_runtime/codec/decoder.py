@@ -18,8 +18,16 @@ import torch
 from torch import nn
 
 from .config import CodecDecoderConfig, SpeechTokenizerConfig
-from .convs import (CausalConv1d, CausalTransposeConv1d, ConvNeXtBlock, DecoderBlock,
-                    SnakeBeta, State, StateSpec, run_layer)
+from .convs import (
+    CausalConv1d,
+    CausalTransposeConv1d,
+    ConvNeXtBlock,
+    DecoderBlock,
+    SnakeBeta,
+    State,
+    StateSpec,
+    run_layer,
+)
 from .quantizer import SplitResidualQuantizer
 from .transformer import PreTransformer, rope_inverse_frequencies
 
@@ -33,22 +41,31 @@ class CodecDecoder(nn.Module):
         self.config = cfg
         self.samples_per_frame = cfg.samples_per_frame
         self.quantizer = SplitResidualQuantizer(
-            cfg.num_quantizers, cfg.num_semantic_quantizers, cfg.codebook_size,
-            cfg.codebook_dim)
+            cfg.num_quantizers, cfg.num_semantic_quantizers, cfg.codebook_size, cfg.codebook_dim
+        )
         self.pre_conv = CausalConv1d(cfg.codebook_dim, cfg.latent_dim, kernel_size=3)
         self.pre_transformer = PreTransformer(cfg)
         self.upsample = nn.ModuleList(
-            nn.ModuleList([CausalTransposeConv1d(cfg.latent_dim, cfg.latent_dim, r, r),
-                           ConvNeXtBlock(cfg.latent_dim)])
-            for r in cfg.upsampling_ratios)
-        dims = [cfg.decoder_dim // 2 ** i for i in range(len(cfg.upsample_rates) + 1)]
-        self.decoder = nn.ModuleList([
-            CausalConv1d(cfg.latent_dim, dims[0], kernel_size=7),
-            *(DecoderBlock(dims[i], dims[i + 1], rate)
-              for i, rate in enumerate(cfg.upsample_rates)),
-            SnakeBeta(dims[-1]),
-            CausalConv1d(dims[-1], 1, kernel_size=7),
-        ])
+            nn.ModuleList(
+                [
+                    CausalTransposeConv1d(cfg.latent_dim, cfg.latent_dim, r, r),
+                    ConvNeXtBlock(cfg.latent_dim),
+                ]
+            )
+            for r in cfg.upsampling_ratios
+        )
+        dims = [cfg.decoder_dim // 2**i for i in range(len(cfg.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList(
+            [
+                CausalConv1d(cfg.latent_dim, dims[0], kernel_size=7),
+                *(
+                    DecoderBlock(dims[i], dims[i + 1], rate)
+                    for i, rate in enumerate(cfg.upsample_rates)
+                ),
+                SnakeBeta(dims[-1]),
+                CausalConv1d(dims[-1], 1, kernel_size=7),
+            ]
+        )
         for name, module in self.named_modules():
             if hasattr(module, "state_spec"):
                 module.state_key = name
@@ -65,9 +82,10 @@ class CodecDecoder(nn.Module):
     def initial_state(self, batch: int) -> State:
         """Fresh state for `batch` streams: zeros, i.e. silence before the first frame."""
         param = next(self.parameters())
-        return {key: torch.zeros((batch, *shape), dtype=dtype or param.dtype,
-                                 device=param.device)
-                for key, (shape, dtype) in self.state_spec().items()}
+        return {
+            key: torch.zeros((batch, *shape), dtype=dtype or param.dtype, device=param.device)
+            for key, (shape, dtype) in self.state_spec().items()
+        }
 
     # ---------------------------------------------------------------- decode
     def step(self, codes: torch.Tensor, state: State) -> torch.Tensor:
@@ -95,8 +113,13 @@ class CodecDecoder(nn.Module):
         """
         state = self.initial_state(codes.shape[0])
         codes = codes.to(self._device())
-        return torch.cat([self.step(codes[:, i:i + chunk_frames], state)
-                          for i in range(0, codes.shape[1], chunk_frames)], dim=1)
+        return torch.cat(
+            [
+                self.step(codes[:, i : i + chunk_frames], state)
+                for i in range(0, codes.shape[1], chunk_frames)
+            ],
+            dim=1,
+        )
 
     def _dtype(self) -> torch.dtype:
         return self.pre_conv.conv.weight.dtype
@@ -105,8 +128,9 @@ class CodecDecoder(nn.Module):
         return self.pre_conv.conv.weight.device
 
 
-def load_speech_tokenizer(directory: str | Path, device: str | torch.device = "cpu",
-                          dtype: torch.dtype = torch.float32) -> CodecDecoder:
+def load_speech_tokenizer(
+    directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> CodecDecoder:
     """The decoder half of an official `speech_tokenizer/` folder (config.json + safetensors).
 
     Encoder tensors (voice cloning) are present in the folder and ignored here.
@@ -120,9 +144,9 @@ def load_speech_tokenizer(directory: str | Path, device: str | torch.device = "c
     tensors: dict[str, torch.Tensor] = {}
     for path in sorted(directory.glob("*.safetensors")):
         with safe_open(str(path), framework="pt", device=str(device)) as f:
-            for name in f.keys():
+            for name in f.keys():  # noqa: SIM118 (safe_open is no dict: it has keys(), no __iter__)
                 if name.startswith(CHECKPOINT_PREFIX):
-                    tensors[name[len(CHECKPOINT_PREFIX):]] = f.get_tensor(name)
+                    tensors[name[len(CHECKPOINT_PREFIX) :]] = f.get_tensor(name)
     if not tensors:
         raise FileNotFoundError(f"no decoder tensors in {directory}/*.safetensors")
     decoder.load_state_dict(tensors, strict=True, assign=True)

@@ -28,8 +28,9 @@ from .decoder import CodecDecoder
 
 
 class StreamingCodec:
-    def __init__(self, decoder: CodecDecoder, max_streams: int,
-                 device: str | torch.device | None = None):
+    def __init__(
+        self, decoder: CodecDecoder, max_streams: int, device: str | torch.device | None = None
+    ):
         self.decoder = decoder
         self.device = torch.device(device) if device is not None else decoder._device()
         self.max_streams = max_streams
@@ -46,7 +47,8 @@ class StreamingCodec:
         self._scratch = max_streams
         self._state = {
             dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
-            for dtype, width in widths.items()}
+            for dtype, width in widths.items()
+        }
         self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
         self._open: set[int] = set()
         self._graphs: dict[tuple[int, int], _CapturedStep] = {}
@@ -81,8 +83,7 @@ class StreamingCodec:
             raise ValueError(f"slots must be distinct open slots, got {slots}")
         q = self.num_quantizers
         if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[2] != q:
-            raise ValueError(f"codes must be [{len(slots)}, n, {q}], "
-                             f"got {tuple(codes.shape)}")
+            raise ValueError(f"codes must be [{len(slots)}, n, {q}], got {tuple(codes.shape)}")
         batch, frames = codes.shape[0], codes.shape[1]
         graph = self._graph_for(batch, frames)
         if graph is not None:
@@ -94,8 +95,10 @@ class StreamingCodec:
     def _step(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         gathered = {dtype: rows.index_select(0, index) for dtype, rows in self._state.items()}
         batch = index.shape[0]
-        views = {key: gathered[dtype][:, offset:offset + math.prod(shape)].view(batch, *shape)
-                 for key, (dtype, offset, shape) in self._layout.items()}
+        views = {
+            key: gathered[dtype][:, offset : offset + math.prod(shape)].view(batch, *shape)
+            for key, (dtype, offset, shape) in self._layout.items()
+        }
         state = dict(views)
         pcm = self.decoder.step(codes, state)  # replaces each entry with the next state
         for key, view in views.items():
@@ -130,8 +133,9 @@ class _CapturedStep:
         self.batch = batch
         device = codec.device
         self.index = torch.full((batch,), codec._scratch, dtype=torch.long, device=device)
-        self.codes = torch.zeros((batch, frames, codec.num_quantizers), dtype=torch.long,
-                                 device=device)
+        self.codes = torch.zeros(
+            (batch, frames, codec.num_quantizers), dtype=torch.long, device=device
+        )
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side), torch.inference_mode():

@@ -63,7 +63,7 @@ class Mlp(nn.Module):
 def rope_inverse_frequencies(cfg: CodecDecoderConfig) -> torch.Tensor:
     """float32 [head_dim / 2], the default (unscaled) RoPE of the reference."""
     exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
-    return 1.0 / (cfg.rope_theta ** exponents)
+    return 1.0 / (cfg.rope_theta**exponents)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -102,20 +102,26 @@ class SlidingWindowAttention(nn.Module):
         shape = (self.n_kv_heads, self.memory, self.head_dim)
         return {f"{self.state_key}.key": (shape, None), f"{self.state_key}.value": (shape, None)}
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: torch.Tensor, state: State) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        state: State,
+    ) -> torch.Tensor:
         b, n, _ = x.shape
         qkv = F.linear(x, self.qkv_weight, self.qkv_bias).view(b, n, -1, self.head_dim)
         qkv = qkv.transpose(1, 2)  # [B, heads + 2 * kv_heads, n, head_dim]
         # Queries and keys side by side: one rotation for both.
-        qk = qkv[:, :self.n_heads + self.n_kv_heads]
+        qk = qkv[:, : self.n_heads + self.n_kv_heads]
         qk = torch.addcmul(qk * cos, rotate_half(qk), sin)
         q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)
-        v = qkv[:, self.n_heads + self.n_kv_heads:]
+        v = qkv[:, self.n_heads + self.n_kv_heads :]
         k = torch.cat([state[f"{self.state_key}.key"], k], dim=2)
         v = torch.cat([state[f"{self.state_key}.value"], v], dim=2)
-        state[f"{self.state_key}.key"] = k[:, :, k.shape[2] - self.memory:]
-        state[f"{self.state_key}.value"] = v[:, :, v.shape[2] - self.memory:]
+        state[f"{self.state_key}.key"] = k[:, :, k.shape[2] - self.memory :]
+        state[f"{self.state_key}.value"] = v[:, :, v.shape[2] - self.memory :]
         groups = self.n_heads // self.n_kv_heads
         if groups > 1:  # expand, not repeat_interleave: no host sync inside a CUDA graph
             length = k.shape[2]

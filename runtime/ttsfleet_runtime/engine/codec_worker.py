@@ -56,11 +56,19 @@ class EndJob:
 
 
 class CodecWorker:
-    def __init__(self, codec, device: str, sample_rate: int, frame_buckets: tuple[int, ...] = (),
-                 on_failure: Callable[[object], None] = lambda seq: None):
+    def __init__(
+        self,
+        codec,
+        device: str,
+        sample_rate: int,
+        frame_buckets: tuple[int, ...] = (),
+        on_failure: Callable[[object], None] = lambda seq: None,
+    ):
         self.codec = codec
         self.on_failure = on_failure
-        self.frame_buckets = tuple(sorted(frame_buckets))  # frame counts with a captured codec graph
+        self.frame_buckets = tuple(
+            sorted(frame_buckets)
+        )  # frame counts with a captured codec graph
         self.device = torch.device(device)
         self.sample_rate = sample_rate
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -118,7 +126,7 @@ class CodecWorker:
                 by_len.setdefault(self._decode_length(job), []).append(job)
         for n, chunk_jobs in by_len.items():
             for i in range(0, len(chunk_jobs), CODEC_BATCH):
-                self._decode(n, chunk_jobs[i:i + CODEC_BATCH])
+                self._decode(n, chunk_jobs[i : i + CODEC_BATCH])
         for job in wave:
             if isinstance(job, EndJob):
                 if job.seq.codec_slot is not None:
@@ -144,11 +152,15 @@ class CodecWorker:
             self._decode_together(n, jobs)
         except Exception:
             if len(jobs) == 1:
-                log.exception("codec decode failed; ending the stream",
-                              extra={"request_id": getattr(jobs[0].seq, "request_id", None)})
+                log.exception(
+                    "codec decode failed; ending the stream",
+                    extra={"request_id": getattr(jobs[0].seq, "request_id", None)},
+                )
                 self._fail(jobs[0].seq)
                 return
-            log.warning("batched codec decode failed; decoding its streams one by one", exc_info=True)
+            log.warning(
+                "batched codec decode failed; decoding its streams one by one", exc_info=True
+            )
             for job in jobs:
                 self._decode(n, [job])
 
@@ -166,16 +178,26 @@ class CodecWorker:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open()
         # Padding repeats a chunk's last frame (any valid codes would do).
-        codes = torch.from_numpy(np.stack([np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)])
-                                           for j in jobs])).to(self.device)
+        codes = torch.from_numpy(
+            np.stack(
+                [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
+            )
+        ).to(self.device)
         pcm = self.codec.decode([j.seq.codec_slot for j in jobs], codes).float().cpu().numpy()
         now = time.monotonic()
         spf = pcm.shape[1] // n
-        for job, audio in zip(jobs, pcm):
+        for job, audio in zip(jobs, pcm, strict=True):
             frames = len(job.codes)
-            job.seq.stream.deliver(AudioChunk(pcm=audio[:frames * spf], sample_rate=self.sample_rate,
-                                              index=job.index, frames=frames, t_admitted=job.seq.t_admitted,
-                                              t_emitted=now))
+            job.seq.stream.deliver(
+                AudioChunk(
+                    pcm=audio[: frames * spf],
+                    sample_rate=self.sample_rate,
+                    index=job.index,
+                    frames=frames,
+                    t_admitted=job.seq.t_admitted,
+                    t_emitted=now,
+                )
+            )
 
 
 class _on:

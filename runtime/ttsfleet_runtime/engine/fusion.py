@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import logging
 
-
-from . import sampling as _sampling
 from ..model import layers as _layers
+from . import sampling as _sampling
 
 log = logging.getLogger(__name__)
 

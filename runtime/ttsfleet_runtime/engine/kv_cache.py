@@ -17,15 +17,22 @@ class KVCache:
     v: torch.Tensor
 
     @classmethod
-    def allocate(cls, c: DecoderConfig, slots: int, length: int, dtype: torch.dtype, device) -> KVCache:
+    def allocate(
+        cls, c: DecoderConfig, slots: int, length: int, dtype: torch.dtype, device
+    ) -> KVCache:
         shape = (c.num_hidden_layers, slots, c.num_key_value_heads, length, c.head_dim)
-        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        return cls(
+            torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device),
+        )
 
     @property
     def length(self) -> int:
         return self.k.shape[3]
 
-    def rows(self, start: int, stop: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def rows(
+        self, start: int, stop: int, length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of slots [start, stop) over the first `length` positions."""
         n = self.length if length is None else length
         return self.k[:, start:stop, :, :n], self.v[:, start:stop, :, :n]

@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import torch
 
-from . import fusion
 from ..model.layers import decode_mask
 from ..model.weights import LoadedModel
+from . import fusion
 from .kv_cache import KVCache
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,9 @@ class SlotParams:
 class SlotState:
     """Per-slot tensors the decode step reads and updates in place."""
 
-    def __init__(self, slots: int, hidden: int, vocab: int, groups: int, max_text: int, dtype, device):
+    def __init__(
+        self, slots: int, hidden: int, vocab: int, groups: int, max_text: int, dtype, device
+    ):
         z = lambda *s, dt=torch.int64: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
         self.hidden = z(slots, hidden, dt=dtype)  # talker hidden of the last position
         self.code0 = z(slots)  # pending first code of the next frame
@@ -107,13 +109,23 @@ class ModelRunner:
         self._check_memory(cfg, max_batch, max_len)
         self.cache = KVCache.allocate(cfg, max_batch, max_len, self.dtype, self.device)
         assert cfg.code_predictor is not None
-        self.predictor_cache = KVCache.allocate(cfg.code_predictor, max_batch, self.groups, self.dtype, self.device)
-        self.state = SlotState(max_batch, cfg.hidden_size, cfg.vocab_size, self.groups, max_text, self.dtype, self.device)
+        self.predictor_cache = KVCache.allocate(
+            cfg.code_predictor, max_batch, self.groups, self.dtype, self.device
+        )
+        self.state = SlotState(
+            max_batch,
+            cfg.hidden_size,
+            cfg.vocab_size,
+            self.groups,
+            max_text,
+            self.dtype,
+            self.device,
+        )
         self.tts_pad_id = model.config.tts_pad_token_id
         self.eos_id = cfg.codec_eos_token_id
         # Control ids (2048..3071) other than EOS are never sampled as codes.
         suppress = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=self.device)
-        suppress[cfg.vocab_size - 1024:] = True
+        suppress[cfg.vocab_size - 1024 :] = True
         suppress[self.eos_id] = False
         self.suppressed = suppress
         self.eos_only = torch.zeros_like(suppress)
@@ -123,16 +135,20 @@ class ModelRunner:
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.graph_pool = None
         self.prefill_buckets = tuple(n for n in PREFILL_BUCKETS if n < max_len) or (max_len - 1,)
-        self.prefill_cache = KVCache.allocate(cfg, 1, self.prefill_buckets[-1], self.dtype, self.device)
-        self.prefill_embeds = torch.zeros(self.prefill_buckets[-1], cfg.hidden_size, dtype=self.dtype,
-                                          device=self.device)
+        self.prefill_cache = KVCache.allocate(
+            cfg, 1, self.prefill_buckets[-1], self.dtype, self.device
+        )
+        self.prefill_embeds = torch.zeros(
+            self.prefill_buckets[-1], cfg.hidden_size, dtype=self.dtype, device=self.device
+        )
         self.prefill_len = torch.ones(1, dtype=torch.int64, device=self.device)
         self.prefill_slot = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # Predictor step g attends to positions 0..g of its 16-long cache.
         self.predictor_masks = [
             decode_mask(torch.full((1,), g, device=self.device), self.groups, self.dtype)
-            for g in range(self.groups)]
+            for g in range(self.groups)
+        ]
 
     @property
     def max_prompt(self) -> int:
@@ -149,7 +165,8 @@ class ModelRunner:
         if need > 0.8 * free:
             raise ValueError(
                 f"the KV cache needs {need / 2**30:.1f} GiB ({max_batch} slots x {max_len} positions) but "
-                f"{free / 2**30:.1f} GiB are free: lower max_batch or max_len")
+                f"{free / 2**30:.1f} GiB are free: lower max_batch or max_len"
+            )
 
     # ------------------------------------------------------------ per request
     @torch.inference_mode()
@@ -163,8 +180,10 @@ class ModelRunner:
         prompt's keys and values are copied into the slot."""
         s = self.state
         T = embeds.shape[0]
-        if T > self.max_prompt:
-            raise ValueError(f"prompt of {T} positions exceeds the prefill limit ({self.max_prompt})")
+        if self.max_prompt < T:
+            raise ValueError(
+                f"prompt of {T} positions exceeds the prefill limit ({self.max_prompt})"
+            )
         self._set_params(slot, params)
         P = next(n for n in self.prefill_buckets if n >= T)
         self.prefill_embeds[:T] = embeds.to(self.dtype)
@@ -192,9 +211,17 @@ class ModelRunner:
         frame = torch.zeros(1, dtype=torch.int64, device=self.device)
         pick = lambda t: t.index_select(0, slot)  # noqa: E731
         nothing_seen = torch.zeros(1, self.cfg.vocab_size, dtype=torch.bool, device=self.device)
-        logits = fusion.first_code_logits(self.talker.logits(last), nothing_seen, pick(s.repetition_penalty),
-                                          self.suppressed, self.eos_only, frame < pick(s.min_frames))
-        code = fusion.sample(logits, pick(s.temperature), pick(s.top_k), pick(s.top_p), pick(s.seed), frame)
+        logits = fusion.first_code_logits(
+            self.talker.logits(last),
+            nothing_seen,
+            pick(s.repetition_penalty),
+            self.suppressed,
+            self.eos_only,
+            frame < pick(s.min_frames),
+        )
+        code = fusion.sample(
+            logits, pick(s.temperature), pick(s.top_k), pick(s.top_p), pick(s.seed), frame
+        )
         s.hidden.index_copy_(0, slot, last)
         s.code0.index_copy_(0, slot, code)
         s.seen.index_copy_(0, slot, nothing_seen.scatter(1, code[:, None], True))
@@ -227,7 +254,9 @@ class ModelRunner:
         if start + len(ids) > self.max_text:
             raise ValueError(f"text longer than {self.max_text} tokens")
         if ids:
-            self.state.text_ids[slot, start:start + len(ids)] = torch.tensor(ids, device=self.device)
+            self.state.text_ids[slot, start : start + len(ids)] = torch.tensor(
+                ids, device=self.device
+            )
         self.state.text_len[slot] = start + len(ids)
 
     def _set_params(self, slot: int, p: SlotParams) -> None:
@@ -243,12 +272,26 @@ class ModelRunner:
         # The reference never ends before 2 frames (min_new_tokens=2).
         s.min_frames[slot] = max(2, p.min_frames)
 
-    def _sample_first_code(self, logits: torch.Tensor, rows: slice, frame: torch.Tensor) -> torch.Tensor:
+    def _sample_first_code(
+        self, logits: torch.Tensor, rows: slice, frame: torch.Tensor
+    ) -> torch.Tensor:
         s = self.state
-        logits = fusion.first_code_logits(logits, s.seen[rows], s.repetition_penalty[rows], self.suppressed,
-                                          self.eos_only, frame < s.min_frames[rows])
-        return fusion.sample(logits, s.temperature[rows], s.top_k[rows], s.top_p[rows], s.seed[rows],
-                      frame * self.groups)
+        logits = fusion.first_code_logits(
+            logits,
+            s.seen[rows],
+            s.repetition_penalty[rows],
+            self.suppressed,
+            self.eos_only,
+            frame < s.min_frames[rows],
+        )
+        return fusion.sample(
+            logits,
+            s.temperature[rows],
+            s.top_k[rows],
+            s.top_p[rows],
+            s.seed[rows],
+            frame * self.groups,
+        )
 
     # ------------------------------------------------------------ decode step
     def _step(self, B: int, L: int) -> None:
@@ -267,17 +310,32 @@ class ModelRunner:
         for g in range(1, self.groups):
             if g > 1:
                 # Every row is at predictor position g: static mask and RoPE.
-                out = p(p.embed_projected(g - 1, codes[-1])[:, None], None, pk, pv,
-                        self.predictor_masks[g], start=g)[:, 0]
-            code = fusion.sample(p.logits(g, out), s.sub_temperature[rows], s.sub_top_k[rows],
-                                 s.sub_top_p[rows], s.seed[rows], counter + g)
+                out = p(
+                    p.embed_projected(g - 1, codes[-1])[:, None],
+                    None,
+                    pk,
+                    pv,
+                    self.predictor_masks[g],
+                    start=g,
+                )[:, 0]
+            code = fusion.sample(
+                p.logits(g, out),
+                s.sub_temperature[rows],
+                s.sub_top_k[rows],
+                s.sub_top_p[rows],
+                s.seed[rows],
+                counter + g,
+            )
             codes.append(code)
         frame_codes = torch.stack(codes, dim=1)
         embed_sum = self.talker.codec_hidden(c0) + p.embed_sum(frame_codes[:, 1:])
         # Talker: the frame's code embeddings plus the next text token.
         idx = frame.clamp(max=self.max_text - 1)
-        text_id = torch.where(frame < s.text_len[rows], s.text_ids[rows].gather(1, idx[:, None])[:, 0],
-                              torch.full_like(frame, self.tts_pad_id))
+        text_id = torch.where(
+            frame < s.text_len[rows],
+            s.text_ids[rows].gather(1, idx[:, None])[:, 0],
+            torch.full_like(frame, self.tts_pad_id),
+        )
         x = (embed_sum + self.talker.text_hidden(text_id))[:, None]
         position = s.position[rows]
         # Rows outside the batch (free slots) may hold any position: keep their
@@ -306,10 +364,13 @@ class ModelRunner:
         return B, L
 
     @torch.inference_mode()
-    def decode(self, batch: int, active: list[bool], live_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode(
+        self, batch: int, active: list[bool], live_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step over slots [0, batch); `live_len` = 1 + the largest position
         any occupied slot writes this step (stalled rows included: they write
-        past their live length, which must stay inside the view). -> (frame codes [batch, 16], next first codes [batch]) on the host."""
+        past their live length, which must stay inside the view).
+        -> (frame codes [batch, 16], next first codes [batch]) on the host."""
         if live_len > self.max_len:
             raise ValueError("KV cache full")
         s = self.state
@@ -322,7 +383,7 @@ class ModelRunner:
         else:
             self._step(batch, live_len)
         out = torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1).cpu()
-        return out[:, :self.groups], out[:, self.groups]
+        return out[:, : self.groups], out[:, self.groups]
 
     # ------------------------------------------------------------ CUDA graphs
     def _capture(self, B: int, L: int) -> torch.cuda.CUDAGraph:
@@ -359,7 +420,15 @@ class ModelRunner:
                 say(f"captured {i + 1}/{len(todo)} decode graphs (batch {B}, length {L})")
         for P in reversed(self.prefill_buckets):
             self._capture_prefill(P)
-        say(f"captured {len(self.prefill_buckets)} prefill graphs (up to {self.prefill_buckets[-1]} positions)")
+        say(
+            f"captured {len(self.prefill_buckets)} prefill graphs (up to {self.prefill_buckets[-1]} positions)"
+        )
         torch.cuda.synchronize()
-        log.info("graphs captured", extra={"decode_graphs": len(todo), "prefill_graphs": len(self.prefill_buckets),
-                                           "seconds": round(time.monotonic() - t0, 2)})
+        log.info(
+            "graphs captured",
+            extra={
+                "decode_graphs": len(todo),
+                "prefill_graphs": len(self.prefill_buckets),
+                "seconds": round(time.monotonic() - t0, 2),
+            },
+        )

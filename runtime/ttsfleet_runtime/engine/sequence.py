@@ -76,8 +76,16 @@ class Status(enum.Enum):
 
 
 class Sequence:
-    def __init__(self, request_id: str, params: SamplingParams, seed: int, voice, text: TextFeed,
-                 stream, later_pieces: list[str] | None = None):
+    def __init__(
+        self,
+        request_id: str,
+        params: SamplingParams,
+        seed: int,
+        voice,
+        text: TextFeed,
+        stream,
+        later_pieces: list[str] | None = None,
+    ):
         self.request_id = request_id
         self.params = params
         self.seed = seed

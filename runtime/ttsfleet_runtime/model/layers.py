@@ -60,24 +60,32 @@ class RotaryTable(nn.Module):
 
     def __init__(self, head_dim: int, theta: float, max_positions: int):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        inv_freq = 1.0 / (
+            theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)
+        )
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
         self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def lookup(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [B, T] -> cos, sin [B, 1, T, head_dim] in `dtype`."""
-        return self.cos[positions].to(dtype).unsqueeze(1), self.sin[positions].to(dtype).unsqueeze(1)
+        return self.cos[positions].to(dtype).unsqueeze(1), self.sin[positions].to(dtype).unsqueeze(
+            1
+        )
 
-    def span(self, start: int, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def span(
+        self, start: int, length: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions start..start+length-1, the same for every row: views of a
         table cast once per dtype (no kernel at all inside a decode graph)."""
         if dtype not in self._cast:
             self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
         cos, sin = self._cast[dtype]
-        return cos[start:start + length][None, None], sin[start:start + length][None, None]
+        return cos[start : start + length][None, None], sin[start : start + length][None, None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -101,8 +109,12 @@ class DecoderLayer(nn.Module):
         self.o = nn.Parameter(torch.empty(c.hidden_size, q), requires_grad=False)
         self.q_norm = nn.Parameter(torch.ones(c.head_dim), requires_grad=False)
         self.k_norm = nn.Parameter(torch.ones(c.head_dim), requires_grad=False)
-        self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size), requires_grad=False)
-        self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size), requires_grad=False)
+        self.gate_up = nn.Parameter(
+            torch.empty(2 * c.intermediate_size, c.hidden_size), requires_grad=False
+        )
+        self.down = nn.Parameter(
+            torch.empty(c.hidden_size, c.intermediate_size), requires_grad=False
+        )
         self.input_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.post_attention_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
 
@@ -117,8 +129,16 @@ class DecoderLayer(nn.Module):
         decode_mask: torch.Tensor | None,  # [B, 1, 1, L] additive; None for prefill
         start: int | None = None,  # decode: every row writes this position
     ) -> torch.Tensor:
-        attn = self._attention(rms_norm(x, self.input_norm, self.eps), cos, sin, positions,
-                               k_cache, v_cache, decode_mask, start)
+        attn = self._attention(
+            rms_norm(x, self.input_norm, self.eps),
+            cos,
+            sin,
+            positions,
+            k_cache,
+            v_cache,
+            decode_mask,
+            start,
+        )
         x, h = add_rms_norm(x, attn, self.post_attention_norm, self.eps)
         return x + F.linear(silu_mul(F.linear(h, self.gate_up)), self.down)
 
@@ -126,7 +146,9 @@ class DecoderLayer(nn.Module):
         B, T, _ = x.shape
         d, H, K = self.head_dim, self.heads, self.kv_heads
         q, k, v = F.linear(x, self.qkv).split([H * d, K * d, K * d], dim=-1)
-        q, k = qk_norm_rope(q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, self.eps)
+        q, k = qk_norm_rope(
+            q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, self.eps
+        )
         v = v.view(B, T, K, d).transpose(1, 2)
         if decode_mask is None:
             # Prefill from position 0: keep the keys, attend causally to them.
@@ -134,7 +156,10 @@ class DecoderLayer(nn.Module):
             v_cache[:, :, :T] = v
             group = H // K
             out = F.scaled_dot_product_attention(
-                q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=True
+                q,
+                k.repeat_interleave(group, dim=1),
+                v.repeat_interleave(group, dim=1),
+                is_causal=True,
             )
             out = out.transpose(1, 2).reshape(B, T, H * d)
         else:

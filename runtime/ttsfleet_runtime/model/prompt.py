@@ -61,7 +61,9 @@ class PromptBuilder:
 
     @property
     def languages(self) -> tuple[str, ...]:
-        return ("auto",) + tuple(k for k in self.config.talker.codec_language_id if "dialect" not in k)
+        return ("auto",) + tuple(
+            k for k in self.config.talker.codec_language_id if "dialect" not in k
+        )
 
     @property
     def supports_instructions(self) -> bool:
@@ -76,22 +78,32 @@ class PromptBuilder:
         speaker_id = None
         if kind == "custom_voice":
             if not voice:
-                raise PromptError(f"a voice is required; this model has {', '.join(self.speakers)}", "voice")
+                raise PromptError(
+                    f"a voice is required; this model has {', '.join(self.speakers)}", "voice"
+                )
             if voice.lower() not in t.spk_id:
-                raise PromptError(f"unknown voice {voice!r}; this model has {', '.join(self.speakers)}", "voice")
+                raise PromptError(
+                    f"unknown voice {voice!r}; this model has {', '.join(self.speakers)}", "voice"
+                )
             speaker_id = t.spk_id[voice.lower()]
         elif kind == "voice_design":
             if voice:
                 raise PromptError(
-                    "a VoiceDesign model has no built-in voices; describe the voice in instructions", "voice")
+                    "a VoiceDesign model has no built-in voices; describe the voice in instructions",
+                    "voice",
+                )
             if not instructions:
-                raise PromptError("a VoiceDesign model needs instructions describing the voice", "instructions")
+                raise PromptError(
+                    "a VoiceDesign model needs instructions describing the voice", "instructions"
+                )
         else:
             raise PromptError(f"{kind} models (voice cloning) are not supported yet", "voice")
 
         lang = (language or "auto").lower()
         if lang != "auto" and lang not in t.codec_language_id:
-            raise PromptError(f"unknown language {language!r}; supported: {', '.join(self.languages)}", "language")
+            raise PromptError(
+                f"unknown language {language!r}; supported: {', '.join(self.languages)}", "language"
+            )
         language_id = None if lang == "auto" else t.codec_language_id[lang]
         if speaker_id is not None and lang in ("chinese", "auto"):
             dialect = t.spk_is_dialect.get(voice.lower(), False) if voice else False
@@ -104,7 +116,9 @@ class PromptBuilder:
 
         instruct_ids: tuple[int, ...] = ()
         if instructions and self.supports_instructions:
-            instruct_ids = tuple(self.tokenizer.encode(f"<|im_start|>user\n{instructions}<|im_end|>\n"))
+            instruct_ids = tuple(
+                self.tokenizer.encode(f"<|im_start|>user\n{instructions}<|im_end|>\n")
+            )
         return VoicePrompt(codec_prefix=prefix, speaker_id=speaker_id, instruct_ids=instruct_ids)
 
     def text_ids(self, text: str) -> list[int]:
@@ -124,7 +138,9 @@ class PromptBuilder:
         return len(voice.instruct_ids) + len(self.role_ids) + len(self.codec_ids(voice))
 
     @torch.no_grad()
-    def prefill_embeds(self, talker: Talker, voice: VoicePrompt, first_text_id: int) -> torch.Tensor:
+    def prefill_embeds(
+        self, talker: Talker, voice: VoicePrompt, first_text_id: int
+    ) -> torch.Tensor:
         """The talker's prefill input [T, hidden] for a voice and the first text token."""
         device = talker.codec_embedding.device
         ids = lambda xs: torch.tensor(list(xs), dtype=torch.long, device=device)  # noqa: E731
@@ -146,6 +162,8 @@ class PromptBuilder:
     def special_text_hidden(self, talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
         """(tts_eos, tts_pad) in the talker's width: what follows the text."""
         c = self.config
-        ids = torch.tensor([c.tts_eos_token_id, c.tts_pad_token_id], device=talker.codec_embedding.device)
+        ids = torch.tensor(
+            [c.tts_eos_token_id, c.tts_pad_token_id], device=talker.codec_embedding.device
+        )
         eos, pad = talker.text_hidden(ids)
         return eos, pad

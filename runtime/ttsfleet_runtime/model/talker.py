@@ -28,7 +28,11 @@ class Talker(nn.Module):
     def text_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """Text token ids [..., T] -> talker-width embeddings [..., T, hidden]."""
         x = F.embedding(ids, self.text_embedding)
-        return F.linear(F.silu(F.linear(x, self.text_fc1, self.text_fc1_bias)), self.text_fc2, self.text_fc2_bias)
+        return F.linear(
+            F.silu(F.linear(x, self.text_fc1, self.text_fc1_bias)),
+            self.text_fc2,
+            self.text_fc2_bias,
+        )
 
     def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.codec_embedding)

@@ -47,9 +47,15 @@ def tensor_shapes(cfg: TTSConfig) -> dict[str, tuple[int, ...]]:
     for g in range(p.num_code_groups - 1):
         # The predictor's code embeddings live in the talker's width; its own
         # width is reached through small_to_mtp_projection.
-        shapes[f"talker.code_predictor.model.codec_embedding.{g}.weight"] = (p.vocab_size, t.hidden_size)
+        shapes[f"talker.code_predictor.model.codec_embedding.{g}.weight"] = (
+            p.vocab_size,
+            t.hidden_size,
+        )
         shapes[f"talker.code_predictor.lm_head.{g}.weight"] = (p.vocab_size, p.hidden_size)
     if p.hidden_size != t.hidden_size:
-        shapes["talker.code_predictor.small_to_mtp_projection.weight"] = (p.hidden_size, t.hidden_size)
+        shapes["talker.code_predictor.small_to_mtp_projection.weight"] = (
+            p.hidden_size,
+            t.hidden_size,
+        )
         shapes["talker.code_predictor.small_to_mtp_projection.bias"] = (p.hidden_size,)
     return shapes

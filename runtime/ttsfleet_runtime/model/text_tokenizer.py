@@ -37,15 +37,19 @@ class TextTokenizer:
             vocab[token["content"]] = int(token_id)
         tok = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
         tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
         tok.decoder = decoders.ByteLevel()
-        tok.add_special_tokens([
-            AddedToken(t["content"], special=True, normalized=False, lstrip=False, rstrip=False)
-            for t in added.values()
-        ])
+        tok.add_special_tokens(
+            [
+                AddedToken(t["content"], special=True, normalized=False, lstrip=False, rstrip=False)
+                for t in added.values()
+            ]
+        )
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:

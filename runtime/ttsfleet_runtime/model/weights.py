@@ -44,11 +44,15 @@ def resolve_checkpoint(model: str, revision: str | None = None) -> Path:
 def read_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
     """All tensors of model.safetensors, or of the shards an index names."""
     index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.exists()
+        else ["model.safetensors"]
+    )
     tensors: dict[str, torch.Tensor] = {}
     for name in files:
         with safe_open(str(path / name), framework="pt", device=device) as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 (safe_open is no dict: it has keys(), no __iter__)
                 if key.startswith("talker."):
                     tensors[key] = f.get_tensor(key)
     return tensors
@@ -72,7 +76,9 @@ def load_model(
         raise ValueError(f"checkpoint {path} lacks {len(missing)} tensors, e.g. {missing[:3]}")
     for k, shape in expected.items():
         if tuple(tensors[k].shape) != shape:
-            raise ValueError(f"{k}: shape {tuple(tensors[k].shape)} in checkpoint, {shape} expected")
+            raise ValueError(
+                f"{k}: shape {tuple(tensors[k].shape)} in checkpoint, {shape} expected"
+            )
 
     t = config.talker
     assert t.code_predictor is not None
@@ -83,7 +89,9 @@ def load_model(
         # RoPE tables stay float32 (cast per use, like the reference): rebuild
         # them after the dtype cast rounded them.
         for stack in (talker.stack, predictor.stack):
-            stack.rope = RotaryTable(stack.config.head_dim, stack.config.rope_theta, stack.rope.cos.shape[0])
+            stack.rope = RotaryTable(
+                stack.config.head_dim, stack.config.rope_theta, stack.rope.cos.shape[0]
+            )
     with torch.no_grad():
         _fill_stack(talker.stack, tensors, "talker.model")
         _fill_stack(predictor.stack, tensors, "talker.code_predictor.model")
@@ -95,13 +103,26 @@ def load_model(
         talker.text_fc2.copy_(tensors["talker.text_projection.linear_fc2.weight"])
         talker.text_fc2_bias.copy_(tensors["talker.text_projection.linear_fc2.bias"])
         groups = t.code_predictor.num_code_groups - 1
-        predictor.codec_embedding.copy_(torch.stack(
-            [tensors[f"talker.code_predictor.model.codec_embedding.{g}.weight"] for g in range(groups)]))
-        predictor.lm_head.copy_(torch.stack(
-            [tensors[f"talker.code_predictor.lm_head.{g}.weight"] for g in range(groups)]))
+        predictor.codec_embedding.copy_(
+            torch.stack(
+                [
+                    tensors[f"talker.code_predictor.model.codec_embedding.{g}.weight"]
+                    for g in range(groups)
+                ]
+            )
+        )
+        predictor.lm_head.copy_(
+            torch.stack(
+                [tensors[f"talker.code_predictor.lm_head.{g}.weight"] for g in range(groups)]
+            )
+        )
         if predictor.has_projection:
-            predictor.projection.copy_(tensors["talker.code_predictor.small_to_mtp_projection.weight"])
-            predictor.projection_bias.copy_(tensors["talker.code_predictor.small_to_mtp_projection.bias"])
+            predictor.projection.copy_(
+                tensors["talker.code_predictor.small_to_mtp_projection.weight"]
+            )
+            predictor.projection_bias.copy_(
+                tensors["talker.code_predictor.small_to_mtp_projection.bias"]
+            )
     predictor.prepare()
     say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
     return LoadedModel(path=path, config=config, talker=talker, predictor=predictor)
@@ -114,7 +135,9 @@ def _fill_stack(stack: DecoderStack, tensors: dict[str, torch.Tensor], prefix: s
         layer.o.copy_(tensors[f"{p}.self_attn.o_proj.weight"])
         layer.q_norm.copy_(tensors[f"{p}.self_attn.q_norm.weight"])
         layer.k_norm.copy_(tensors[f"{p}.self_attn.k_norm.weight"])
-        layer.gate_up.copy_(torch.cat([tensors[f"{p}.mlp.gate_proj.weight"], tensors[f"{p}.mlp.up_proj.weight"]]))
+        layer.gate_up.copy_(
+            torch.cat([tensors[f"{p}.mlp.gate_proj.weight"], tensors[f"{p}.mlp.up_proj.weight"]])
+        )
         layer.down.copy_(tensors[f"{p}.mlp.down_proj.weight"])
         layer.input_norm.copy_(tensors[f"{p}.input_layernorm.weight"])
         layer.post_attention_norm.copy_(tensors[f"{p}.post_attention_layernorm.weight"])

@@ -17,7 +17,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics as metric_names
 from ..engine import api
-from . import audio_encoding, errors, playground_routes, service_routes, speech_routes, speech_socket, voice_routes
+from . import (
+    audio_encoding,
+    errors,
+    playground_routes,
+    service_routes,
+    speech_routes,
+    speech_socket,
+    voice_routes,
+)
 from .auth import ApiKeys
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
@@ -66,7 +74,9 @@ def validation_error(exc: RequestValidationError) -> errors.ApiError:
     return errors.invalid_request(message, param=param)
 
 
-def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, *, gpu=None) -> FastAPI:
+def create_app(
+    engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, *, gpu=None
+) -> FastAPI:
     from importlib.metadata import PackageNotFoundError, version
 
     drain = Drain()
@@ -77,15 +87,24 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
         settings=settings,
         api_keys=api_keys,
         limiter=TokenBucketLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
-        auth_failures=TokenBucketLimiter(settings.auth_failure_rate_per_s, settings.auth_failure_burst),
+        auth_failures=TokenBucketLimiter(
+            settings.auth_failure_rate_per_s, settings.auth_failure_burst
+        ),
         ws_sessions=ConcurrencyLimiter(settings.ws_max_sessions_per_key),
         metrics=runtime_metrics,
         drain=drain,
         voices=voices,
         synthesizer=Synthesizer(
-            engine, runtime_metrics, drain, voices, settings.max_input_chars, settings.max_audio_seconds
+            engine,
+            runtime_metrics,
+            drain,
+            voices,
+            settings.max_input_chars,
+            settings.max_audio_seconds,
         ),
-        served_models=tuple(dict.fromkeys(n for n in (settings.served_model_name, engine.info.name) if n)),
+        served_models=tuple(
+            dict.fromkeys(n for n in (settings.served_model_name, engine.info.name) if n)
+        ),
         formats=audio_encoding.supported_formats(),
     )
     try:
@@ -94,11 +113,16 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
         package_version = "unknown"
     info = engine.info
     runtime_metrics.registry.register(api_keys.collector())
-    runtime_metrics.build_info.labels(version=package_version, model=info.name, variant=info.variant, size=info.size).set(1)
+    runtime_metrics.build_info.labels(
+        version=package_version, model=info.name, variant=info.variant, size=info.size
+    ).set(1)
 
     async def lifespan(app: FastAPI):
         await engine.start()
-        log.info("engine started", extra={"model": info.name, "variant": info.variant, "formats": runtime.formats})
+        log.info(
+            "engine started",
+            extra={"model": info.name, "variant": info.variant, "formats": runtime.formats},
+        )
         yield
         await runtime.stop_engine(settings.drain_timeout_s)
         log.info("engine stopped")
@@ -140,7 +164,11 @@ def create_app(engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, 
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        log.error("unhandled error", exc_info=exc, extra={"request_id": request.scope.get("state", {}).get("request_id")})
+        log.error(
+            "unhandled error",
+            exc_info=exc,
+            extra={"request_id": request.scope.get("state", {}).get("request_id")},
+        )
         return await api_error(request, errors.internal())
 
     app.add_middleware(

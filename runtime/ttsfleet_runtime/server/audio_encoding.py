@@ -137,7 +137,9 @@ class StreamEncoder:
             import soundfile
 
             self._sink = _AppendOnlySink()
-            self._ogg = soundfile.SoundFile(self._sink, "w", samplerate=sample_rate, channels=1, format="OGG", subtype="OPUS")
+            self._ogg = soundfile.SoundFile(
+                self._sink, "w", samplerate=sample_rate, channels=1, format="OGG", subtype="OPUS"
+            )
 
     def encode(self, pcm: np.ndarray) -> bytes:
         if self._ogg is not None:
@@ -178,6 +180,8 @@ def encode_file(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
 
         container, subtype = _SNDFILE_FORMATS[fmt]
         out = io.BytesIO()
-        soundfile.write(out, np.asarray(pcm, dtype=np.float32), sample_rate, format=container, subtype=subtype)
+        soundfile.write(
+            out, np.asarray(pcm, dtype=np.float32), sample_rate, format=container, subtype=subtype
+        )
         return out.getvalue()
     raise ValueError(f"unknown response format {fmt!r}")

@@ -39,5 +39,5 @@ class Drain:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout=max(0.0, timeout_s))
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False

@@ -100,7 +100,9 @@ def body_too_large(limit: int) -> ApiError:
     return ApiError(413, f"request body is larger than {limit} bytes", code="body_too_large")
 
 
-def rate_limited(retry_after_s: float, message: str = "rate limit for this API key exceeded") -> ApiError:
+def rate_limited(
+    retry_after_s: float, message: str = "rate limit for this API key exceeded"
+) -> ApiError:
     return ApiError(
         429,
         message,

@@ -72,7 +72,9 @@ def authenticate(api_keys: ApiKeys, failures: TokenBucketLimiter, address: str, 
         return check()
     wait_s = failures.wait_s(address)
     if wait_s > 0:
-        raise errors.rate_limited(wait_s, "too many requests with invalid API keys from this address")
+        raise errors.rate_limited(
+            wait_s, "too many requests with invalid API keys from this address"
+        )
     try:
         return check()
     except errors.ApiError:
@@ -94,7 +96,14 @@ async def send_error(send, error: errors.ApiError, request_id: str) -> None:
 
 class HttpGuard:
     def __init__(
-        self, app, *, settings, api_keys: ApiKeys, limiter: TokenBucketLimiter, auth_failures: TokenBucketLimiter, metrics
+        self,
+        app,
+        *,
+        settings,
+        api_keys: ApiKeys,
+        limiter: TokenBucketLimiter,
+        auth_failures: TokenBucketLimiter,
+        metrics,
     ):
         self.app = app
         self.settings = settings
@@ -125,7 +134,13 @@ class HttpGuard:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 status["started"] = True
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
+                message = {
+                    **message,
+                    "headers": [
+                        *message.get("headers", []),
+                        (b"x-request-id", request_id.encode()),
+                    ],
+                }
             await send(message)
 
         limit = self._body_limit(scope["method"], scope["path"])
@@ -146,13 +161,16 @@ class HttpGuard:
             if body["complete"]:
                 return await receive()  # only a disconnect can come now: wait as long as it takes
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.monotonic()))
+                message = await asyncio.wait_for(
+                    receive(), max(0.0, body_deadline - time.monotonic())
+                )
             except TimeoutError:
                 if status["started"]:
                     return {"type": "http.disconnect"}
                 return await refuse_body(
                     errors.ApiError(
-                        408, f"the request body did not arrive within {self.settings.http_body_timeout_s:g} s",
+                        408,
+                        f"the request body did not arrive within {self.settings.http_body_timeout_s:g} s",
                         code="request_timeout",
                     )
                 )
@@ -170,7 +188,9 @@ class HttpGuard:
             if scope["path"].startswith("/v1/"):
                 authorization = headers.get(b"authorization", b"").decode("latin-1") or None
                 caller = authenticate(
-                    self.api_keys, self.auth_failures, client_address(scope),
+                    self.api_keys,
+                    self.auth_failures,
+                    client_address(scope),
                     lambda: self.api_keys.authenticate(authorization),
                 )
                 state["caller"] = caller
@@ -194,7 +214,11 @@ class HttpGuard:
             # without ending the body makes uvicorn drop the connection, which
             # is how an HTTP/1.1 client learns the response is incomplete.
             if state.get("error") is None:
-                log.error("response failed after it started", exc_info=exc, extra={"request_id": request_id})
+                log.error(
+                    "response failed after it started",
+                    exc_info=exc,
+                    extra={"request_id": request_id},
+                )
             record_error(state, self.metrics, "internal")
             state.setdefault("final_status", 500)
         finally:

@@ -10,7 +10,11 @@ from fastapi.responses import FileResponse, RedirectResponse
 router = APIRouter(include_in_schema=False)
 
 PAGE_DIR = Path(__file__).parent / "playground"
-_FILES = {"index.html": "text/html", "playground.js": "text/javascript", "playground.css": "text/css"}
+_FILES = {
+    "index.html": "text/html",
+    "playground.js": "text/javascript",
+    "playground.css": "text/css",
+}
 
 
 @router.get("/")
@@ -28,4 +32,6 @@ async def playground(name: str):
     name = name or "index.html"
     if name not in _FILES:
         raise HTTPException(404)
-    return FileResponse(PAGE_DIR / name, media_type=_FILES[name], headers={"Cache-Control": "no-cache"})
+    return FileResponse(
+        PAGE_DIR / name, media_type=_FILES[name], headers={"Cache-Control": "no-cache"}
+    )

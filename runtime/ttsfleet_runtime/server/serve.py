@@ -104,13 +104,18 @@ def uvicorn_server(app, settings: ServerSettings):
                 return super().handle_exit(sig, frame)
             self._draining = True
             # Signal handlers run between bytecodes; hand the work to the loop.
-            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain_then_exit(sig)))
+            self._loop.call_soon_threadsafe(
+                lambda: self._loop.create_task(self._drain_then_exit(sig))
+            )
 
         async def _drain_then_exit(self, sig):
             runtime = app.state.runtime
             started = time.monotonic()
             runtime.drain.begin()
-            log.info("draining", extra={"signal": signal.Signals(sig).name, "inflight": runtime.drain.inflight})
+            log.info(
+                "draining",
+                extra={"signal": signal.Signals(sig).name, "inflight": runtime.drain.inflight},
+            )
             finished = await runtime.drain.wait_idle(settings.drain_timeout_s)
             left = max(0.5, settings.drain_timeout_s - (time.monotonic() - started))
             await runtime.stop_engine(left)
@@ -119,7 +124,11 @@ def uvicorn_server(app, settings: ServerSettings):
                 await runtime.drain.wait_idle(5.0)
             log.info(
                 "drained",
-                extra={"all_finished": finished, "seconds": round(time.monotonic() - started, 2), "inflight": runtime.drain.inflight},
+                extra={
+                    "all_finished": finished,
+                    "seconds": round(time.monotonic() - started, 2),
+                    "inflight": runtime.drain.inflight,
+                },
             )
             self.should_exit = True
 

@@ -43,7 +43,11 @@ async def live() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/health/ready", summary="The engine admits work", responses={503: {"description": "Not ready or draining"}})
+@router.get(
+    "/health/ready",
+    summary="The engine admits work",
+    responses={503: {"description": "Not ready or draining"}},
+)
 async def ready(request: Request):
     runtime = request.app.state.runtime
     if runtime.drain.draining:

@@ -33,23 +33,38 @@ class SamplingFields(BaseModel):
 
     def sampling_overrides(self) -> dict:
         """The sampling fields the client set (the engine's defaults fill the rest)."""
-        return {name: value for name in SamplingFields.model_fields if (value := getattr(self, name)) is not None}
+        return {
+            name: value
+            for name in SamplingFields.model_fields
+            if (value := getattr(self, name)) is not None
+        }
 
 
 class SpeechRequest(SamplingFields):
-    model: str = Field(min_length=1, max_length=256, description="The served model id (see GET /v1/models).")
-    input: str = Field(min_length=1, description="Text to speak (at most the server's max input characters).")
+    model: str = Field(
+        min_length=1, max_length=256, description="The served model id (see GET /v1/models)."
+    )
+    input: str = Field(
+        min_length=1, description="Text to speak (at most the server's max input characters)."
+    )
     voice: str | None = Field(
         default=None,
         max_length=256,
         description="A built-in speaker (CustomVoice models) or an uploaded voice id (Base models).",
     )
-    response_format: ResponseFormat = Field(default="mp3", description="Audio container; pcm is raw s16le mono.")
+    response_format: ResponseFormat = Field(
+        default="mp3", description="Audio container; pcm is raw s16le mono."
+    )
     instructions: str | None = Field(
-        default=None, max_length=4096, description="Voice description (VoiceDesign) or style instruction."
+        default=None,
+        max_length=4096,
+        description="Voice description (VoiceDesign) or style instruction.",
     )
     speed: float = Field(
-        default=1.0, ge=0.25, le=4.0, description="Only 1.0 is supported: the model has no honest speed control."
+        default=1.0,
+        ge=0.25,
+        le=4.0,
+        description="Only 1.0 is supported: the model has no honest speed control.",
     )
     stream_format: StreamFormat | None = Field(
         default=None,

@@ -91,7 +91,9 @@ def _client_gone(request: Request, utterance: Utterance) -> Response:
     utterance.cancel()
     utterance.finish(completed=False)
     _count_client_gone(request)
-    log.info("client disconnected, generation cancelled", extra={"request_id": request.state.request_id})
+    log.info(
+        "client disconnected, generation cancelled", extra={"request_id": request.state.request_id}
+    )
     return Response(status_code=CLIENT_CLOSED)
 
 
@@ -111,10 +113,15 @@ def stream_format(body: SpeechRequest) -> str:
 def _check_request(body: SpeechRequest, runtime) -> None:
     if body.model not in runtime.served_models:
         raise errors.ApiError(
-            404, f"model {body.model!r} is not served here; use {runtime.served_models[0]!r}", code="model_not_found", param="model"
+            404,
+            f"model {body.model!r} is not served here; use {runtime.served_models[0]!r}",
+            code="model_not_found",
+            param="model",
         )
     if body.speed != 1.0:
-        raise errors.invalid_request("speed other than 1.0 is not supported by this model", param="speed")
+        raise errors.invalid_request(
+            "speed other than 1.0 is not supported by this model", param="speed"
+        )
     if body.response_format not in runtime.formats:
         raise errors.invalid_request(
             f"response_format {body.response_format!r} is not available; use one of {', '.join(runtime.formats)}",
@@ -131,7 +138,13 @@ def _check_request(body: SpeechRequest, runtime) -> None:
 @router.post(
     "/v1/audio/speech",
     response_class=Response,
-    responses={200: {"content": {t: {} for t in audio_encoding.CONTENT_TYPES.values()}, "description": "Audio"}, **ERROR_RESPONSES},
+    responses={
+        200: {
+            "content": {t: {} for t in audio_encoding.CONTENT_TYPES.values()},
+            "description": "Audio",
+        },
+        **ERROR_RESPONSES,
+    },
     summary="Synthesise speech (OpenAI-compatible)",
 )
 async def create_speech(body: SpeechRequest, request: Request):
@@ -164,7 +177,9 @@ async def create_speech(body: SpeechRequest, request: Request):
         data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
         headers["Server-Timing"] = utterance.server_timing()
         headers["X-Audio-Duration"] = f"{utterance.audio_s:.3f}"
-        return Response(data, media_type=audio_encoding.CONTENT_TYPES[body.response_format], headers=headers)
+        return Response(
+            data, media_type=audio_encoding.CONTENT_TYPES[body.response_format], headers=headers
+        )
 
     try:
         first = await unless_disconnected(request, anext(chunks, None))
@@ -194,7 +209,11 @@ def _failed(exc: BaseException, state: dict) -> errors.ApiError:
     """What the client is told; a failure that is not a plain refusal is logged once here."""
     failure = generation_failure(exc)
     if not isinstance(exc, errors.ApiError) and failure.status >= 500:
-        log.error("generation failed", exc_info=exc, extra={"request_id": state["request_id"], "type": failure.code})
+        log.error(
+            "generation failed",
+            exc_info=exc,
+            extra={"request_id": state["request_id"], "type": failure.code},
+        )
     return failure
 
 
@@ -245,14 +264,24 @@ async def _sse_events(first, chunks, encoder, utterance, request):
             if data:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
     except Exception:
-        yield _sse({"type": "error", "error": {"message": "generation failed", "code": request.scope["state"].get("error")}})
+        yield _sse(
+            {
+                "type": "error",
+                "error": {
+                    "message": "generation failed",
+                    "code": request.scope["state"].get("error"),
+                },
+            }
+        )
         return
     finally:
         await events.aclose()
     # Output tokens are codec frames (one talker token each); input tokens are
     # counted by the engine's tokenizer, which the server does not see.
     usage = {"input_tokens": 0, "output_tokens": frames, "total_tokens": frames}
-    yield _sse({"type": "speech.audio.done", "usage": usage, "audio_seconds": round(utterance.audio_s, 3)})
+    yield _sse(
+        {"type": "speech.audio.done", "usage": usage, "audio_seconds": round(utterance.audio_s, 3)}
+    )
 
 
 def _sse(event: dict) -> bytes:

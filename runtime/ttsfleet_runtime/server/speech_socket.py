@@ -107,7 +107,10 @@ def _text_of(message: dict, max_bytes: int) -> str:
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", 1000))
     if message.get("text") is None:
-        raise protocol_error("binary frames are not part of this protocol: send JSON text messages", _UNSUPPORTED_DATA)
+        raise protocol_error(
+            "binary frames are not part of this protocol: send JSON text messages",
+            _UNSUPPORTED_DATA,
+        )
     text = message["text"]
     if len(text) > max_bytes or len(text.encode()) > max_bytes:
         raise protocol_error(f"a message may have at most {max_bytes} bytes", _MESSAGE_TOO_BIG)
@@ -161,21 +164,30 @@ class _Session:
     def _authenticate(self) -> str:
         ws, keys = self.ws, self.runtime.api_keys
         header = ws.headers.get("authorization")
-        if header or keys.disabled:
-            check = lambda: keys.authenticate(header)
-        else:
-            check = lambda: keys.authenticate_key(ws.query_params.get("api_key", ""))
+
+        def check() -> str:
+            if header or keys.disabled:
+                return keys.authenticate(header)
+            return keys.authenticate_key(ws.query_params.get("api_key", ""))
+
         return authenticate(keys, self.runtime.auth_failures, client_address(ws.scope), check)
 
     def _claim_session(self) -> None:
         runtime = self.runtime
         # Without keys everyone is anonymous: cap per client address instead.
-        key = self.caller if self.caller != ANONYMOUS else f"{ANONYMOUS}@{client_address(self.ws.scope)}"
+        key = (
+            self.caller
+            if self.caller != ANONYMOUS
+            else f"{ANONYMOUS}@{client_address(self.ws.scope)}"
+        )
         if not runtime.ws_sessions.acquire(key):
             limit = runtime.settings.ws_max_sessions_per_key
             raise errors.ApiError(
-                429, f"this API key already has {limit} open sessions; close one first",
-                code="too_many_sessions", type="rate_limit_error", retry_after_s=1.0,
+                429,
+                f"this API key already has {limit} open sessions; close one first",
+                code="too_many_sessions",
+                type="rate_limit_error",
+                retry_after_s=1.0,
             )
         self.session_key = key
 
@@ -198,17 +210,25 @@ class _Session:
                 runtime.settings.max_body_bytes,
             )
         except TimeoutError:
-            raise errors.ApiError(400, "no session.config message in time", code="protocol_error") from None
+            raise errors.ApiError(
+                400, "no session.config message in time", code="protocol_error"
+            ) from None
         try:
             self.config = SessionConfig.model_validate_json(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])[:64] or "message"
-            raise errors.invalid_request(f"session.config: {where}: {first['msg']}", param=where) from None
+            raise errors.invalid_request(
+                f"session.config: {where}: {first['msg']}", param=where
+            ) from None
         if self.config.model is not None and self.config.model not in runtime.served_models:
-            raise errors.ApiError(404, f"model {_short(self.config.model)} is not served here", code="model_not_found")
+            raise errors.ApiError(
+                404, f"model {_short(self.config.model)} is not served here", code="model_not_found"
+            )
         if runtime.drain.draining:
-            raise errors.unavailable("this server is shutting down; retry on another", code="draining")
+            raise errors.unavailable(
+                "this server is shutting down; retry on another", code="draining"
+            )
         # Validate voice and sampling once, before any text arrives.
         self._build_request(text="")
         await _send(
@@ -218,7 +238,7 @@ class _Session:
                 "request_id": self.request_id,
                 "sample_rate": runtime.engine.info.sample_rate,
                 "audio_format": "pcm_s16le",
-            }
+            },
         )
         self.active_at = time.monotonic()
 
@@ -246,7 +266,9 @@ class _Session:
             if current is not None:
                 timeout = self.active_at + settings.ws_text_stall_s - now
             elif self.speaking:
-                timeout = settings.ws_idle_timeout_s  # look again later (an utterance may wait in the queue)
+                timeout = (
+                    settings.ws_idle_timeout_s
+                )  # look again later (an utterance may wait in the queue)
             else:
                 timeout = self.active_at + settings.ws_idle_timeout_s - now
             try:
@@ -257,7 +279,8 @@ class _Session:
                 if self.speaking or time.monotonic() < self.active_at + settings.ws_idle_timeout_s:
                     continue  # audio is still going out (or just did): the client is not idle
                 raise errors.ApiError(
-                    408, f"no message for {settings.ws_idle_timeout_s:g} s and nothing left to say; closing",
+                    408,
+                    f"no message for {settings.ws_idle_timeout_s:g} s and nothing left to say; closing",
                     code="idle_timeout",
                 ) from None
 
@@ -288,7 +311,9 @@ class _Session:
                     raise protocol_error("text.delta needs a string 'text'")
                 self.chars += len(text)
                 if self.chars > max_chars:
-                    raise errors.invalid_request(f"more than {max_chars} characters of text in one session", param="text")
+                    raise errors.invalid_request(
+                        f"more than {max_chars} characters of text in one session", param="text"
+                    )
                 if current is None:
                     current = asyncio.Queue()
                     await self.utterances.put(current)
@@ -330,7 +355,7 @@ class _Session:
                             "index": index,
                             "samples": len(chunk.pcm),
                             "t_ms": round((time.monotonic() - submitted) * 1000, 1),
-                        }
+                        },
                     )
                     await _send(self.ws, pcm)
                     self.active_at = time.monotonic()
@@ -346,7 +371,11 @@ class _Session:
                 utterance.cancel()
                 failure = generation_failure(exc)
                 if failure.status >= 500:
-                    log.error("generation failed", exc_info=exc, extra={"request_id": self.request_id, "type": error_type(exc)})
+                    log.error(
+                        "generation failed",
+                        exc_info=exc,
+                        extra={"request_id": self.request_id, "type": error_type(exc)},
+                    )
                 raise failure from None
             finally:
                 utterance.finish(completed=completed)
@@ -357,9 +386,11 @@ class _Session:
                     "type": "utterance.done",
                     "utterance": self.count,
                     "audio_seconds": round(utterance.audio_s, 3),
-                    "ttfa_ms": None if utterance.ttfa_s is None else round(utterance.ttfa_s * 1000, 1),
+                    "ttfa_ms": None
+                    if utterance.ttfa_s is None
+                    else round(utterance.ttfa_s * 1000, 1),
                     "total_ms": round((time.monotonic() - submitted) * 1000, 1),
-                }
+                },
             )
             self.count += 1
             self.speaking -= 1
@@ -395,7 +426,9 @@ async def speech_stream(ws: WebSocket):
         session.count_request(error.status)
         await session.send_error(error)
     except Exception as exc:
-        log.error("websocket session failed", exc_info=exc, extra={"request_id": session.request_id})
+        log.error(
+            "websocket session failed", exc_info=exc, extra={"request_id": session.request_id}
+        )
         session.count_request(500)
         await session.send_error(errors.internal())
     finally:

@@ -164,7 +164,9 @@ class Synthesizer:
         self.voices = voices
         self.max_input_chars = max_input_chars
         # 12 Hz tokenizers make 12.5 frames per second, 25 Hz ones 25.
-        frames_per_s = 12.5 if engine.info.tokenizer_rate_hz == 12 else float(engine.info.tokenizer_rate_hz)
+        frames_per_s = (
+            12.5 if engine.info.tokenizer_rate_hz == 12 else float(engine.info.tokenizer_rate_hz)
+        )
         self.max_frames = max(1, math.ceil(max_audio_seconds * frames_per_s))
         self._speakers = {s.lower(): s for s in engine.info.speakers}
 
@@ -180,18 +182,23 @@ class Synthesizer:
             return self._speakers[voice.lower()]
         if voice.startswith("voice_"):
             if self.voices is None:
-                raise errors.invalid_request("voice uploads are not enabled on this server", param="voice")
+                raise errors.invalid_request(
+                    "voice uploads are not enabled on this server", param="voice"
+                )
             try:
                 self.voices.get(voice, caller)
             except errors.ApiError:
                 raise errors.invalid_request(f"unknown voice {voice!r}", param="voice") from None
             if not self.engine.info.supports_voice_clone:
                 raise errors.invalid_request(
-                    f"model {self.engine.info.name} cannot speak uploaded voices; use a Base model", param="voice"
+                    f"model {self.engine.info.name} cannot speak uploaded voices; use a Base model",
+                    param="voice",
                 )
             return voice
         known = ", ".join(self.engine.info.speakers) or "none"
-        raise errors.invalid_request(f"unknown voice {voice!r}; built-in voices: {known}", param="voice")
+        raise errors.invalid_request(
+            f"unknown voice {voice!r}; built-in voices: {known}", param="voice"
+        )
 
     def build_request(
         self,
@@ -205,7 +212,9 @@ class Synthesizer:
         caller: str,
     ) -> api.SynthesisRequest:
         if isinstance(text, str) and len(text) > self.max_input_chars:
-            raise errors.invalid_request(f"input is longer than {self.max_input_chars} characters", param="input")
+            raise errors.invalid_request(
+                f"input is longer than {self.max_input_chars} characters", param="input"
+            )
         params = api.SamplingParams(**sampling, max_frames=self.max_frames)
         try:
             params.validate()
@@ -222,7 +231,9 @@ class Synthesizer:
 
     def submit(self, request: api.SynthesisRequest, received_at: float) -> Utterance:
         if self.drain.draining:
-            raise errors.unavailable("this server is shutting down; retry on another", code="draining")
+            raise errors.unavailable(
+                "this server is shutting down; retry on another", code="draining"
+            )
         try:
             stream = self.engine.submit(request)
         except api.EngineError as exc:

@@ -80,12 +80,22 @@ def _caller(request: Request) -> str:
     return request.scope["state"].get("caller", ANONYMOUS)
 
 
-@router.get("/v1/audio/voices", responses=VOICE_RESPONSES, summary="Built-in speakers and your uploaded voices")
+@router.get(
+    "/v1/audio/voices",
+    responses=VOICE_RESPONSES,
+    summary="Built-in speakers and your uploaded voices",
+)
 async def list_voices(request: Request) -> dict:
     runtime = request.app.state.runtime
     info = runtime.engine.info
     data = [
-        {"id": speaker, "object": "voice", "name": speaker, "type": "builtin", "languages": list(info.languages)}
+        {
+            "id": speaker,
+            "object": "voice",
+            "name": speaker,
+            "type": "builtin",
+            "languages": list(info.languages),
+        }
         for speaker in info.speakers
     ]
     if runtime.voices is not None:
@@ -93,11 +103,18 @@ async def list_voices(request: Request) -> dict:
     return {"object": "list", "data": data}
 
 
-@router.post("/v1/audio/voices", status_code=201, responses=VOICE_RESPONSES, summary="Upload a voice (with consent)")
+@router.post(
+    "/v1/audio/voices",
+    status_code=201,
+    responses=VOICE_RESPONSES,
+    summary="Upload a voice (with consent)",
+)
 async def create_voice(
     request: Request,
     audio: UploadFile = File(description="Reference recording: WAV, FLAC, OGG or MP3"),
-    transcript: str = Form(min_length=1, max_length=2000, description="What is said in the recording"),
+    transcript: str = Form(
+        min_length=1, max_length=2000, description="What is said in the recording"
+    ),
     consent: bool = Form(description="true: the speaker consented to this voice being cloned"),
     consent_statement: str = Form(
         default="The speaker consented to the cloning of their voice.",
@@ -111,7 +128,9 @@ async def create_voice(
     store = _store(request)
     settings = request.app.state.runtime.settings
     if not consent:
-        raise errors.invalid_request("consent must be true: upload only voices whose speaker consented", param="consent")
+        raise errors.invalid_request(
+            "consent must be true: upload only voices whose speaker consented", param="consent"
+        )
     await asyncio.to_thread(store.check_quota, _caller(request))
     data = await audio.read()
     if len(data) > settings.max_voice_upload_bytes:
@@ -132,7 +151,9 @@ async def create_voice(
     return voice.public()
 
 
-@router.delete("/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="Erase an uploaded voice")
+@router.delete(
+    "/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="Erase an uploaded voice"
+)
 async def delete_voice(voice_id: str, request: Request) -> dict:
     await asyncio.to_thread(_store(request).delete, voice_id, _caller(request))
     log.info("voice erased", extra={"request_id": request.state.request_id, "voice_id": voice_id})

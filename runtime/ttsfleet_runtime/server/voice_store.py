@@ -113,7 +113,7 @@ class VoiceStore:
         import soundfile
 
         voice_id = "voice_" + secrets.token_hex(8)
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         staging = self.root / f".{voice_id}{_STAGING_SUFFIX}"
         staging.mkdir()
         try:

@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+
 from support.runtime import RuntimeProcess
 
 
@@ -20,7 +21,9 @@ def serve(tiny_custom_voice, tmp_path):
 
     def start(*flags: str):
         # Info level: the test reads the drain's own log line.
-        runtime = RuntimeProcess(tmp_path, tiny_custom_voice, *flags, name=f"serve-{len(runtimes)}", log_level="info")
+        runtime = RuntimeProcess(
+            tmp_path, tiny_custom_voice, *flags, name=f"serve-{len(runtimes)}", log_level="info"
+        )
         runtimes.append(runtime)
         runtime.wait_ready(90)
         return runtime
@@ -32,13 +35,21 @@ def serve(tiny_custom_voice, tmp_path):
 
 def speech(base, **fields):
     model = httpx.get(base + "/v1/models").json()["data"][0]["id"]
-    return {"model": model, "input": "Draining", "voice": "vivian", "response_format": "pcm", **fields}
+    return {
+        "model": model,
+        "input": "Draining",
+        "voice": "vivian",
+        "response_format": "pcm",
+        **fields,
+    }
 
 
 def test_sigterm_lets_the_stream_finish_refuses_new_work_and_exits(serve):
     runtime = serve("--max-audio-seconds", "6.4", "--drain-timeout", "60")
     process, base = runtime.process, runtime.base
-    with httpx.stream("POST", base + "/v1/audio/speech", json=speech(base, stream_format="audio"), timeout=60) as stream:
+    with httpx.stream(
+        "POST", base + "/v1/audio/speech", json=speech(base, stream_format="audio"), timeout=60
+    ) as stream:
         pieces = stream.iter_bytes()
         received = len(next(pieces))
         process.send_signal(signal.SIGTERM)
@@ -60,7 +71,9 @@ def test_sigterm_lets_the_stream_finish_refuses_new_work_and_exits(serve):
 def test_a_stream_longer_than_the_drain_deadline_is_cut_and_the_process_exits(serve):
     runtime = serve("--max-audio-seconds", "120", "--drain-timeout", "1")
     process, base = runtime.process, runtime.base
-    with httpx.stream("POST", base + "/v1/audio/speech", json=speech(base, stream_format="audio"), timeout=60) as stream:
+    with httpx.stream(
+        "POST", base + "/v1/audio/speech", json=speech(base, stream_format="audio"), timeout=60
+    ) as stream:
         pieces = stream.iter_bytes()
         received = len(next(pieces))
         started = time.monotonic()

@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.live_server import API_KEY, auth, metric_value
-from support.live_server import LiveServer
-from support.stand_in_engine import StandInEngine
+from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.polling import wait_for
+from support.stand_in_engine import StandInEngine
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.engine import api
 from ttsfleet_runtime.server import errors

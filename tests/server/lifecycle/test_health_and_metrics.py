@@ -16,21 +16,33 @@ from ttsfleet_runtime.server.json_logging import JsonFormatter
 
 
 def families(base_url) -> dict:
-    return {f.name: f for f in text_string_to_metric_families(httpx.get(base_url + "/metrics").text)}
+    return {
+        f.name: f for f in text_string_to_metric_families(httpx.get(base_url + "/metrics").text)
+    }
 
 
 def test_a_finished_request_shows_up_in_every_latency_and_volume_metric(server, model_id):
     before = families(server.base_url)
     response = httpx.post(
         server.base_url + "/v1/audio/speech",
-        json={"model": model_id, "input": "Count me", "voice": "Vivian", "response_format": "pcm", "stream_format": "audio"},
+        json={
+            "model": model_id,
+            "input": "Count me",
+            "voice": "Vivian",
+            "response_format": "pcm",
+            "stream_format": "audio",
+        },
         headers=auth(),
     )
     assert response.status_code == 200
     after = families(server.base_url)
 
     def count(fams, name, suffix="_count"):
-        return next((s.value for s in fams[name].samples if s.name == name + suffix), 0.0) if name in fams else 0.0
+        return (
+            next((s.value for s in fams[name].samples if s.name == name + suffix), 0.0)
+            if name in fams
+            else 0.0
+        )
 
     for name in (metrics.TIME_TO_FIRST_AUDIO, metrics.REQUEST_DURATION, metrics.REAL_TIME_FACTOR):
         assert count(after, name) == count(before, name) + 1, name
@@ -44,8 +56,14 @@ def test_the_contract_names_are_exported(server):
     names = set()
     for family in families(server.base_url).values():
         names |= {s.name for s in family.samples}
-    for name in (metrics.QUEUE_DEPTH, metrics.ACTIVE_STREAMS, metrics.READY, metrics.BUILD_INFO,
-                 metrics.REQUESTS, metrics.TIME_TO_FIRST_AUDIO + "_bucket"):
+    for name in (
+        metrics.QUEUE_DEPTH,
+        metrics.ACTIVE_STREAMS,
+        metrics.READY,
+        metrics.BUILD_INFO,
+        metrics.REQUESTS,
+        metrics.TIME_TO_FIRST_AUDIO + "_bucket",
+    ):
         assert name in names, name
 
 
@@ -58,13 +76,23 @@ def test_build_info_names_the_model(server):
 def test_scrapes_do_not_count_themselves(server):
     for _ in range(3):
         httpx.get(server.base_url + "/metrics")
-    samples = [s for f in families(server.base_url).values() for s in f.samples if s.name == metrics.REQUESTS]
+    samples = [
+        s
+        for f in families(server.base_url).values()
+        for s in f.samples
+        if s.name == metrics.REQUESTS
+    ]
     assert not [s for s in samples if s.labels["route"] == "/metrics"]
 
 
 def test_unknown_paths_share_one_label(server):
     httpx.get(server.base_url + "/no/such/path/123")
-    samples = [s for f in families(server.base_url).values() for s in f.samples if s.name == metrics.REQUESTS]
+    samples = [
+        s
+        for f in families(server.base_url).values()
+        for s in f.samples
+        if s.name == metrics.REQUESTS
+    ]
     assert {"route": "unmatched", "code": "404"} in [s.labels for s in samples]
     assert not [s for s in samples if "123" in s.labels["route"]]
 

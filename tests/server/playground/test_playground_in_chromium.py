@@ -16,7 +16,9 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
     missing = chromium_missing()
     if missing:
         pytest.fail(missing)
-    speech_before = metric_value(server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"})
+    speech_before = metric_value(
+        server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"}
+    )
     with Browser() as browser:
         page = browser.open(server.base_url + "/")
         assert page.evaluate("location.pathname") == "/playground/"
@@ -52,5 +54,7 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
     assert "NaN" not in server_timing
     assert samples == round(SHORT_AUDIO_S * 12.5) * 1920
     assert shot.startswith(b"\x89PNG") and len(shot) > 10_000
-    after = metric_value(server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"})
+    after = metric_value(
+        server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"}
+    )
     assert after == speech_before + 1

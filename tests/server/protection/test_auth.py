@@ -37,7 +37,12 @@ def test_unauthenticated_speech_is_refused_before_the_body_is_parsed(server):
 
 
 def test_every_configured_key_works(server):
-    assert httpx.get(server.base_url + "/v1/models", headers={"Authorization": f"Bearer {OTHER_KEY}"}).status_code == 200
+    assert (
+        httpx.get(
+            server.base_url + "/v1/models", headers={"Authorization": f"Bearer {OTHER_KEY}"}
+        ).status_code
+        == 200
+    )
 
 
 def test_health_and_metrics_need_no_key(server):
@@ -110,7 +115,9 @@ def test_a_bom_does_not_disable_the_first_key(tmp_path):
         (b"bad/name: sk-1\n", "a tenant name is"),
     ],
 )
-def test_an_unusable_keys_file_refuses_to_start_and_names_the_line_not_the_key(tmp_path, content, reason):
+def test_an_unusable_keys_file_refuses_to_start_and_names_the_line_not_the_key(
+    tmp_path, content, reason
+):
     keys_file = tmp_path / "keys"
     keys_file.write_bytes(content)
     with pytest.raises(ConfigError, match="API keys") as refused:
@@ -126,14 +133,18 @@ def rewrite(path, content: bytes) -> None:
     fresh.replace(path)
 
 
-def test_keys_file_reload_revokes_at_once_and_a_bad_file_keeps_the_last_good_keys(make_engine, tmp_path, caplog):
+def test_keys_file_reload_revokes_at_once_and_a_bad_file_keeps_the_last_good_keys(
+    make_engine, tmp_path, caplog
+):
     caplog.set_level(logging.INFO)
     keys_file = tmp_path / "keys"
     keys_file.write_text("alice: sk-alice\nbob: sk-bob\n")
     with LiveServer(make_engine(), ServerSettings(), ApiKeys(keys_file=keys_file)) as server:
 
         def status(key):
-            return httpx.get(server.base_url + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code
+            return httpx.get(
+                server.base_url + "/v1/models", headers={"Authorization": f"Bearer {key}"}
+            ).status_code
 
         errors_metric = "ttsfleet_auth_keys_reload_errors_total"
         assert status("sk-alice") == status("sk-bob") == 200
@@ -146,7 +157,9 @@ def test_keys_file_reload_revokes_at_once_and_a_bad_file_keeps_the_last_good_key
         rewrite(keys_file, b"alice: sk-alice\ncarol: sk-carol-\xff\n")
         assert [status("sk-alice"), status("sk-alice"), status("sk-bob")] == [200, 200, 401]
         assert metric_value(server.base_url, errors_metric) == 1
-        rejected = [r for r in caplog.records if r.getMessage().startswith("api keys file rejected")]
+        rejected = [
+            r for r in caplog.records if r.getMessage().startswith("api keys file rejected")
+        ]
         assert len(rejected) == 1 and "not UTF-8" in rejected[0].reason
 
         # A missing file (mid-swap) keeps the keys too; the next good version applies.

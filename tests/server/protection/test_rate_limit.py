@@ -10,8 +10,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, auth
-from support.live_server import LiveServer
+from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer, auth
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.rate_limit import TokenBucketLimiter
 from ttsfleet_runtime.server.settings import ServerSettings
@@ -19,7 +18,9 @@ from ttsfleet_runtime.server.settings import ServerSettings
 
 @pytest.fixture(scope="module")
 def limited_server(make_engine):
-    settings = ServerSettings(rate_limit_per_s=0.5, rate_limit_burst=2, max_audio_seconds=SHORT_AUDIO_S)
+    settings = ServerSettings(
+        rate_limit_per_s=0.5, rate_limit_burst=2, max_audio_seconds=SHORT_AUDIO_S
+    )
     with LiveServer(make_engine(), settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
         yield live
 
@@ -67,8 +68,13 @@ WS_KEY = "test-key-carol"
 @pytest.fixture(scope="module")
 def strict_server(make_engine):
     """0.5 sessions/s after a burst of 2 per key; 5 failed authentications per address."""
-    settings = ServerSettings(rate_limit_per_s=0.5, rate_limit_burst=2, auth_failure_burst=5, auth_failure_rate_per_s=0.2,
-                              max_audio_seconds=SHORT_AUDIO_S)
+    settings = ServerSettings(
+        rate_limit_per_s=0.5,
+        rate_limit_burst=2,
+        auth_failure_burst=5,
+        auth_failure_rate_per_s=0.2,
+        max_audio_seconds=SHORT_AUDIO_S,
+    )
     with LiveServer(make_engine(), settings, ApiKeys((WS_KEY,))) as live:
         yield live
 

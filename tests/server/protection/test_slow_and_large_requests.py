@@ -10,8 +10,7 @@ import socket
 import httpx
 import pytest
 
-from support.live_server import API_KEY, SHORT_AUDIO_S, auth
-from support.live_server import LiveServer
+from support.live_server import API_KEY, SHORT_AUDIO_S, LiveServer, auth
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 

@@ -15,9 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.live_server import API_KEY, OTHER_KEY
 from support.hostile import Bystander, json_values
-from support.live_server import LiveServer
+from support.live_server import API_KEY, OTHER_KEY, LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 

@@ -3,7 +3,8 @@
 Schemathesis generates valid and invalid bodies, parameters and multipart
 uploads for every documented operation; each response must be non-5xx with a
 documented status. (Its "valid data must be accepted" check is left out: a
-schema cannot say which bytes are decodable audio, or that consent must be given.) Examples are bounded to keep the run short on two cores.
+schema cannot say which bytes are decodable audio, or that consent must be given.)
+Examples are bounded to keep the run short on two cores.
 (Driven through hypothesis directly: schemathesis' pytest plugin does not
 load under this pytest.)
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import status_code_conformance
@@ -59,10 +59,15 @@ def test_no_generated_request_gets_a_server_error(server, label, mode):
     operation = operations(server)[label]
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     def check(case):
         case.call_and_validate(
-            base_url=server.base_url, headers=auth(), timeout=60, checks=[not_a_server_error, status_code_conformance]
+            base_url=server.base_url,
+            headers=auth(),
+            timeout=60,
+            checks=[not_a_server_error, status_code_conformance],
         )
 
     check()

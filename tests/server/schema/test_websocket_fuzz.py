@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from support.live_server import API_KEY, OTHER_KEY, metric_value
 from support.hostile import Bystander, json_values
-from support.live_server import LiveServer
+from support.live_server import API_KEY, OTHER_KEY, LiveServer, metric_value
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 

@@ -14,7 +14,13 @@ def speech(server, body=None, **kwargs):
 
 
 def good(model_id, **fields):
-    return {"model": model_id, "input": "Hello", "voice": "Vivian", "response_format": "pcm", **fields}
+    return {
+        "model": model_id,
+        "input": "Hello",
+        "voice": "Vivian",
+        "response_format": "pcm",
+        **fields,
+    }
 
 
 @pytest.mark.parametrize(
@@ -26,7 +32,11 @@ def good(model_id, **fields):
         ({"top_p": 0}, "top_p", "greater than"),
         ({"response_format": "aac"}, "response_format", "Input should be"),
         ({"stream_format": "video"}, "stream_format", "Input should be"),
-        ({"response_format": "flac", "stream_format": "audio"}, "response_format", "cannot be streamed"),
+        (
+            {"response_format": "flac", "stream_format": "audio"},
+            "response_format",
+            "cannot be streamed",
+        ),
         ({"input": ""}, "input", "at least 1 character"),
         ({"input": "x" * 501}, "input", "longer than 500"),
         ({"shout": True}, "shout", "Extra inputs"),
@@ -51,7 +61,9 @@ def test_unknown_model_is_404_model_not_found(server, model_id):
 
 def test_body_that_is_not_json_is_400(server):
     response = httpx.post(
-        server.base_url + "/v1/audio/speech", content=b'{"model": ', headers={**auth(), "Content-Type": "application/json"}
+        server.base_url + "/v1/audio/speech",
+        content=b'{"model": ',
+        headers={**auth(), "Content-Type": "application/json"},
     )
     assert response.status_code == 400
     assert "not valid JSON" in response.json()["error"]["message"]
@@ -71,7 +83,9 @@ def test_chunked_body_over_the_limit_is_413(server, model_id):
         yield b'"}'
 
     response = httpx.post(
-        server.base_url + "/v1/audio/speech", content=chunks(), headers={**auth(), "Content-Type": "application/json"}
+        server.base_url + "/v1/audio/speech",
+        content=chunks(),
+        headers={**auth(), "Content-Type": "application/json"},
     )
     assert response.status_code == 413
 
@@ -120,7 +134,9 @@ def test_an_integer_is_still_a_number(server, model_id):
 )
 def test_an_unparsable_body_gets_400_in_the_openai_shape(server, content):
     response = httpx.post(
-        server.base_url + "/v1/audio/speech", content=content, headers={**auth(), "Content-Type": "application/json"}
+        server.base_url + "/v1/audio/speech",
+        content=content,
+        headers={**auth(), "Content-Type": "application/json"},
     )
     assert response.status_code == 400
     assert set(response.json()) == {"error"}
@@ -146,14 +162,17 @@ def test_framework_refusals_have_the_openai_shape_too(server, method, path, stat
 def test_error_messages_never_show_object_reprs():
     from ttsfleet_runtime.server import errors
 
-    error = errors.invalid_request("Error opening <_io.BytesIO object at 0x7f3a2c1b9e50>: Format not recognised.")
+    error = errors.invalid_request(
+        "Error opening <_io.BytesIO object at 0x7f3a2c1b9e50>: Format not recognised."
+    )
     assert "0x" not in error.message and "BytesIO" not in error.message
     assert error.message == "Error opening the data: Format not recognised."
 
 
 def test_an_undecodable_upload_is_refused_without_internals(server):
     response = httpx.post(
-        server.base_url + "/v1/audio/voices", headers=auth(),
+        server.base_url + "/v1/audio/voices",
+        headers=auth(),
         files={"audio": ("a.wav", b"RIFF not really audio" * 50, "audio/wav")},
         data={"transcript": "hi", "consent": "true", "consent_statement": "I agree", "name": "x"},
     )

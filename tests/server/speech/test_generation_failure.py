@@ -9,8 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from support.live_server import API_KEY, auth, metric_value
-from support.live_server import LiveServer
+from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.stand_in_engine import StandInEngine
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
@@ -22,14 +21,22 @@ def oom_server(fail_after_chunks: int, quietly: bool = False):
 
 
 def body(server, **fields):
-    return {"model": server.runtime.served_models[0], "voice": "Vivian", "input": "Hi", "response_format": "pcm", **fields}
+    return {
+        "model": server.runtime.served_models[0],
+        "voice": "Vivian",
+        "input": "Hi",
+        "response_format": "pcm",
+        **fields,
+    }
 
 
 @pytest.mark.parametrize("stream_format", ["file", "audio"])
 def test_oom_before_any_audio_is_503_with_retry_after(stream_format):
     with oom_server(fail_after_chunks=0) as server:
         fields = {"stream_format": stream_format}
-        response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server, **fields), headers=auth())
+        response = httpx.post(
+            server.base_url + "/v1/audio/speech", json=body(server, **fields), headers=auth()
+        )
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "cuda_oom"
         assert response.headers["retry-after"] == "1"
@@ -39,12 +46,17 @@ def test_oom_before_any_audio_is_503_with_retry_after(stream_format):
 
 def test_oom_mid_stream_cuts_the_response_and_is_counted():
     with oom_server(fail_after_chunks=2) as server:
-        with pytest.raises(httpx.RemoteProtocolError):
-            with httpx.stream(
-                "POST", server.base_url + "/v1/audio/speech", json=body(server, stream_format="audio"), headers=auth()
-            ) as response:
-                assert response.status_code == 200
-                b"".join(response.iter_bytes())
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            httpx.stream(
+                "POST",
+                server.base_url + "/v1/audio/speech",
+                json=body(server, stream_format="audio"),
+                headers=auth(),
+            ) as response,
+        ):
+            assert response.status_code == 200
+            b"".join(response.iter_bytes())
         assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "cuda_oom"}) == 1
         assert server.runtime.drain.inflight == 0
 
@@ -52,7 +64,10 @@ def test_oom_mid_stream_cuts_the_response_and_is_counted():
 def test_oom_mid_sse_stream_ends_with_an_error_event():
     with oom_server(fail_after_chunks=2) as server:
         with httpx.stream(
-            "POST", server.base_url + "/v1/audio/speech", json=body(server, stream_format="sse"), headers=auth()
+            "POST",
+            server.base_url + "/v1/audio/speech",
+            json=body(server, stream_format="sse"),
+            headers=auth(),
         ) as response:
             lines = [line for line in response.iter_lines() if line]
         assert '"type": "error"' in lines[-1] and "cuda_oom" in lines[-1]
@@ -60,12 +75,21 @@ def test_oom_mid_sse_stream_ends_with_an_error_event():
 
 def test_a_stream_the_engine_ends_with_error_is_not_passed_off_as_complete():
     with oom_server(fail_after_chunks=2, quietly=True) as server:
-        response = httpx.post(server.base_url + "/v1/audio/speech", json=body(server, stream_format="file"), headers=auth())
+        response = httpx.post(
+            server.base_url + "/v1/audio/speech",
+            json=body(server, stream_format="file"),
+            headers=auth(),
+        )
         assert response.status_code == 500
         assert response.json()["error"]["code"] == "engine_error"
-        with pytest.raises(httpx.RemoteProtocolError):
-            with httpx.stream(
-                "POST", server.base_url + "/v1/audio/speech", json=body(server, stream_format="audio"), headers=auth()
-            ) as streamed:
-                b"".join(streamed.iter_bytes())
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            httpx.stream(
+                "POST",
+                server.base_url + "/v1/audio/speech",
+                json=body(server, stream_format="audio"),
+                headers=auth(),
+            ) as streamed,
+        ):
+            b"".join(streamed.iter_bytes())
         assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "engine_error"}) == 2

@@ -43,18 +43,20 @@ def body(server, **fields):
 def speak(server, started: threading.Barrier | None = None, **fields) -> tuple[int, int]:
     """One streamed request -> (status, audio bytes); waits at `started` after its first bytes."""
     received = 0
-    with httpx.Client(timeout=120) as client:
-        with client.stream(
+    with (
+        httpx.Client(timeout=120) as client,
+        client.stream(
             "POST",
             server.base_url + "/v1/audio/speech",
             json=body(server, **fields),
             headers=auth(),
-        ) as response:
-            for data in response.iter_bytes():
-                if received == 0 and started is not None:
-                    started.wait(timeout=60)
-                received += len(data)
-            return response.status_code, received
+        ) as response,
+    ):
+        for data in response.iter_bytes():
+            if received == 0 and started is not None:
+                started.wait(timeout=60)
+            received += len(data)
+        return response.status_code, received
 
 
 def test_a_long_input_is_spoken_while_five_bystanders_finish_their_streams(roomy_server):

@@ -30,7 +30,9 @@ LONG_AUDIO_S = 8.0
 
 @pytest.fixture(scope="module")
 def long_server(make_engine):
-    with LiveServer(make_engine(), ServerSettings(max_audio_seconds=LONG_AUDIO_S), ApiKeys((API_KEY,))) as live:
+    with LiveServer(
+        make_engine(), ServerSettings(max_audio_seconds=LONG_AUDIO_S), ApiKeys((API_KEY,))
+    ) as live:
         yield live
 
 
@@ -43,9 +45,15 @@ def decode(data: bytes, fmt: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
-def test_whole_file_on_request_in_every_format_decodes_to_the_spoken_audio(openai_client, model_id, fmt):
+def test_whole_file_on_request_in_every_format_decodes_to_the_spoken_audio(
+    openai_client, model_id, fmt
+):
     response = openai_client.audio.speech.create(
-        model=model_id, voice="Vivian", input="Hello there", response_format=fmt, extra_body={"stream_format": "file"}
+        model=model_id,
+        voice="Vivian",
+        input="Hello there",
+        response_format=fmt,
+        extra_body={"stream_format": "file"},
     )
     samples = decode(response.content, fmt)
     duration = float(response.response.headers["X-Audio-Duration"])
@@ -57,13 +65,19 @@ def test_whole_file_on_request_in_every_format_decodes_to_the_spoken_audio(opena
 
 def test_whole_wav_states_its_true_length_in_the_header(openai_client, model_id):
     data = openai_client.audio.speech.create(
-        model=model_id, voice="Vivian", input="Hi", response_format="wav", extra_body={"stream_format": "file"}
+        model=model_id,
+        voice="Vivian",
+        input="Hi",
+        response_format="wav",
+        extra_body={"stream_format": "file"},
     ).content
     assert int.from_bytes(data[40:44], "little") == len(data) - 44
 
 
 def test_flac_cannot_stream_so_it_is_a_whole_file_by_default(openai_client, model_id):
-    response = openai_client.audio.speech.create(model=model_id, voice="Vivian", input="Hi", response_format="flac")
+    response = openai_client.audio.speech.create(
+        model=model_id, voice="Vivian", input="Hi", response_format="flac"
+    )
     assert response.response.headers["content-length"] == str(len(response.content))
     assert len(decode(response.content, "flac")) / SAMPLE_RATE == pytest.approx(
         float(response.response.headers["X-Audio-Duration"]), abs=1e-3
@@ -73,7 +87,10 @@ def test_flac_cannot_stream_so_it_is_a_whole_file_by_default(openai_client, mode
 @pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus"])
 def test_explicit_audio_stream_arrives_in_pieces_and_decodes(openai_client, model_id, fmt):
     with openai_client.audio.speech.with_streaming_response.create(
-        model=model_id, voice="Ryan", input="Streaming speech, piece by piece", response_format=fmt,
+        model=model_id,
+        voice="Ryan",
+        input="Streaming speech, piece by piece",
+        response_format=fmt,
         extra_body={"stream_format": "audio"},
     ) as response:
         assert response.headers["transfer-encoding"] == "chunked"
@@ -86,14 +103,19 @@ def test_explicit_audio_stream_arrives_in_pieces_and_decodes(openai_client, mode
 
 @pytest.mark.parametrize("fmt", ["pcm", "wav", "mp3", "opus"])
 def test_plain_streaming_request_gets_audio_before_generation_ends(long_server, fmt):
-    client = openai.OpenAI(base_url=long_server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    client = openai.OpenAI(
+        base_url=long_server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120
+    )
 
     def frames():
         return long_server.engine.stats().frames_total
 
     before = frames()
     with client.audio.speech.with_streaming_response.create(
-        model=long_server.runtime.served_models[0], voice="Ryan", input="Streaming by default", response_format=fmt
+        model=long_server.runtime.served_models[0],
+        voice="Ryan",
+        input="Streaming by default",
+        response_format=fmt,
     ) as response:
         assert response.headers["transfer-encoding"] == "chunked"
         assert "content-length" not in response.headers
@@ -114,11 +136,23 @@ def test_plain_streaming_request_gets_audio_before_generation_ends(long_server, 
 
 
 def test_sse_stream_carries_base64_deltas_then_done(server, model_id):
-    body = {"model": model_id, "voice": "Vivian", "input": "Events please", "response_format": "pcm", "stream_format": "sse"}
-    with httpx.stream("POST", server.base_url + "/v1/audio/speech", json=body, headers=auth()) as response:
+    body = {
+        "model": model_id,
+        "voice": "Vivian",
+        "input": "Events please",
+        "response_format": "pcm",
+        "stream_format": "sse",
+    }
+    with httpx.stream(
+        "POST", server.base_url + "/v1/audio/speech", json=body, headers=auth()
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
     assert len(deltas) >= 2
     assert events[-1]["type"] == "speech.audio.done"
@@ -129,7 +163,11 @@ def test_sse_stream_carries_base64_deltas_then_done(server, model_id):
 
 def test_every_response_carries_a_request_id_and_a_given_one_is_kept(server, model_id):
     body = {"model": model_id, "voice": "Vivian", "input": "Hi", "response_format": "pcm"}
-    given = httpx.post(server.base_url + "/v1/audio/speech", json=body, headers={**auth(), "X-Request-Id": "trace-123"})
+    given = httpx.post(
+        server.base_url + "/v1/audio/speech",
+        json=body,
+        headers={**auth(), "X-Request-Id": "trace-123"},
+    )
     fresh = httpx.post(server.base_url + "/v1/audio/speech", json=body, headers=auth())
     assert given.headers["x-request-id"] == "trace-123"
     assert fresh.headers["x-request-id"].startswith("req_")
@@ -142,5 +180,7 @@ def test_models_lists_the_served_model_with_its_voices(openai_client, model_id):
 
 
 def test_voice_names_match_case_insensitively(openai_client, model_id):
-    data = openai_client.audio.speech.create(model=model_id, voice="vIVIAN", input="Hi", response_format="pcm").content
+    data = openai_client.audio.speech.create(
+        model=model_id, voice="vIVIAN", input="Hi", response_format="pcm"
+    ).content
     assert len(data) > 0

@@ -93,7 +93,9 @@ def test_bad_config_gets_an_error_message_and_a_close(server, config, code, clos
 def test_wrong_key_is_refused_with_a_reason(server):
     with open_session(server, key="wrong") as ws:
         messages = receive_until_closed(ws)
-        assert messages == [{"type": "error", "code": "invalid_api_key", "message": "invalid API key"}]
+        assert messages == [
+            {"type": "error", "code": "invalid_api_key", "message": "invalid API key"}
+        ]
         assert ws.close_code == 1008
 
 
@@ -117,7 +119,10 @@ def test_leaving_mid_utterance_frees_the_slot(server):
         assert json.loads(ws.recv(timeout=30))["type"] == "audio"
     # closed after the first chunk
     deadline = time.monotonic() + 20
-    while metric_value(server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"}) < before + 1:
+    while (
+        metric_value(server.base_url, "ttsfleet_errors_total", {"type": "client_disconnect"})
+        < before + 1
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     while metric_value(server.base_url, "ttsfleet_active_streams") != 0:

@@ -11,8 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, auth, metric_value
-from support.live_server import LiveServer
+from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer, auth, metric_value
 from support.polling import wait_for
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings

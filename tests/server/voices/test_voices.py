@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from support.live_server import API_KEY, OTHER_KEY, auth
 from support import voice_uploads
+from support.live_server import API_KEY, OTHER_KEY, auth
 from support.voice_uploads import recording, uploaded_voice_ids
 
 
@@ -26,19 +26,33 @@ def test_upload_list_and_erase_a_voice(server, voices_root):
     voice = created.json()
     assert voice["id"].startswith("voice_") and voice["duration_s"] == pytest.approx(2.0)
     folder = voices_root / voice["id"]
-    assert sorted(p.name for p in folder.iterdir()) == ["consent.json", "profile.json", "reference.wav"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "consent.json",
+        "profile.json",
+        "reference.wav",
+    ]
     consent = json.loads((folder / "consent.json").read_text())
     assert consent["consent"] is True and consent["given_by"].startswith("key_")
     assert voice["id"] in voice_ids(server)
     # Another key neither sees nor deletes it.
     assert voice["id"] not in voice_ids(server, OTHER_KEY)
-    assert httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth(OTHER_KEY)).status_code == 404
+    assert (
+        httpx.delete(
+            server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth(OTHER_KEY)
+        ).status_code
+        == 404
+    )
 
     deleted = httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth())
     assert deleted.json() == {"id": voice["id"], "object": "voice", "deleted": True}
     assert not folder.exists()
     assert voice["id"] not in voice_ids(server)
-    assert httpx.delete(server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth()).status_code == 404
+    assert (
+        httpx.delete(
+            server.base_url + f"/v1/audio/voices/{voice['id']}", headers=auth()
+        ).status_code
+        == 404
+    )
 
 
 def test_builtin_speakers_are_listed(server):
@@ -70,7 +84,9 @@ def test_a_model_that_cannot_clone_refuses_uploaded_voices_by_name(server, model
         (recording(), {"transcript": ""}, "transcript"),
     ],
 )
-def test_bad_uploads_are_refused_with_a_reason_and_leave_nothing(server, voices_root, audio, fields, fragment):
+def test_bad_uploads_are_refused_with_a_reason_and_leave_nothing(
+    server, voices_root, audio, fields, fragment
+):
     before = sorted(voices_root.iterdir())
     response = upload(server, audio, **fields)
     assert response.status_code == 400, response.text
