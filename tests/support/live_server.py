@@ -67,6 +67,18 @@ def auth(key: str = API_KEY) -> dict:
     return {"Authorization": f"Bearer {key}"}
 
 
+def speech_body(server, **fields) -> dict:
+    """A /v1/audio/speech body the server accepts (raw PCM of a short input); `fields`
+    override or add to it."""
+    return {
+        "model": server.runtime.served_models[0],
+        "voice": "Vivian",
+        "input": "Hi",
+        "response_format": "pcm",
+        **fields,
+    }
+
+
 def metric_value(base_url: str, name: str, labels: dict | None = None) -> float:
     """One sample of the server's /metrics (0.0 when the series is absent)."""
     import httpx

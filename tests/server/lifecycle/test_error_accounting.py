@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.live_server import API_KEY, LiveServer, auth, metric_value
+from support.live_server import API_KEY, LiveServer, auth, metric_value, speech_body
 from support.polling import wait_for
 from support.stand_in_engine import StandInEngine
 from ttsfleet_runtime import metrics
@@ -24,16 +24,6 @@ from ttsfleet_runtime.server.settings import ServerSettings
 from ttsfleet_runtime.server.synthesis import error_type
 
 SPEECH = "/v1/audio/speech"
-
-
-def body(server, **fields):
-    return {
-        "model": server.runtime.served_models[0],
-        "voice": "Vivian",
-        "input": "Hi",
-        "response_format": "pcm",
-        **fields,
-    }
 
 
 def errors_by_type(server) -> dict[str, float]:
@@ -57,7 +47,10 @@ def requests_by_code(server) -> dict[str, float]:
 
 def stream_audio(server):
     return httpx.stream(
-        "POST", server.base_url + SPEECH, json=body(server, stream_format="audio"), headers=auth()
+        "POST",
+        server.base_url + SPEECH,
+        json=speech_body(server, stream_format="audio"),
+        headers=auth(),
     )
 
 
@@ -83,7 +76,7 @@ def test_text_the_engine_refuses_mid_stream_is_the_clients_fault():
     with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
         read_cut_stream(server)
         refused = httpx.post(
-            server.base_url + SPEECH, json=body(server, stream_format="file"), headers=auth()
+            server.base_url + SPEECH, json=speech_body(server, stream_format="file"), headers=auth()
         )
         assert refused.status_code == 400
         assert "1024 tokens" in refused.json()["error"]["message"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from support.live_server import API_KEY, LiveServer, auth, metric_value
+from support.live_server import API_KEY, LiveServer, auth, metric_value, speech_body
 from support.stand_in_engine import StandInEngine
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
@@ -20,22 +20,12 @@ def oom_server(fail_after_chunks: int, quietly: bool = False):
     return LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,)))
 
 
-def body(server, **fields):
-    return {
-        "model": server.runtime.served_models[0],
-        "voice": "Vivian",
-        "input": "Hi",
-        "response_format": "pcm",
-        **fields,
-    }
-
-
 @pytest.mark.parametrize("stream_format", ["file", "audio"])
 def test_oom_before_any_audio_is_503_with_retry_after(stream_format):
     with oom_server(fail_after_chunks=0) as server:
         fields = {"stream_format": stream_format}
         response = httpx.post(
-            server.base_url + "/v1/audio/speech", json=body(server, **fields), headers=auth()
+            server.base_url + "/v1/audio/speech", json=speech_body(server, **fields), headers=auth()
         )
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "cuda_oom"
@@ -51,7 +41,7 @@ def test_oom_mid_stream_cuts_the_response_and_is_counted():
             httpx.stream(
                 "POST",
                 server.base_url + "/v1/audio/speech",
-                json=body(server, stream_format="audio"),
+                json=speech_body(server, stream_format="audio"),
                 headers=auth(),
             ) as response,
         ):
@@ -66,7 +56,7 @@ def test_oom_mid_sse_stream_ends_with_an_error_event():
         with httpx.stream(
             "POST",
             server.base_url + "/v1/audio/speech",
-            json=body(server, stream_format="sse"),
+            json=speech_body(server, stream_format="sse"),
             headers=auth(),
         ) as response:
             lines = [line for line in response.iter_lines() if line]
@@ -77,7 +67,7 @@ def test_a_stream_the_engine_ends_with_error_is_not_passed_off_as_complete():
     with oom_server(fail_after_chunks=2, quietly=True) as server:
         response = httpx.post(
             server.base_url + "/v1/audio/speech",
-            json=body(server, stream_format="file"),
+            json=speech_body(server, stream_format="file"),
             headers=auth(),
         )
         assert response.status_code == 500
@@ -87,7 +77,7 @@ def test_a_stream_the_engine_ends_with_error_is_not_passed_off_as_complete():
             httpx.stream(
                 "POST",
                 server.base_url + "/v1/audio/speech",
-                json=body(server, stream_format="audio"),
+                json=speech_body(server, stream_format="audio"),
                 headers=auth(),
             ) as streamed,
         ):

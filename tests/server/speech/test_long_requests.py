@@ -4,6 +4,7 @@ parameter, before or instead of audio, for that client alone."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from support.live_server import API_KEY, LiveServer, auth
+from support.live_server import API_KEY, LiveServer, auth, speech_body
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 
@@ -29,15 +30,7 @@ def roomy_server(make_engine):
         yield live
 
 
-def body(server, **fields):
-    return {
-        "model": server.runtime.served_models[0],
-        "voice": "Vivian",
-        "input": "Hello there.",
-        "response_format": "pcm",
-        "stream_format": "audio",
-        **fields,
-    }
+body = functools.partial(speech_body, input="Hello there.", stream_format="audio")
 
 
 def speak(server, started: threading.Barrier | None = None, **fields) -> tuple[int, int]:

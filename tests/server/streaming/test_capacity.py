@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from support import polling
-from support.live_server import API_KEY, LiveServer, auth, metric_value
+from support.live_server import API_KEY, LiveServer, auth, metric_value, speech_body
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.settings import ServerSettings
 
@@ -28,14 +28,7 @@ def slow_server(make_engine):
 wait_for = functools.partial(polling.wait_for, timeout=20, interval=0.05)
 
 
-def body(server, **fields):
-    return {
-        "model": server.runtime.served_models[0],
-        "voice": "Vivian",
-        "input": "Hello",
-        "response_format": "pcm",
-        **fields,
-    }
+body = functools.partial(speech_body, input="Hello")
 
 
 def open_raw_request(server, payload: dict) -> socket.socket:
