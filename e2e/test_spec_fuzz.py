@@ -119,6 +119,8 @@ HOSTILE = {
         PATTERN,
     ),
     "name-not-dns-1035": (with_spec("tts.dotted"), "DNS-1035 label"),
+    # Refused by the API server's own object-name check, before the CRD's rules run.
+    "name-not-dns-1123": (with_spec("Bad_Name"), "metadata.name"),
     "image-space": (
         with_spec(**{"runtime.image": "ghcr.io/ttsfleet/runtime:0.1.0 --privileged"}),
         PATTERN,
@@ -160,6 +162,17 @@ def test_api_server_refuses_hostile_specs_with_a_message(custom_objects, namespa
 def test_the_unmodified_base_spec_is_accepted_by_both(custom_objects, namespace):
     assert server_verdict(custom_objects, namespace, BASE) == (True, "")
     assert python_verdict(BASE, namespace) == (True, "")
+
+
+@pytest.mark.parametrize("replicas", [3, 3.0, 3.5, "3"])
+def test_api_server_and_render_agree_on_how_integers_are_spelled(
+    custom_objects, namespace, replicas
+):
+    document = with_spec(replicas=replicas)
+    assert (
+        server_verdict(custom_objects, namespace, document)[0]
+        == (python_verdict(document, namespace)[0])
+    ), f"replicas: {replicas!r}"
 
 
 def test_api_server_and_render_agree_on_every_fuzzed_spec(custom_objects, namespace):

@@ -408,14 +408,28 @@ class RuntimeResources(SpecModel):
 ENV_SETTINGS_PREFIX = "TTSFLEET_"
 # The dynamic loader's and the interpreter's: each loads code of the caller's choosing into
 # the server (LD_PRELOAD, LD_AUDIT; PYTHONPATH, PYTHONSTARTUP, PYTHONWARNINGS imports a
-# module; glibc's iconv modules and tunables).
+# module; glibc's iconv modules and tunables; OpenSSL's config, providers and engines load
+# shared objects named there).
 ENV_LOADER_PREFIXES = ("LD_", "PYTHON")
-ENV_LOADER_NAMES = ("GCONV_PATH", "GLIBC_TUNABLES")
+ENV_LOADER_NAMES = (
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "OPENSSL_CONF",
+    "OPENSSL_MODULES",
+    "OPENSSL_ENGINES",
+)
 # The NVIDIA container runtime's: NVIDIA_VISIBLE_DEVICES=all hands the container every GPU
 # of the node, past the device plugin's allocation (other pods' GPUs included).
 ENV_GPU_RUNTIME_PREFIX = "NVIDIA_"
-# Set by the operator from model.source (deployment.py).
-ENV_OPERATOR_NAMES = ("HF_HOME", "HF_HUB_OFFLINE")
+# Set by the operator from model.source (deployment.py), and the hub caches that would
+# override where HF_HOME puts the checkpoint.
+ENV_OPERATOR_NAMES = (
+    "HF_HOME",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "TRANSFORMERS_CACHE",
+)
 
 
 def _cel_list(values: tuple[str, ...]) -> str:
@@ -448,8 +462,8 @@ class EnvVar(SpecModel):
         ),
         cel.rule(
             f"!(self.name in {_cel_list(ENV_OPERATOR_NAMES)})",
-            f"runtime.env may not set {' or '.join(ENV_OPERATOR_NAMES)}: the operator sets them from"
-            " model.source",
+            f"runtime.env may not set {', '.join(ENV_OPERATOR_NAMES)}: the operator sets them from"
+            " model.source (the hub caches would move the checkpoint away from HF_HOME)",
             field_path=".name",
         ),
     ]

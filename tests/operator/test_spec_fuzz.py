@@ -23,7 +23,7 @@ from ttsfleet_operator import grammar, tts_service
 from ttsfleet_operator.cli import main
 
 # Set by the operator itself, not from runtime.env.
-OPERATOR_ENV = {"HF_HOME", "HF_HUB_OFFLINE", "TTSFLEET_SERVICE"}
+OPERATOR_ENV = {*tts_service.ENV_OPERATOR_NAMES, "TTSFLEET_SERVICE"}
 # C0/C1 controls and the bidirectional overrides and isolates.
 UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 

@@ -147,9 +147,15 @@ def test_env_names_are_shell_identifiers(make_service, name):
         ("PYTHONWARNINGS", "loader or interpreter variables"),
         ("GCONV_PATH", "loader or interpreter variables"),
         ("GLIBC_TUNABLES", "loader or interpreter variables"),
+        ("OPENSSL_CONF", "loader or interpreter variables"),
+        ("OPENSSL_MODULES", "loader or interpreter variables"),
+        ("OPENSSL_ENGINES", "loader or interpreter variables"),
         ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES=all would expose GPUs"),
         ("HF_HOME", "the operator sets them from model.source"),
         ("HF_HUB_OFFLINE", "the operator sets them from model.source"),
+        ("HF_HUB_CACHE", "the operator sets them from model.source"),
+        ("HUGGINGFACE_HUB_CACHE", "the operator sets them from model.source"),
+        ("TRANSFORMERS_CACHE", "the operator sets them from model.source"),
     ],
 )
 def test_env_may_not_override_settings_or_load_code(make_service, name, says):
