@@ -160,10 +160,14 @@ def _walk_to_promotion(cluster, namespace, runtimes, prometheus):
         cluster.apply(manifest, "-n", namespace)
 
         def promoted():
+            # The status first: a pass applies the route before it writes the status, so a
+            # route read after a Promoted status shows that pass's weights. (Read the other
+            # way round, the pass could land between the two reads: Promoted, with the
+            # route's last weights never seen.)
+            status = (tts(cluster, name, namespace).get("status") or {}).get("canary") or {}
             weights = route_weights(cluster, name, namespace)
             if weights is not None and (not seen or seen[-1] != weights):
                 seen.append(weights)
-            status = (tts(cluster, name, namespace).get("status") or {}).get("canary") or {}
             phase = status.get("phase")
             if phase and (not phases or phases[-1] != phase):
                 phases.append(phase)
