@@ -151,7 +151,7 @@ class Reconciler:
         except ValidationError as error:
             # The API server's schema and CEL rules should have refused it; if not,
             # say so on the object rather than apply half of it.
-            outcome.problem = Problem("InvalidSpec", str(error).replace("\n", " ")[:1000])
+            outcome.problem = Problem("InvalidSpec", invalid_spec_message(error))
             outcome.permanent = True
             await self._report(body, None, [], outcome)
             return outcome
@@ -359,6 +359,18 @@ class Reconciler:
         except ApiError as error:
             # An event is a courtesy; losing one must not fail the reconcile.
             log.warning("event not recorded: %s", error)
+
+
+def invalid_spec_message(error: ValidationError) -> str:
+    """What is wrong with a spec, by field path: never the values (`runtime.env` may hold
+    tokens, and the message lands in the status, an Event and the operator's log)."""
+    problems = [
+        f"{'.'.join(str(part) for part in problem['loc']) or 'spec'}: {problem['msg']}"
+        for problem in error.errors(include_input=False, include_url=False)
+    ]
+    count = len(problems)
+    summary = f"{count} validation error{'s' if count != 1 else ''} for {error.title}: "
+    return (summary + "; ".join(problems))[:1000]
 
 
 def _already_reported(status: dict, problem: Problem) -> bool:
