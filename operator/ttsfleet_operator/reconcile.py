@@ -50,7 +50,8 @@ class Outcome:
     # Kind of the child whose apply or delete failed (the operator's error metric).
     failed_kind: str | None = None
     # Every child this pass rendered, in apply order: what the operator keeps in place
-    # (also when one apply failed). None when the spec was invalid and nothing was rendered.
+    # (also when one apply failed). None when the pass applied nothing: an invalid spec,
+    # or the API keys Secret its pods mount could not be created.
     rendered: list[dict] | None = None
     # Ready on-demand pods the service should never go below (replicas.on_demand_floor).
     on_demand_floor: int | None = None
@@ -164,16 +165,19 @@ class Reconciler:
         now = self.now()
         transition = await self._step_canary(service, body, live, now)
         tracks = plan(service, transition.status, gateway_api)
-        outcome.rendered = render_fleet(service, tracks)
+        rendered = render_fleet(service, tracks)
         outcome.on_demand_floor = on_demand_floor(
             service.spec.replicas, service.spec.spot.min_on_demand
         )
         if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
             outcome.canary_phase = transition.status.phase
         deployments: list[dict] = []
-        # Pods mount the keys Secret: without it they would never start, so nothing is applied.
+        # Pods mount the keys Secret: without it they would never start, so nothing is
+        # applied, and nothing counts as kept in place (metrics read `rendered`).
         await self._ensure_api_keys_secret(service, body, outcome)
-        for manifest in outcome.rendered if outcome.problem is None else []:
+        if outcome.problem is None:
+            outcome.rendered = rendered
+        for manifest in outcome.rendered or []:
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
