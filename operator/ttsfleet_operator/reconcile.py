@@ -133,6 +133,11 @@ def _stable_serves(
     return True
 
 
+# Owners whose generated API keys Secret is known to exist, remembered at most: past
+# it the oldest is forgotten and costs one create answered 409 on its next pass.
+KNOWN_API_KEYS_SECRETS_MAX = 10_000
+
+
 class Reconciler:
     def __init__(
         self,
@@ -143,6 +148,15 @@ class Reconciler:
         self.cluster = cluster
         self.now = now
         self.analyse = analyse
+        # Owner uids whose API keys Secret exists (created, or 409 on create), in the
+        # order learnt. The operator may not read Secrets (RBAC `get` would be every
+        # Secret's data), so this is how an idle pass knows to send nothing; a restart
+        # starts it empty and the first pass of each service gets one 409.
+        self._api_keys_secret_exists: dict[str, None] = {}
+
+    def forget(self, owner_uid: str) -> None:
+        """A TTSService is gone: its Secret goes with it (garbage collection)."""
+        self._api_keys_secret_exists.pop(owner_uid, None)
 
     async def reconcile(self, body: dict) -> Outcome:
         outcome = Outcome()
@@ -232,33 +246,32 @@ class Reconciler:
     async def _ensure_api_keys_secret(
         self, service: TTSService, body: dict, outcome: Outcome
     ) -> None:
-        """Create the generated API keys Secret if it is missing; one that exists is never rewritten."""
+        """Create the generated API keys Secret unless it is known to exist; one that exists
+        (409) is never rewritten. Nothing is read: RBAC grants `create` on Secrets only."""
         name = api_keys.generated_secret_name(service)
-        if name is None:
+        owner_uid = body["metadata"]["uid"]
+        if name is None or owner_uid in self._api_keys_secret_exists:
             return
+        secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
+        secret["metadata"]["ownerReferences"] = [owner_reference(body)]
         try:
-            if (
-                await self.cluster.get_metadata(
-                    child_kinds.API_KEYS_SECRET.api_version,
-                    child_kinds.API_KEYS_SECRET.kind,
-                    service.namespace,
-                    name,
-                )
-                is not None
-            ):
-                return
-            secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
-            secret["metadata"]["ownerReferences"] = [owner_reference(body)]
             await self.cluster.create(secret)
         except ApiError as error:
-            if error.status == 409:  # created since we looked: that one stands
+            if error.status != 409:
+                outcome.problem = Problem(
+                    "ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000]
+                )
+                outcome.failed_kind = "Secret"
                 return
-            outcome.problem = Problem(
-                "ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000]
-            )
-            outcome.failed_kind = "Secret"
-            return
-        outcome.created.append(f"Secret {name}")
+            # It exists (an earlier pass, an operator before a restart): that one stands.
+        else:
+            outcome.created.append(f"Secret {name}")
+        self._remember_api_keys_secret(owner_uid)
+
+    def _remember_api_keys_secret(self, owner_uid: str) -> None:
+        self._api_keys_secret_exists[owner_uid] = None
+        while len(self._api_keys_secret_exists) > KNOWN_API_KEYS_SECRETS_MAX:
+            del self._api_keys_secret_exists[next(iter(self._api_keys_secret_exists))]
 
     async def _serves_gateway_api(self) -> bool:
         try:
