@@ -30,8 +30,10 @@ def test_a_service_without_keys_gets_an_owned_secret_that_outlives_passes(
 
     keys = secret(cluster, f"{name}-api-keys", namespace)
     assert keys is not None and owned_by(keys, owner)
-    (key,) = base64.b64decode(keys["data"]["keys"]).decode().splitlines()
-    assert key.startswith("ttsf_") and len(key) > 40
+    (line,) = base64.b64decode(keys["data"]["keys"]).decode().splitlines()
+    tenant, key = line.split()
+    # A named tenant: a key added as `default: KEY` keeps the voices when this one goes.
+    assert tenant == "default:" and key.startswith("ttsf_") and len(key) > 40
 
     (config,) = children(cluster, "configmaps", name, namespace)
     assert config["data"]["TTSFLEET_API_KEYS_FILE"] == "/etc/ttsfleet/api-keys/keys"

@@ -52,8 +52,8 @@ ALL: tuple[ChildKind, ...] = (
 # The kinds whose events the operator watches.
 WATCHED: tuple[ChildKind, ...] = tuple(kind for kind in ALL if kind.watched)
 
-# Created once if missing, then never read back whole, patched or deleted (garbage
+# Created once (a 409 says it exists), then never read, patched or deleted (garbage
 # collection follows the ownerReference), so not in ALL: the generated API keys
-# Secret. RBAC: get (its metadata) and create.
+# Secret. RBAC: create only; get cannot be limited to metadata and would read every Secret.
 API_KEYS_SECRET = ChildKind("v1", "Secret", "secrets")
 CREATED_ONCE: tuple[ChildKind, ...] = (API_KEYS_SECRET,)

@@ -52,9 +52,16 @@ def _render(args: argparse.Namespace) -> int:
             name = document["metadata"].get("name", "?")
             print(f"error: TTSService {name!r} is invalid:\n{error}", file=sys.stderr)
             return 1
-        if api_keys.generated_secret_name(service):
-            # What the operator creates before anything else (pods mount it): a fresh key each run.
-            manifests.append(api_keys.render_api_keys_secret(service, api_keys.new_api_key()))
+        secret_name = api_keys.generated_secret_name(service)
+        if secret_name:
+            # Not printed: applied, it would replace the key the operator created (which it
+            # never rewrites), and a live credential would land in whatever logs stdout.
+            print(
+                f"note: the operator creates Secret {namespace}/{secret_name} (the pods' API"
+                " key) on its first pass; read the key with: kubectl get secret"
+                f" {secret_name} -n {namespace} -o jsonpath='{{.data.keys}}' | base64 -d",
+                file=sys.stderr,
+            )
         manifests += render_fleet(service)
     sys.stdout.write(yaml.safe_dump_all(manifests, sort_keys=False, width=120))
     return 0

@@ -30,11 +30,6 @@ class Cluster(Protocol):
     async def serves(self, api_version: str, kind: str) -> bool:
         """Whether the API server serves this kind (discovery; e.g. Gateway API's HTTPRoute)."""
 
-    async def get_metadata(
-        self, api_version: str, kind: str, namespace: str, name: str
-    ) -> dict | None:
-        """An object's metadata only (never its data: a Secret's keys stay on the server); None if absent."""
-
     async def create(self, manifest: dict) -> dict:
         """Create the object; an ApiError with status 409 if it exists already (it is left as it is)."""
 

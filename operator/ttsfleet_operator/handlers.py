@@ -76,8 +76,8 @@ def register(
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
         memo.cluster = await KubeCluster.connect(kubeconfig)
-        reconciler = Reconciler(memo.cluster, analyse=analyse)
-        memo.resync = Resync(metrics.instrument(reconciler.reconcile), resync_seconds)
+        memo.reconciler = Reconciler(memo.cluster, analyse=analyse)
+        memo.resync = Resync(metrics.instrument(memo.reconciler.reconcile), resync_seconds)
         memo.child_watch = ChildWatch()
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
         log.info("operator started", extra={"resync_seconds": resync_seconds})
@@ -95,6 +95,7 @@ def register(
     async def remember(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
         if event.get("type") == "DELETED":
             memo.resync.forget(_plain(body))
+            memo.reconciler.forget(body["metadata"]["uid"])
             metrics.forget(body["metadata"].get("namespace", "default"), body["metadata"]["name"])
         else:
             memo.resync.remember(_plain(body))

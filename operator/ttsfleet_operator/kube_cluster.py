@@ -66,9 +66,6 @@ def collection_path(api_version: str, kind: str, namespace: str) -> str:
     return f"{prefix}/namespaces/{namespace}/{PLURALS[kind]}"
 
 
-# The API server answers with the object's metadata alone (PartialObjectMetadata).
-METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-
 # Discovery answers are kept this long: installing Gateway API is noticed within a minute
 # without a discovery request on every pass.
 SERVED_CACHE_SECONDS = 60.0
@@ -94,13 +91,12 @@ class KubeCluster:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        accept: str = "application/json",
     ) -> dict | None:
         response = await self.api.call_api(
             path,
             method,
             query_params=query or [],
-            header_params={"Accept": accept, "Content-Type": content_type},
+            header_params={"Accept": "application/json", "Content-Type": content_type},
             body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
@@ -133,14 +129,6 @@ class KubeCluster:
             "GET", collection_path(api_version, kind, namespace), query=query
         )
         return (result or {}).get("items", [])
-
-    async def get_metadata(
-        self, api_version: str, kind: str, namespace: str, name: str
-    ) -> dict | None:
-        result = await self._request(
-            "GET", f"{collection_path(api_version, kind, namespace)}/{name}", accept=METADATA_ONLY
-        )
-        return None if result is None else result.get("metadata", {})
 
     async def create(self, manifest: dict) -> dict:
         path = collection_path(

@@ -38,3 +38,6 @@ def configure_logging(level: int) -> None:
     root.setLevel(level)
     # kopf reports every successful handler call at INFO: one line per watch event.
     logging.getLogger("kopf.objects").setLevel(level if level <= logging.DEBUG else logging.WARNING)
+    # celpy logs every value a CEL rule sees at DEBUG: whole specs, runtime.env's values
+    # (tokens) included. Never, not even with -v.
+    logging.getLogger("celpy").setLevel(logging.WARNING)

@@ -9,9 +9,9 @@ metric means, exactly:
   result: ok (nothing failed), error (the pass reported a problem: invalid spec,
   a child's apply or delete refused), exception (the pass raised).
 - ttsfleet_operator_reconcile_errors_total (counter, labels namespace, service,
-  reason, kind): failed passes. reason: InvalidSpec, ApplyFailed, DeleteFailed,
-  Exception. kind: the child kind whose apply or delete failed, TTSService for
-  the other reasons.
+  reason, kind): failed passes. reason: InvalidSpec, ApiKeysSecretFailed,
+  ApplyFailed, DeleteFailed, Exception. kind: the child kind whose create, apply or
+  delete failed (Secret for ApiKeysSecretFailed), TTSService for the other reasons.
 - ttsfleet_operator_managed_objects (gauge, label kind): TTSServices the operator
   knows, and the children it keeps in place for them (what its last pass rendered), by kind.
 - ttsfleet_operator_replicas (gauge, labels namespace, service, track, pool):
@@ -87,7 +87,8 @@ class FleetShape:
 
 
 def fleet_shape(outcome: object) -> FleetShape | None:
-    """The fleet a pass rendered (reconcile.Outcome); None when it rendered nothing (invalid spec)."""
+    """The fleet a pass rendered (reconcile.Outcome); None when it applied nothing (an invalid
+    spec, or no API keys Secret for the pods)."""
     rendered = getattr(outcome, "rendered", None)
     if rendered is None:
         return None

@@ -50,7 +50,8 @@ class Outcome:
     # Kind of the child whose apply or delete failed (the operator's error metric).
     failed_kind: str | None = None
     # Every child this pass rendered, in apply order: what the operator keeps in place
-    # (also when one apply failed). None when the spec was invalid and nothing was rendered.
+    # (also when one apply failed). None when the pass applied nothing: an invalid spec,
+    # or the API keys Secret its pods mount could not be created.
     rendered: list[dict] | None = None
     # Ready on-demand pods the service should never go below (replicas.on_demand_floor).
     on_demand_floor: int | None = None
@@ -132,6 +133,11 @@ def _stable_serves(
     return True
 
 
+# Owners whose generated API keys Secret is known to exist, remembered at most: past
+# it the oldest is forgotten and costs one create answered 409 on its next pass.
+KNOWN_API_KEYS_SECRETS_MAX = 10_000
+
+
 class Reconciler:
     def __init__(
         self,
@@ -142,6 +148,15 @@ class Reconciler:
         self.cluster = cluster
         self.now = now
         self.analyse = analyse
+        # Owner uids whose API keys Secret exists (created, or 409 on create), in the
+        # order learnt. The operator may not read Secrets (RBAC `get` would be every
+        # Secret's data), so this is how an idle pass knows to send nothing; a restart
+        # starts it empty and the first pass of each service gets one 409.
+        self._api_keys_secret_exists: dict[str, None] = {}
+
+    def forget(self, owner_uid: str) -> None:
+        """A TTSService is gone: its Secret goes with it (garbage collection)."""
+        self._api_keys_secret_exists.pop(owner_uid, None)
 
     async def reconcile(self, body: dict) -> Outcome:
         outcome = Outcome()
@@ -151,7 +166,7 @@ class Reconciler:
         except ValidationError as error:
             # The API server's schema and CEL rules should have refused it; if not,
             # say so on the object rather than apply half of it.
-            outcome.problem = Problem("InvalidSpec", str(error).replace("\n", " ")[:1000])
+            outcome.problem = Problem("InvalidSpec", invalid_spec_message(error))
             outcome.permanent = True
             await self._report(body, None, [], outcome)
             return outcome
@@ -164,16 +179,19 @@ class Reconciler:
         now = self.now()
         transition = await self._step_canary(service, body, live, now)
         tracks = plan(service, transition.status, gateway_api)
-        outcome.rendered = render_fleet(service, tracks)
+        rendered = render_fleet(service, tracks)
         outcome.on_demand_floor = on_demand_floor(
             service.spec.replicas, service.spec.spot.min_on_demand
         )
         if service.spec.canary is not None or transition.status.phase != state_machine.IDLE:
             outcome.canary_phase = transition.status.phase
         deployments: list[dict] = []
-        # Pods mount the keys Secret: without it they would never start, so nothing is applied.
+        # Pods mount the keys Secret: without it they would never start, so nothing is
+        # applied, and nothing counts as kept in place (metrics read `rendered`).
         await self._ensure_api_keys_secret(service, body, outcome)
-        for manifest in outcome.rendered if outcome.problem is None else []:
+        if outcome.problem is None:
+            outcome.rendered = rendered
+        for manifest in outcome.rendered or []:
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
@@ -228,33 +246,32 @@ class Reconciler:
     async def _ensure_api_keys_secret(
         self, service: TTSService, body: dict, outcome: Outcome
     ) -> None:
-        """Create the generated API keys Secret if it is missing; one that exists is never rewritten."""
+        """Create the generated API keys Secret unless it is known to exist; one that exists
+        (409) is never rewritten. Nothing is read: RBAC grants `create` on Secrets only."""
         name = api_keys.generated_secret_name(service)
-        if name is None:
+        owner_uid = body["metadata"]["uid"]
+        if name is None or owner_uid in self._api_keys_secret_exists:
             return
+        secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
+        secret["metadata"]["ownerReferences"] = [owner_reference(body)]
         try:
-            if (
-                await self.cluster.get_metadata(
-                    child_kinds.API_KEYS_SECRET.api_version,
-                    child_kinds.API_KEYS_SECRET.kind,
-                    service.namespace,
-                    name,
-                )
-                is not None
-            ):
-                return
-            secret = api_keys.render_api_keys_secret(service, api_keys.new_api_key())
-            secret["metadata"]["ownerReferences"] = [owner_reference(body)]
             await self.cluster.create(secret)
         except ApiError as error:
-            if error.status == 409:  # created since we looked: that one stands
+            if error.status != 409:
+                outcome.problem = Problem(
+                    "ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000]
+                )
+                outcome.failed_kind = "Secret"
                 return
-            outcome.problem = Problem(
-                "ApiKeysSecretFailed", f"Secret {name}: {error.message}"[:1000]
-            )
-            outcome.failed_kind = "Secret"
-            return
-        outcome.created.append(f"Secret {name}")
+            # It exists (an earlier pass, an operator before a restart): that one stands.
+        else:
+            outcome.created.append(f"Secret {name}")
+        self._remember_api_keys_secret(owner_uid)
+
+    def _remember_api_keys_secret(self, owner_uid: str) -> None:
+        self._api_keys_secret_exists[owner_uid] = None
+        while len(self._api_keys_secret_exists) > KNOWN_API_KEYS_SECRETS_MAX:
+            del self._api_keys_secret_exists[next(iter(self._api_keys_secret_exists))]
 
     async def _serves_gateway_api(self) -> bool:
         try:
@@ -359,6 +376,18 @@ class Reconciler:
         except ApiError as error:
             # An event is a courtesy; losing one must not fail the reconcile.
             log.warning("event not recorded: %s", error)
+
+
+def invalid_spec_message(error: ValidationError) -> str:
+    """What is wrong with a spec, by field path: never the values (`runtime.env` may hold
+    tokens, and the message lands in the status, an Event and the operator's log)."""
+    problems = [
+        f"{'.'.join(str(part) for part in problem['loc']) or 'spec'}: {problem['msg']}"
+        for problem in error.errors(include_input=False, include_url=False)
+    ]
+    count = len(problems)
+    summary = f"{count} validation error{'s' if count != 1 else ''} for {error.title}: "
+    return (summary + "; ".join(problems))[:1000]
 
 
 def _already_reported(status: dict, problem: Problem) -> bool:

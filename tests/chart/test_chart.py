@@ -72,9 +72,9 @@ def expected_rules() -> dict[str, set[str]]:
         expected[f"{child.group}/{child.plural}"] = {"list", "create", "patch", "delete"}
         if child.watched:  # kopf lists, then watches, the children handlers.py registers on
             expected[f"{child.group}/{child.plural}"] |= {"list", "watch"}
-    # Created if missing (a metadata-only get first), never patched or deleted.
+    # Created, never read (get would read every Secret's data), patched or deleted.
     for child in child_kinds.CREATED_ONCE:
-        expected[f"{child.group}/{child.plural}"] = {"get", "create"}
+        expected[f"{child.group}/{child.plural}"] = {"create"}
     return expected
 
 

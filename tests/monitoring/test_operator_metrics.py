@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ttsfleet_operator import metrics
+from ttsfleet_operator.cluster import ApiError
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
 
@@ -176,6 +177,29 @@ async def test_an_invalid_spec_counts_as_invalid_and_keeps_the_last_valid_fleet(
             m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand"
         )
         == 2
+    )
+
+
+async def test_without_the_api_keys_secret_no_fleet_counts_as_managed(
+    cluster, reconcile, operator_metrics
+):
+    async def refuse(manifest):
+        raise ApiError(403, "secrets is forbidden")
+
+    cluster.create = refuse
+    await reconcile(body(replicas=2))
+
+    m = operator_metrics
+    failed = {"namespace": "voice", "service": "demo", "reason": "ApiKeysSecretFailed"}
+    assert sample(m, metrics.RECONCILE_ERRORS, **failed, kind="Secret") == 1
+    # Nothing was applied: no Deployment, replicas or floor for it.
+    assert cluster.names("Deployment") == []
+    assert sample(m, metrics.MANAGED_OBJECTS, kind="Deployment") in (None, 0)
+    assert (
+        sample(
+            m, metrics.REPLICAS, namespace="voice", service="demo", track="stable", pool="on-demand"
+        )
+        is None
     )
 
 

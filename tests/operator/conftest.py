@@ -72,11 +72,6 @@ class FakeCluster:
         self.requests.append(("discovery", kind))
         return (api_version, kind) in self.served
 
-    async def get_metadata(self, api_version, kind, namespace, name):
-        self.requests.append(("get", f"{kind}/{name}"))
-        obj = self.objects.get((kind, namespace, name))
-        return copy.deepcopy(obj["metadata"]) if obj else None
-
     async def create(self, manifest):
         kind, meta = manifest["kind"], manifest["metadata"]
         self.requests.append(("create", f"{kind}/{meta['name']}"))

@@ -202,25 +202,6 @@ def test_kopf_logs_in_with_the_credentials_our_client_loaded():
     assert info["insecure"] is False
 
 
-async def test_get_metadata_asks_for_metadata_only(api):
-    # A Secret's data never reaches the operator: the API server answers PartialObjectMetadata.
-    cluster, received = api
-    assert await cluster.get_metadata("v1", "Secret", "voice", "missing") is None
-    await cluster.get_metadata("v1", "Secret", "voice", "demo-api-keys")
-    assert [(r["method"], r["path"], r["accept"]) for r in received] == [
-        (
-            "GET",
-            "/api/v1/namespaces/voice/secrets/missing",
-            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
-        ),
-        (
-            "GET",
-            "/api/v1/namespaces/voice/secrets/demo-api-keys",
-            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
-        ),
-    ]
-
-
 async def test_create_posts_to_the_collection_with_our_field_manager(api):
     cluster, received = api
     secret = {

@@ -6,7 +6,11 @@ import logging
 
 import pytest
 
+from ttsfleet_operator.log_format import configure_logging
 from ttsfleet_operator.reconcile import Reconciler
+
+# What a user's runtime.env may hold: it must not reach a status, an Event or a log line.
+TOKEN = "hf_s3cretTokenValue0123456789"
 
 
 def body(name="demo", generation=1, status=None, **spec):
@@ -237,6 +241,42 @@ async def test_an_invalid_spec_is_reported_not_applied(reconciler, fake_cluster)
     assert fake_cluster.objects == {}
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and "VoiceDesign" in ready["message"]
+
+
+@pytest.fixture
+def verbose_operator_logging():
+    """The operator's logging as `ttsfleet operator run -v` sets it up, undone afterwards."""
+    root = logging.getLogger()
+    names = ("celpy", "kopf.objects")
+    saved = root.handlers[:], root.level, [logging.getLogger(n).level for n in names]
+    configure_logging(logging.DEBUG)
+    yield
+    root.handlers[:], root.level = saved[0], saved[1]
+    for name, level in zip(names, saved[2], strict=True):
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        # One entry a rule refuses (the whole entry is the error's input)...
+        [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "HF_TOKEN", "value": TOKEN}],
+        # ...and a list-level rule (the whole list is its input).
+        [{"name": "HF_TOKEN", "value": TOKEN}, {"name": "HF_TOKEN", "value": TOKEN}],
+    ],
+)
+async def test_an_invalid_env_is_reported_without_its_values(
+    reconciler, fake_cluster, capsys, verbose_operator_logging, env
+):
+    obj = body(runtime={"env": env})
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
+    assert outcome.problem.reason == "InvalidSpec"
+    message = outcome.problem.message
+    assert "spec.runtime" in message and "runtime.env" in message, message
+    logged = capsys.readouterr().err
+    assert "reconcile failed" in logged
+    for reported in (str(obj["status"]), str(fake_cluster.events), logged):
+        assert TOKEN not in reported
 
 
 async def test_changes_are_logged_as_structured_fields(reconciler, fake_cluster, caplog):

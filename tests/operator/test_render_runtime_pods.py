@@ -180,13 +180,18 @@ def test_the_generated_secret_holds_one_random_key_the_runtime_accepts(make_serv
     secret = api_keys.render_api_keys_secret(service, key)
     assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "demo-api-keys"
     assert secret["metadata"]["labels"]["ttsfleet.io/service"] == "demo"
-    assert secret["stringData"] == {"keys": key + "\n"}
+    assert secret["stringData"] == {"keys": f"default: {key}\n"}
     # The file the pods mount, read by the runtime's own auth.
     keys_file = tmp_path / "keys"
     keys_file.write_text(secret["stringData"]["keys"])
     accepted = ApiKeys(keys_file=keys_file)
     assert accepted.count == 1
-    accepted.authenticate(f"Bearer {key}")
+    tenant = accepted.authenticate(f"Bearer {key}")
+    # A named tenant, not one derived from the key: a key added under the same name and the
+    # first removed (a rotation) is the same tenant, which keeps its uploaded voices.
+    rotated = api_keys.new_api_key()
+    keys_file.write_text(f"default: {rotated}\n")
+    assert ApiKeys(keys_file=keys_file).authenticate(f"Bearer {rotated}") == tenant == "default"
 
 
 def test_a_pvc_checkpoint_is_mounted_read_only_and_the_hub_is_not_used(make_service):

@@ -345,7 +345,7 @@ WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
 OPERATOR_WRITES = {
     ("ttsfleet.io", "ttsservices", ""),
     ("ttsfleet.io", "ttsservices", "status"),
-    *((child.group, child.plural, "") for child in child_kinds.ALL),
+    *((child.group, child.plural, "") for child in (*child_kinds.ALL, *child_kinds.CREATED_ONCE)),
 }
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 

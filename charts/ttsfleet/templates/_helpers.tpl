@@ -65,9 +65,10 @@ no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# The API keys Secret a TTSService without one gets: its metadata is read (get) and it is
-# created once; never listed, watched, patched or deleted (garbage collection does that).
+# The API keys Secret a TTSService without one gets: created once (409 means it exists).
+# Never get, list or watch: RBAC cannot limit those to metadata, so they would read every
+# Secret in scope. Never patched or deleted either (garbage collection does that).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "create"]
+  verbs: ["create"]
 {{- end -}}

@@ -2,10 +2,12 @@
 
 Auth is on unless a spec says `runtime.auth: Disabled`. With `runtime.apiKeysSecret`
 the pods mount that Secret. Without it the operator creates `<name>-api-keys` once,
-holding one random key, owned by the TTSService (garbage-collected with it) and never
-rewritten: the key stays the same across passes and operator restarts, and whoever
-may edit Secrets can add or rotate keys in it. The key is never logged: the operator
-reads the Secret's metadata only, and only creates it.
+holding one random key for the tenant `default`, owned by the TTSService
+(garbage-collected with it) and never rewritten: the key stays the same across passes
+and operator restarts, and whoever may edit Secrets can add or rotate keys in it (a key
+added as `default: KEY` keeps the tenant's voices when the first is removed). The key is
+never logged nor printed: the operator only creates the Secret, it never reads one, and
+`ttsfleet render` does not show it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from ttsfleet_operator.tts_service import TTSService
 # Where the keys Secret is mounted; its key `keys` holds one API key a line.
 API_KEYS_DIR = "/etc/ttsfleet/api-keys"
 API_KEYS_SECRET_KEY = "keys"
+# The generated key's tenant: named, not derived from the key, so a rotated key keeps the
+# voices (runtime auth.py: a keys-file line is `KEY` or `TENANT: KEY`).
+GENERATED_TENANT = "default"
 # A recognisable prefix (secret scanners, "which key is this?") and 256 random bits.
 KEY_PREFIX = "ttsf_"
 KEY_BYTES = 32
@@ -53,7 +58,7 @@ def new_api_key() -> str:
 
 
 def render_api_keys_secret(service: TTSService, key: str) -> dict:
-    """The generated Secret, holding `key` as the one line of its keys file."""
+    """The generated Secret, holding `key` of the tenant `default` as its keys file."""
     name = generated_secret_name(service)
     if name is None:
         raise ValueError(f"TTSService {service.name} brings its own keys or turns auth off")
@@ -62,5 +67,5 @@ def render_api_keys_secret(service: TTSService, key: str) -> dict:
         "kind": "Secret",
         "metadata": child_metadata(service, name, "api-keys"),
         "type": "Opaque",
-        "stringData": {API_KEYS_SECRET_KEY: key + "\n"},
+        "stringData": {API_KEYS_SECRET_KEY: f"{GENERATED_TENANT}: {key}\n"},
     }
