@@ -5,6 +5,7 @@ the others finish with exactly the audio they make without the fault."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -152,3 +153,42 @@ async def test_instructions_beyond_the_prefill_limit_are_refused_at_submit(make_
     )
     _, pcm = await collect(engine.submit(fits))
     assert len(pcm) == 2 * 1920
+
+
+async def eventually(condition, what: str, timeout_s: float = 60) -> None:
+    """Poll `condition` on the event loop until it is true, failing after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("first_ends_by", ["finishing", "cancel"])
+async def test_a_stream_ending_as_the_next_one_starts_shares_no_codec_slot(
+    make_engine, monkeypatch, first_ends_by
+):
+    """Full-load churn: the codec has one slot per batch slot, so the end of a
+    stream and its successor's first chunk may meet in one codec wave; the end
+    must give its slot back before the successor opens one."""
+    engine = await make_engine(max_batch=1, max_queue=4)
+    worker = engine.codec_worker
+    gate = threading.Event()
+    real_process = worker._process
+
+    def held_process(jobs):
+        gate.wait(timeout=60)  # let the end and the next first chunk queue up together
+        real_process(jobs)
+
+    monkeypatch.setattr(worker, "_process", held_process)
+    frames = FRAMES if first_ends_by == "finishing" else 200
+    first = engine.submit(request(frames=frames, seed=1, request_id="first"))
+    await eventually(lambda: first.seq.chunks >= 1, "the first stream's first chunk")
+    if first_ends_by == "cancel":
+        first.cancel()
+    await eventually(lambda: first.seq.finished, "the first stream's end")
+    second = engine.submit(request(frames=FRAMES, seed=2, request_id="second"))
+    await eventually(lambda: second.seq.chunks >= 1, "the second stream's first chunk")
+    gate.set()
+    (_, pcm), _ = await asyncio.gather(collect(second), collect(first))
+    assert second.finish_reason == "length" and len(pcm) == FRAMES * 1920
+    assert engine.codec.active == 0
