@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from support.engine_requests import codes_of, collect, fixed_length, request
-from ttsfleet_runtime.engine.api import InvalidRequest, SynthesisRequest
+from ttsfleet_runtime.engine.api import EngineError, InvalidRequest, SynthesisRequest
 
 FRAMES = 12
 
@@ -83,6 +83,33 @@ async def test_a_decode_step_that_fails_with_one_row_ends_only_that_row(make_eng
         engine, (talker, "forward", forward_failing_with_the_victim)
     )
     assert victim.seq.frames == 5  # its good frames were kept up to the fault
+
+
+async def test_a_lone_row_that_fails_its_step_keeps_the_real_error(make_engine):
+    """With one row there is nothing to bisect: the step's own exception is
+    the row's, so the server can still tell a CUDA OOM from an engine fault."""
+    engine = await make_engine(max_batch=4)
+    talker, state = engine.model.talker, engine.runner.state
+    real_forward = talker.forward
+    oom = "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+    def forward_out_of_memory(x, *args, **kwargs):
+        seq = running_victim(engine)
+        decode_step = x.shape[1] == 1
+        if decode_step and seq is not None and bool(state.active[seq.slot]) and seq.frames >= 3:
+            raise RuntimeError(oom)
+        return real_forward(x, *args, **kwargs)
+
+    talker.forward = forward_out_of_memory
+    try:
+        victim = engine.submit(request(frames=FRAMES, seed=2, request_id="victim"))
+        await collect(victim)
+    finally:
+        del talker.forward
+    assert victim.finish_reason == "error"
+    assert isinstance(victim.error, EngineError) and oom in str(victim.error)
+    assert isinstance(victim.error.__cause__, RuntimeError)
+    assert str(victim.error.__cause__) == oom
 
 
 async def test_a_prefill_that_fails_ends_only_its_request(make_engine):

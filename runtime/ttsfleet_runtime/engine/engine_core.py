@@ -255,7 +255,7 @@ class EngineCore:
                     extra={"request_id": seq.request_id},
                 )
                 if not seq.finished:
-                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
+                    self._finish(seq, "error", _failure("generation failed", exc))
         return True
 
     def _take_text(self, seq: Sequence) -> None:
@@ -268,7 +268,7 @@ class EngineCore:
                 "taking a request's text failed; ending it", extra={"request_id": seq.request_id}
             )
             if not seq.finished:
-                self._finish(seq, "error", EngineError(f"reading the text failed: {exc}"))
+                self._finish(seq, "error", _failure("reading the text failed", exc))
 
     def _commit_text(self, seq: Sequence) -> None:
         if seq.text.refresh() and seq.text.error is not None and not seq.finished:
@@ -339,7 +339,7 @@ class EngineCore:
             )
             with self.lock:
                 if not seq.finished:
-                    self._finish(seq, "error", EngineError(f"prefill failed: {exc}"))
+                    self._finish(seq, "error", _failure("prefill failed", exc))
             return
         seq.position = embeds.shape[0]
         with self.lock:
@@ -371,6 +371,7 @@ class EngineCore:
                 "decode step failed; isolating the requests that cause it",
                 extra={"rows": len(rows), "error": repr(exc)},
             )
+            first_failure = exc
         stepped: list[Sequence] = []
         culprits: list[tuple[Sequence, Exception]] = []
         codes = np.zeros((extent, self.runner.groups), dtype=np.int64)
@@ -396,7 +397,9 @@ class EngineCore:
             stepped.extend(group)
 
         if len(rows) == 1:
-            culprits.append((rows[0], RuntimeError("the decode step failed")))
+            # Nothing to bisect: the step's own exception is this row's (an
+            # OOM must stay recognisable as one to the server).
+            culprits.append((rows[0], first_failure))
         else:
             half = len(rows) // 2
             attempt(rows[:half])
@@ -408,5 +411,15 @@ class EngineCore:
                     extra={"request_id": seq.request_id, "error": repr(exc)},
                 )
                 if not seq.finished:
-                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
+                    self._finish(seq, "error", _failure("generation failed", exc))
         return stepped, codes, nxt
+
+
+def _failure(what: str, exc: BaseException) -> EngineError:
+    """A sequence's error for a failure `exc` of its own: the message keeps
+    `exc`'s (the server names a CUDA OOM by it) and `exc` is its cause."""
+    if isinstance(exc, EngineError):
+        return exc
+    error = EngineError(f"{what}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
