@@ -70,3 +70,14 @@ async def test_stop_cancels_what_outlives_the_drain_deadline(make_engine):
     await stream.__aiter__().__anext__()
     await engine.stop(drain_timeout_s=0)
     assert stream.finish_reason == "shutdown"
+
+
+@pytest.mark.parametrize("field", ["text", "instructions"])
+async def test_text_that_is_not_valid_unicode_is_refused_with_its_field(make_engine, field):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    bad = SynthesisRequest(text="Hello.", voice="ryan", instructions="speak slowly")
+    bad = dataclasses.replace(bad, **{field: "hi \ud800 there"})
+    with pytest.raises(InvalidRequest, match="not valid Unicode") as refused:
+        engine.submit(bad)
+    assert refused.value.param == field
+    assert engine.stats().queue_depth == 0 and engine.stats().active == 0

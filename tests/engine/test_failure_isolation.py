@@ -219,3 +219,22 @@ async def test_a_stream_ending_as_the_next_one_starts_shares_no_codec_slot(
     (_, pcm), _ = await asyncio.gather(collect(second), collect(first))
     assert second.finish_reason == "length" and len(pcm) == FRAMES * 1920
     assert engine.codec.active == 0
+
+
+async def test_a_streamed_delta_that_is_not_valid_unicode_ends_only_its_stream(make_engine):
+    engine = await make_engine(max_batch=4)
+    bystander = engine.submit(request(frames=FRAMES, seed=1))
+
+    async def deltas():
+        yield "Hello there, "
+        yield "broken \ud800 text "
+        yield "and more."
+
+    streamed = engine.submit(
+        SynthesisRequest(text=deltas(), voice="ryan", params=fixed_length(frames=200, seed=2))
+    )
+    (_, pcm), _ = await asyncio.gather(collect(bystander), collect(streamed))
+    assert streamed.finish_reason == "error"
+    assert isinstance(streamed.error, InvalidRequest) and streamed.error.param == "text"
+    assert "not valid Unicode" in str(streamed.error)
+    assert bystander.finish_reason == "length" and len(pcm) == FRAMES * 1920

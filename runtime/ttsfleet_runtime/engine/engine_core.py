@@ -33,6 +33,7 @@ from ..codec.decoder import load_speech_tokenizer
 from ..codec.streaming import StreamingCodec
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
+from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CODEC_BATCH, CodecWorker
@@ -263,6 +264,9 @@ class EngineCore:
         trailing ones; a failure here ends `seq` alone."""
         try:
             self._commit_text(seq)
+        except InvalidText as exc:  # a streamed delta that is not valid Unicode
+            if not seq.finished:
+                self._finish(seq, "error", InvalidRequest(str(exc), param="text"))
         except Exception as exc:
             log.exception(
                 "taking a request's text failed; ending it", extra={"request_id": seq.request_id}

@@ -26,7 +26,7 @@ import torch
 
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder, PromptError
-from ..model.text_tokenizer import TextTokenizer
+from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
 from .api import EngineStats, EngineStopped, InvalidRequest, ModelInfo, QueueFull, SynthesisRequest
 from .engine_core import SAMPLE_RATE, EngineCore
@@ -166,11 +166,16 @@ class TTSEngine:
             voice = self.builder.voice(request.voice, request.instructions, request.language)
         except PromptError as e:
             raise InvalidRequest(str(e), param=e.param) from e
+        except InvalidText as e:
+            raise InvalidRequest(f"instructions: {e}", param="instructions") from e
         self._check_prompt_fits(voice)
         if isinstance(request.text, str):
-            pieces = split_text(
-                request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens
-            )
+            try:
+                pieces = split_text(
+                    request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens
+                )
+            except InvalidText as e:
+                raise InvalidRequest(str(e), param="text") from e
             if not pieces:
                 raise InvalidRequest("text is empty", param="text")
             text, later = TextFeed(self.builder.text_ids, pieces[0]), pieces[1:]
