@@ -193,7 +193,11 @@ class TTSEngine:
             except QueueFullError as e:
                 raise QueueFull(str(e), e.retry_after_s) from e
         if not isinstance(request.text, str):
-            loop.create_task(self._pump_text(seq, request.text))
+            # Kept on the sequence (a task nobody references may be collected
+            # mid-flight) and cancelled when its stream ends: a text source
+            # that goes quiet would otherwise hold the task forever.
+            seq.text_pump = loop.create_task(self._pump_text(seq, request.text))
+            stream.on_end.append(seq.text_pump.cancel)
         self.core.wake()
         return stream
 
