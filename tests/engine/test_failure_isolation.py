@@ -238,3 +238,46 @@ async def test_a_streamed_delta_that_is_not_valid_unicode_ends_only_its_stream(m
     assert isinstance(streamed.error, InvalidRequest) and streamed.error.param == "text"
     assert "not valid Unicode" in str(streamed.error)
     assert bystander.finish_reason == "length" and len(pcm) == FRAMES * 1920
+
+
+async def test_a_fault_of_a_stalled_row_is_not_blamed_on_the_runnable_ones(make_engine):
+    """A row waiting for its streamed text is computed in every step but is
+    never a bisection candidate: when its presence makes every step fail, the
+    runnable rows that each fail alone are not the culprits, and the stalled
+    one must not be spared while they are ended for it."""
+    engine = await make_engine(max_batch=4)
+    quiet = asyncio.Event()  # never set: the streamed text stalls
+
+    async def deltas():
+        yield "Hello there "
+        await quiet.wait()
+
+    stalled = engine.submit(
+        SynthesisRequest(
+            text=deltas(),
+            voice="ryan",
+            params=fixed_length(frames=200, seed=1),
+            request_id="stalled",
+        )
+    )
+    seq = stalled.seq
+    await eventually(
+        lambda: seq.frames > 0 and not seq.runnable and not seq.finished, "the row to stall"
+    )
+    talker = engine.model.talker
+    real_forward = talker.forward
+
+    def forward_failing_while_stalled(x, *args, **kwargs):
+        if x.shape[1] == 1 and not seq.finished and not seq.runnable:
+            raise RuntimeError("injected fault of the stalled row")
+        return real_forward(x, *args, **kwargs)
+
+    talker.forward = forward_failing_while_stalled
+    try:
+        others = [engine.submit(request(frames=FRAMES, seed=s)) for s in (2, 3)]
+        await asyncio.gather(*(collect(s) for s in others))
+        await eventually(lambda: seq.finished, "the stalled row to end")
+    finally:
+        del talker.forward
+    assert seq.finish_reason == "error"
+    assert "injected fault of the stalled row" in str(stalled.error)

@@ -199,7 +199,7 @@ class EngineCore:
         while not self._stopping:
             try:
                 did_work = self._iteration()
-            except Exception:
+            except Exception as exc:
                 # Per-sequence failures are caught below this; what reaches here
                 # is a fault of the loop itself, which no sequence can be blamed for.
                 log.exception(
@@ -207,7 +207,7 @@ class EngineCore:
                 )
                 with self.lock:
                     for seq in list(self.scheduler.running.values()):
-                        self._finish(seq, "error")
+                        self._finish(seq, "error", _failure("the engine failed", exc))
                 did_work = True
             if not did_work:
                 self._wake.wait(timeout=0.05)
@@ -361,6 +361,12 @@ class EngineCore:
         codes, nxt = self.runner.decode(extent, active, live)
         return codes.numpy(), nxt.numpy()
 
+    def _others_in_batch(self, rows: list[Sequence]) -> bool:
+        """Whether the batch holds occupied rows besides `rows` (not runnable now)."""
+        with self.lock:
+            occupied = sum(not seq.finished for seq in self.scheduler.running.values())
+        return occupied > len(rows)
+
     def _step_isolating(
         self, rows: list[Sequence], extent: int, live: int
     ) -> tuple[list[Sequence], np.ndarray, np.ndarray]:
@@ -408,6 +414,12 @@ class EngineCore:
             half = len(rows) // 2
             attempt(rows[:half])
             attempt(rows[half:])
+        if len(culprits) == len(rows) and (len(rows) > 1 or self._others_in_batch(rows)):
+            # No row is to blame: each fails alone, so the fault is the
+            # batch's (the device) or a row that is in it but never a
+            # candidate (a stalled text, one waiting to prefill its next
+            # piece). Nothing was stepped: hand it to the loop-fault path.
+            raise first_failure
         with self.lock:
             for seq, exc in culprits:
                 log.error(
