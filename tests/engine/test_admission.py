@@ -31,6 +31,23 @@ async def test_queue_bound_refuses_with_a_retry_hint(make_engine):
     assert queued.finish_reason == "length" and len(pcm) == 2 * 1920
 
 
+async def test_a_full_queue_refuses_before_any_tokenising(make_engine, monkeypatch):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    running = engine.submit(request(frames=30, seed=1))
+    await running.__aiter__().__anext__()  # it holds the only slot now
+    engine.submit(request(frames=2, seed=2))  # and this one the only queue place
+    tokenised = []
+    real_encode = engine.builder.tokenizer.encode
+    monkeypatch.setattr(
+        engine.builder.tokenizer, "encode", lambda text: tokenised.append(text) or real_encode(text)
+    )
+    refused = SynthesisRequest(text="word " * 800, voice="ryan", instructions="speak slowly")
+    with pytest.raises(QueueFull):
+        engine.submit(refused)
+    assert tokenised == []
+    running.cancel()
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

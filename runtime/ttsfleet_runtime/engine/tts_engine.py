@@ -162,6 +162,9 @@ class TTSEngine:
             raise EngineStopped("the engine is not accepting requests")
         params = request.params
         params.validate()
+        # Refuse under overload before the admission work (tokenising the
+        # voice, instructions and text); admit checks again under the lock.
+        self._admit(self.core.scheduler.check_room)
         try:
             voice = self.builder.voice(request.voice, request.instructions, request.language)
         except PromptError as e:
@@ -187,11 +190,7 @@ class TTSEngine:
         seed = params.seed if params.seed is not None else secrets.randbits(31)
         seq = Sequence(request_id, params, seed, voice, text, stream, later_pieces=later)
         stream.seq = seq
-        with self.core.lock:
-            try:
-                self.core.scheduler.admit(seq)
-            except QueueFullError as e:
-                raise QueueFull(str(e), e.retry_after_s) from e
+        self._admit(lambda: self.core.scheduler.admit(seq))
         if not isinstance(request.text, str):
             # Kept on the sequence (a task nobody references may be collected
             # mid-flight) and cancelled when its stream ends: a text source
@@ -200,6 +199,14 @@ class TTSEngine:
             stream.on_end.append(seq.text_pump.cancel)
         self.core.wake()
         return stream
+
+    def _admit(self, step: Callable[[], None]) -> None:
+        """Run a scheduler admission step under the lock; a full queue is QueueFull."""
+        with self.core.lock:
+            try:
+                step()
+            except QueueFullError as e:
+                raise QueueFull(str(e), e.retry_after_s) from e
 
     def _check_prompt_fits(self, voice) -> None:
         length, limit = self.builder.prompt_length(voice), self.core.runner.max_prompt
