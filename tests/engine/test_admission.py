@@ -31,6 +31,23 @@ async def test_queue_bound_refuses_with_a_retry_hint(make_engine):
     assert queued.finish_reason == "length" and len(pcm) == 2 * 1920
 
 
+async def test_a_full_queue_refuses_before_any_tokenising(make_engine, monkeypatch):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    running = engine.submit(request(frames=30, seed=1))
+    await running.__aiter__().__anext__()  # it holds the only slot now
+    engine.submit(request(frames=2, seed=2))  # and this one the only queue place
+    tokenised = []
+    real_encode = engine.builder.tokenizer.encode
+    monkeypatch.setattr(
+        engine.builder.tokenizer, "encode", lambda text: tokenised.append(text) or real_encode(text)
+    )
+    refused = SynthesisRequest(text="word " * 800, voice="ryan", instructions="speak slowly")
+    with pytest.raises(QueueFull):
+        engine.submit(refused)
+    assert tokenised == []
+    running.cancel()
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -70,3 +87,14 @@ async def test_stop_cancels_what_outlives_the_drain_deadline(make_engine):
     await stream.__aiter__().__anext__()
     await engine.stop(drain_timeout_s=0)
     assert stream.finish_reason == "shutdown"
+
+
+@pytest.mark.parametrize("field", ["text", "instructions"])
+async def test_text_that_is_not_valid_unicode_is_refused_with_its_field(make_engine, field):
+    engine = await make_engine(max_batch=1, max_queue=1)
+    bad = SynthesisRequest(text="Hello.", voice="ryan", instructions="speak slowly")
+    bad = dataclasses.replace(bad, **{field: "hi \ud800 there"})
+    with pytest.raises(InvalidRequest, match="not valid Unicode") as refused:
+        engine.submit(bad)
+    assert refused.value.param == field
+    assert engine.stats().queue_depth == 0 and engine.stats().active == 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from support.engine_requests import collect, request
+import asyncio
+
+from support.engine_requests import collect, fixed_length, request
+from ttsfleet_runtime.engine.api import SynthesisRequest
 
 
 async def test_cancel_frees_the_slot_immediately(make_engine):
@@ -55,3 +58,26 @@ async def test_cancelled_streams_give_back_their_codec_state(make_engine):
             break
         await asyncio.sleep(0.01)
     assert engine.codec.active == 0
+
+
+async def test_cancelling_a_streamed_text_request_stops_its_text_pump(make_engine):
+    engine = await make_engine(max_batch=1, max_queue=4)
+    quiet = asyncio.Event()  # never set: the text source goes quiet mid-utterance
+
+    async def deltas():
+        yield "Hello there, how are you "
+        await quiet.wait()
+        yield "today?"
+
+    stream = engine.submit(
+        SynthesisRequest(text=deltas(), voice="ryan", params=fixed_length(frames=200, seed=1))
+    )
+    (pump,) = [t for t in asyncio.all_tasks() if "_pump_text" in t.get_coro().__qualname__]
+    await stream.__aiter__().__anext__()
+    stream.cancel()
+    deadline = asyncio.get_running_loop().time() + 30
+    while not pump.done():
+        assert asyncio.get_running_loop().time() < deadline, "the text pump outlived its stream"
+        await asyncio.sleep(0.01)
+    assert pump.cancelled() and stream.finish_reason == "cancelled"
+    assert stream.seq.text_pump is pump  # referenced while it runs

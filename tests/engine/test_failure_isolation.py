@@ -5,12 +5,13 @@ the others finish with exactly the audio they make without the fault."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
 
 from support.engine_requests import codes_of, collect, fixed_length, request
-from ttsfleet_runtime.engine.api import InvalidRequest, SynthesisRequest
+from ttsfleet_runtime.engine.api import EngineError, InvalidRequest, SynthesisRequest
 
 FRAMES = 12
 
@@ -84,6 +85,33 @@ async def test_a_decode_step_that_fails_with_one_row_ends_only_that_row(make_eng
     assert victim.seq.frames == 5  # its good frames were kept up to the fault
 
 
+async def test_a_lone_row_that_fails_its_step_keeps_the_real_error(make_engine):
+    """With one row there is nothing to bisect: the step's own exception is
+    the row's, so the server can still tell a CUDA OOM from an engine fault."""
+    engine = await make_engine(max_batch=4)
+    talker, state = engine.model.talker, engine.runner.state
+    real_forward = talker.forward
+    oom = "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+    def forward_out_of_memory(x, *args, **kwargs):
+        seq = running_victim(engine)
+        decode_step = x.shape[1] == 1
+        if decode_step and seq is not None and bool(state.active[seq.slot]) and seq.frames >= 3:
+            raise RuntimeError(oom)
+        return real_forward(x, *args, **kwargs)
+
+    talker.forward = forward_out_of_memory
+    try:
+        victim = engine.submit(request(frames=FRAMES, seed=2, request_id="victim"))
+        await collect(victim)
+    finally:
+        del talker.forward
+    assert victim.finish_reason == "error"
+    assert isinstance(victim.error, EngineError) and oom in str(victim.error)
+    assert isinstance(victim.error.__cause__, RuntimeError)
+    assert str(victim.error.__cause__) == oom
+
+
 async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
     engine = await make_engine(max_batch=4)
     real_prefill = engine.runner.prefill
@@ -152,3 +180,104 @@ async def test_instructions_beyond_the_prefill_limit_are_refused_at_submit(make_
     )
     _, pcm = await collect(engine.submit(fits))
     assert len(pcm) == 2 * 1920
+
+
+async def eventually(condition, what: str, timeout_s: float = 60) -> None:
+    """Poll `condition` on the event loop until it is true, failing after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("first_ends_by", ["finishing", "cancel"])
+async def test_a_stream_ending_as_the_next_one_starts_shares_no_codec_slot(
+    make_engine, monkeypatch, first_ends_by
+):
+    """Full-load churn: the codec has one slot per batch slot, so the end of a
+    stream and its successor's first chunk may meet in one codec wave; the end
+    must give its slot back before the successor opens one."""
+    engine = await make_engine(max_batch=1, max_queue=4)
+    worker = engine.codec_worker
+    gate = threading.Event()
+    real_process = worker._process
+
+    def held_process(jobs):
+        gate.wait(timeout=60)  # let the end and the next first chunk queue up together
+        real_process(jobs)
+
+    monkeypatch.setattr(worker, "_process", held_process)
+    frames = FRAMES if first_ends_by == "finishing" else 200
+    first = engine.submit(request(frames=frames, seed=1, request_id="first"))
+    await eventually(lambda: first.seq.chunks >= 1, "the first stream's first chunk")
+    if first_ends_by == "cancel":
+        first.cancel()
+    await eventually(lambda: first.seq.finished, "the first stream's end")
+    second = engine.submit(request(frames=FRAMES, seed=2, request_id="second"))
+    await eventually(lambda: second.seq.chunks >= 1, "the second stream's first chunk")
+    gate.set()
+    (_, pcm), _ = await asyncio.gather(collect(second), collect(first))
+    assert second.finish_reason == "length" and len(pcm) == FRAMES * 1920
+    assert engine.codec.active == 0
+
+
+async def test_a_streamed_delta_that_is_not_valid_unicode_ends_only_its_stream(make_engine):
+    engine = await make_engine(max_batch=4)
+    bystander = engine.submit(request(frames=FRAMES, seed=1))
+
+    async def deltas():
+        yield "Hello there, "
+        yield "broken \ud800 text "
+        yield "and more."
+
+    streamed = engine.submit(
+        SynthesisRequest(text=deltas(), voice="ryan", params=fixed_length(frames=200, seed=2))
+    )
+    (_, pcm), _ = await asyncio.gather(collect(bystander), collect(streamed))
+    assert streamed.finish_reason == "error"
+    assert isinstance(streamed.error, InvalidRequest) and streamed.error.param == "text"
+    assert "not valid Unicode" in str(streamed.error)
+    assert bystander.finish_reason == "length" and len(pcm) == FRAMES * 1920
+
+
+async def test_a_fault_of_a_stalled_row_is_not_blamed_on_the_runnable_ones(make_engine):
+    """A row waiting for its streamed text is computed in every step but is
+    never a bisection candidate: when its presence makes every step fail, the
+    runnable rows that each fail alone are not the culprits, and the stalled
+    one must not be spared while they are ended for it."""
+    engine = await make_engine(max_batch=4)
+    quiet = asyncio.Event()  # never set: the streamed text stalls
+
+    async def deltas():
+        yield "Hello there "
+        await quiet.wait()
+
+    stalled = engine.submit(
+        SynthesisRequest(
+            text=deltas(),
+            voice="ryan",
+            params=fixed_length(frames=200, seed=1),
+            request_id="stalled",
+        )
+    )
+    seq = stalled.seq
+    await eventually(
+        lambda: seq.frames > 0 and not seq.runnable and not seq.finished, "the row to stall"
+    )
+    talker = engine.model.talker
+    real_forward = talker.forward
+
+    def forward_failing_while_stalled(x, *args, **kwargs):
+        if x.shape[1] == 1 and not seq.finished and not seq.runnable:
+            raise RuntimeError("injected fault of the stalled row")
+        return real_forward(x, *args, **kwargs)
+
+    talker.forward = forward_failing_while_stalled
+    try:
+        others = [engine.submit(request(frames=FRAMES, seed=s)) for s in (2, 3)]
+        await asyncio.gather(*(collect(s) for s in others))
+        await eventually(lambda: seq.finished, "the stalled row to end")
+    finally:
+        del talker.forward
+    assert seq.finish_reason == "error"
+    assert "injected fault of the stalled row" in str(stalled.error)

@@ -120,13 +120,10 @@ class CodecWorker:
         self._run_wave(wave)
 
     def _run_wave(self, wave: list) -> None:
+        # Ends first: the codec has one slot per batch slot, and a stream that
+        # took an ended stream's batch slot may have its first chunk in this
+        # wave. A wave holds a stream once, so no end here has a chunk here.
         by_len: dict[int, list[ChunkJob]] = {}
-        for job in wave:
-            if isinstance(job, ChunkJob):
-                by_len.setdefault(self._decode_length(job), []).append(job)
-        for n, chunk_jobs in by_len.items():
-            for i in range(0, len(chunk_jobs), CODEC_BATCH):
-                self._decode(n, chunk_jobs[i : i + CODEC_BATCH])
         for job in wave:
             if isinstance(job, EndJob):
                 if job.seq.codec_slot is not None:
@@ -134,6 +131,11 @@ class CodecWorker:
                     job.seq.codec_slot = None
                 job.seq.codec_closed = True
                 job.seq.stream.end(job.reason)
+            else:
+                by_len.setdefault(self._decode_length(job), []).append(job)
+        for n, chunk_jobs in by_len.items():
+            for i in range(0, len(chunk_jobs), CODEC_BATCH):
+                self._decode(n, chunk_jobs[i : i + CODEC_BATCH])
 
     def _decode_length(self, job: ChunkJob) -> int:
         """Frames to decode for `job`: its own, or a last chunk padded up to a captured count."""

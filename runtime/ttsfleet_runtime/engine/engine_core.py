@@ -33,6 +33,7 @@ from ..codec.decoder import load_speech_tokenizer
 from ..codec.streaming import StreamingCodec
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
+from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CODEC_BATCH, CodecWorker
@@ -198,7 +199,7 @@ class EngineCore:
         while not self._stopping:
             try:
                 did_work = self._iteration()
-            except Exception:
+            except Exception as exc:
                 # Per-sequence failures are caught below this; what reaches here
                 # is a fault of the loop itself, which no sequence can be blamed for.
                 log.exception(
@@ -206,7 +207,7 @@ class EngineCore:
                 )
                 with self.lock:
                     for seq in list(self.scheduler.running.values()):
-                        self._finish(seq, "error")
+                        self._finish(seq, "error", _failure("the engine failed", exc))
                 did_work = True
             if not did_work:
                 self._wake.wait(timeout=0.05)
@@ -255,7 +256,7 @@ class EngineCore:
                     extra={"request_id": seq.request_id},
                 )
                 if not seq.finished:
-                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
+                    self._finish(seq, "error", _failure("generation failed", exc))
         return True
 
     def _take_text(self, seq: Sequence) -> None:
@@ -263,12 +264,15 @@ class EngineCore:
         trailing ones; a failure here ends `seq` alone."""
         try:
             self._commit_text(seq)
+        except InvalidText as exc:  # a streamed delta that is not valid Unicode
+            if not seq.finished:
+                self._finish(seq, "error", InvalidRequest(str(exc), param="text"))
         except Exception as exc:
             log.exception(
                 "taking a request's text failed; ending it", extra={"request_id": seq.request_id}
             )
             if not seq.finished:
-                self._finish(seq, "error", EngineError(f"reading the text failed: {exc}"))
+                self._finish(seq, "error", _failure("reading the text failed", exc))
 
     def _commit_text(self, seq: Sequence) -> None:
         if seq.text.refresh() and seq.text.error is not None and not seq.finished:
@@ -339,7 +343,7 @@ class EngineCore:
             )
             with self.lock:
                 if not seq.finished:
-                    self._finish(seq, "error", EngineError(f"prefill failed: {exc}"))
+                    self._finish(seq, "error", _failure("prefill failed", exc))
             return
         seq.position = embeds.shape[0]
         with self.lock:
@@ -357,6 +361,12 @@ class EngineCore:
         codes, nxt = self.runner.decode(extent, active, live)
         return codes.numpy(), nxt.numpy()
 
+    def _others_in_batch(self, rows: list[Sequence]) -> bool:
+        """Whether the batch holds occupied rows besides `rows` (not runnable now)."""
+        with self.lock:
+            occupied = sum(not seq.finished for seq in self.scheduler.running.values())
+        return occupied > len(rows)
+
     def _step_isolating(
         self, rows: list[Sequence], extent: int, live: int
     ) -> tuple[list[Sequence], np.ndarray, np.ndarray]:
@@ -371,6 +381,7 @@ class EngineCore:
                 "decode step failed; isolating the requests that cause it",
                 extra={"rows": len(rows), "error": repr(exc)},
             )
+            first_failure = exc
         stepped: list[Sequence] = []
         culprits: list[tuple[Sequence, Exception]] = []
         codes = np.zeros((extent, self.runner.groups), dtype=np.int64)
@@ -396,11 +407,19 @@ class EngineCore:
             stepped.extend(group)
 
         if len(rows) == 1:
-            culprits.append((rows[0], RuntimeError("the decode step failed")))
+            # Nothing to bisect: the step's own exception is this row's (an
+            # OOM must stay recognisable as one to the server).
+            culprits.append((rows[0], first_failure))
         else:
             half = len(rows) // 2
             attempt(rows[:half])
             attempt(rows[half:])
+        if len(culprits) == len(rows) and (len(rows) > 1 or self._others_in_batch(rows)):
+            # No row is to blame: each fails alone, so the fault is the
+            # batch's (the device) or a row that is in it but never a
+            # candidate (a stalled text, one waiting to prefill its next
+            # piece). Nothing was stepped: hand it to the loop-fault path.
+            raise first_failure
         with self.lock:
             for seq, exc in culprits:
                 log.error(
@@ -408,5 +427,15 @@ class EngineCore:
                     extra={"request_id": seq.request_id, "error": repr(exc)},
                 )
                 if not seq.finished:
-                    self._finish(seq, "error", EngineError(f"generation failed: {exc}"))
+                    self._finish(seq, "error", _failure("generation failed", exc))
         return stepped, codes, nxt
+
+
+def _failure(what: str, exc: BaseException) -> EngineError:
+    """A sequence's error for a failure `exc` of its own: the message keeps
+    `exc`'s (the server names a CUDA OOM by it) and `exc` is its cause."""
+    if isinstance(exc, EngineError):
+        return exc
+    error = EngineError(f"{what}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error

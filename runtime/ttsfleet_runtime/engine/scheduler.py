@@ -56,7 +56,6 @@ class QueueFullError(Exception):
 @dataclasses.dataclass
 class Plan(Generic[S]):
     prefill: list[S]  # prefill before the step: admitted to a slot now, or a next piece
-    decode: list[S]  # occupy a slot (runnable or stalled on text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +98,15 @@ class Scheduler(Generic[S]):
         # Mean seconds a stream holds a slot, for the retry hint.
         self.mean_slot_seconds = 5.0
 
-    def admit(self, seq: S) -> None:
-        """Queue `seq` or raise QueueFullError; nothing is held on refusal."""
+    def check_room(self) -> None:
+        """Raise QueueFullError when the queue is full (before any admission work)."""
         if len(self.waiting) >= self.max_queue:
             waves = 1 + len(self.waiting) // max(1, self.max_batch)
             raise QueueFullError(len(self.waiting), round(waves * self.mean_slot_seconds / 2, 1))
+
+    def admit(self, seq: S) -> None:
+        """Queue `seq` or raise QueueFullError; nothing is held on refusal."""
+        self.check_room()
         self.waiting.append(seq)
 
     def plan(self) -> Plan[S]:
@@ -121,7 +124,7 @@ class Scheduler(Generic[S]):
             seq.slot = free.pop(0)
             self.running[seq.slot] = seq
             prefill.append(seq)
-        return Plan(prefill=prefill, decode=[self.running[s] for s in sorted(self.running)])
+        return Plan(prefill=prefill)
 
     def step_rows(self) -> tuple[list[S], int, int]:
         """The decode step's shape: (the rows it advances, the batch extent,

@@ -110,7 +110,7 @@ class Sequence:
         self.chunks = 0
         self.codec_slot: int | None = None  # owned by the codec worker
         self.codec_closed = False
-        self.cancel_requested = False
+        self.text_pump = None  # the asyncio task feeding a streamed text, if any
         self.all_codes: list[np.ndarray] = []  # every frame, for tests and debugging
 
     @property

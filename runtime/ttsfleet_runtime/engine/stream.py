@@ -25,6 +25,9 @@ class EngineStream:
         self.seq = None  # the engine's Sequence, set at admission
         self._end_lock = threading.Lock()
         self._ended = False
+        # Run on the caller's loop when the stream ends (e.g. stop the task
+        # feeding the sequence's streamed text).
+        self.on_end: list[Callable[[], object]] = []
 
     def __aiter__(self) -> AsyncIterator[AudioChunk]:
         return self._iterate()
@@ -64,6 +67,8 @@ class EngineStream:
         def _end():
             self._finish_reason = reason
             self._queue.put_nowait(None)
+            for callback in self.on_end:
+                callback()
 
         try:
             self._loop.call_soon_threadsafe(_end)

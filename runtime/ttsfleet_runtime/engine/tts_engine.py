@@ -26,7 +26,7 @@ import torch
 
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder, PromptError
-from ..model.text_tokenizer import TextTokenizer
+from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
 from .api import EngineStats, EngineStopped, InvalidRequest, ModelInfo, QueueFull, SynthesisRequest
 from .engine_core import SAMPLE_RATE, EngineCore
@@ -162,15 +162,23 @@ class TTSEngine:
             raise EngineStopped("the engine is not accepting requests")
         params = request.params
         params.validate()
+        # Refuse under overload before the admission work (tokenising the
+        # voice, instructions and text); admit checks again under the lock.
+        self._admit(self.core.scheduler.check_room)
         try:
             voice = self.builder.voice(request.voice, request.instructions, request.language)
         except PromptError as e:
             raise InvalidRequest(str(e), param=e.param) from e
+        except InvalidText as e:
+            raise InvalidRequest(f"instructions: {e}", param="instructions") from e
         self._check_prompt_fits(voice)
         if isinstance(request.text, str):
-            pieces = split_text(
-                request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens
-            )
+            try:
+                pieces = split_text(
+                    request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens
+                )
+            except InvalidText as e:
+                raise InvalidRequest(str(e), param="text") from e
             if not pieces:
                 raise InvalidRequest("text is empty", param="text")
             text, later = TextFeed(self.builder.text_ids, pieces[0]), pieces[1:]
@@ -182,15 +190,23 @@ class TTSEngine:
         seed = params.seed if params.seed is not None else secrets.randbits(31)
         seq = Sequence(request_id, params, seed, voice, text, stream, later_pieces=later)
         stream.seq = seq
-        with self.core.lock:
-            try:
-                self.core.scheduler.admit(seq)
-            except QueueFullError as e:
-                raise QueueFull(str(e), e.retry_after_s) from e
+        self._admit(lambda: self.core.scheduler.admit(seq))
         if not isinstance(request.text, str):
-            loop.create_task(self._pump_text(seq, request.text))
+            # Kept on the sequence (a task nobody references may be collected
+            # mid-flight) and cancelled when its stream ends: a text source
+            # that goes quiet would otherwise hold the task forever.
+            seq.text_pump = loop.create_task(self._pump_text(seq, request.text))
+            stream.on_end.append(seq.text_pump.cancel)
         self.core.wake()
         return stream
+
+    def _admit(self, step: Callable[[], None]) -> None:
+        """Run a scheduler admission step under the lock; a full queue is QueueFull."""
+        with self.core.lock:
+            try:
+                step()
+            except QueueFullError as e:
+                raise QueueFull(str(e), e.retry_after_s) from e
 
     def _check_prompt_fits(self, voice) -> None:
         length, limit = self.builder.prompt_length(voice), self.core.runner.max_prompt

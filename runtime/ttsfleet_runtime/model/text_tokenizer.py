@@ -16,6 +16,11 @@ _QWEN2_SPLIT = (
 )
 
 
+class InvalidText(ValueError):
+    """The text cannot be tokenised: it is not valid Unicode (a lone surrogate
+    such as U+D800, which a JSON string's escapes can carry)."""
+
+
 class TextTokenizer:
     def __init__(self, tokenizer: Tokenizer):
         self._tok = tokenizer
@@ -53,7 +58,17 @@ class TextTokenizer:
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        try:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        except (TypeError, UnicodeEncodeError) as e:
+            # `tokenizers` raises TypeError for a str it cannot convert to UTF-8.
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as bad:
+                raise InvalidText(
+                    f"text is not valid Unicode: {bad.reason} at character {bad.start}"
+                ) from e
+            raise
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
