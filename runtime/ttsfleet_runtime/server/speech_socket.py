@@ -56,7 +56,7 @@ from pydantic import Field, ValidationError
 from . import audio_encoding, errors
 from .auth import ANONYMOUS
 from .http_guard import authenticate, client_address, request_id_from
-from .speech_request import SamplingFields
+from .speech_request import SamplingFields, Text, utf8_text
 from .synthesis import error_type, generation_failure
 
 log = logging.getLogger(__name__)
@@ -75,10 +75,10 @@ _short = _brief.repr  # a client's value in a message: never all of a 60 kB stri
 
 class SessionConfig(SamplingFields):
     type: str = Field(pattern="^session\\.config$")
-    model: str | None = None
-    voice: str | None = Field(default=None, max_length=256)
-    instructions: str | None = Field(default=None, max_length=4096)
-    language: str = Field(default="auto", min_length=1, max_length=32)
+    model: Text | None = None
+    voice: Text | None = Field(default=None, max_length=256)
+    instructions: Text | None = Field(default=None, max_length=4096)
+    language: Text = Field(default="auto", min_length=1, max_length=32)
 
 
 def protocol_error(message: str, close_code: int = 1008) -> errors.ApiError:
@@ -309,6 +309,10 @@ class _Session:
                 text = event.get("text")
                 if not isinstance(text, str):
                     raise protocol_error("text.delta needs a string 'text'")
+                try:
+                    utf8_text(text)
+                except ValueError as exc:
+                    raise errors.invalid_request(f"text.delta: {exc}", param="text") from None
                 self.chars += len(text)
                 if self.chars > max_chars:
                     raise errors.invalid_request(
