@@ -69,10 +69,16 @@ def test_a_stream_the_engine_cuts_counts_one_server_fault_with_status_500():
         assert {k: v for k, v in requests_by_code(server).items() if v} == {"500": 1}
 
 
-def test_text_the_engine_refuses_mid_stream_is_the_clients_fault():
-    engine = StandInEngine(
-        frames=20, fail_after_chunks=2, fail_with=api.InvalidRequest("text longer than 1024 tokens")
-    )
+@pytest.mark.parametrize(
+    "message",
+    [
+        "text longer than 1024 tokens",
+        # Echoed client text must not make the client's error a CUDA OOM.
+        "text 'I ran out of memory' is longer than 1024 tokens",
+    ],
+)
+def test_text_the_engine_refuses_mid_stream_is_the_clients_fault(message):
+    engine = StandInEngine(frames=20, fail_after_chunks=2, fail_with=api.InvalidRequest(message))
     with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
         read_cut_stream(server)
         refused = httpx.post(
