@@ -85,6 +85,7 @@ class Utterance:
     last_audio_at: float | None = None
     audio_s: float = 0.0
     _done: bool = False
+    _cancelled: bool = False
 
     async def chunks(self) -> AsyncIterator[api.AudioChunk]:
         """The stream's chunks; raises when the engine ended it by failing.
@@ -112,7 +113,15 @@ class Utterance:
             raise api.EngineStopped("the engine stopped before the utterance ended")
 
     def cancel(self) -> None:
-        self.stream.cancel()
+        """Stop the generation (frees its batch slot); once, however often called."""
+        if not self._cancelled:
+            self._cancelled = True
+            self.stream.cancel()
+
+    @property
+    def finished(self) -> bool:
+        """Whether `finish` has recorded this utterance."""
+        return self._done
 
     @property
     def ttfa_s(self) -> float | None:
