@@ -117,7 +117,8 @@ class ServerSettings:
     max_batch: int = setting(
         64, "streams decoded together (KV cache slots)", minimum=1, maximum=1024
     )
-    max_queue: int = setting(256, "waiting requests before 429", minimum=0, maximum=100000)
+    # Admission always queues first: 0 would refuse every request with 429.
+    max_queue: int = setting(256, "waiting requests before 429", minimum=1, maximum=100000)
     dtype: str | None = setting(
         None,
         "default: bfloat16 on cuda, float32 on cpu",
@@ -131,9 +132,10 @@ class ServerSettings:
         maximum=32,
     )
     # Bounds the GPU time a single request can hold a slot (and random-weight
-    # models never stop by themselves).
+    # models never stop by themselves). It covers the whole request: 4,096
+    # characters of English (max_input_chars) is about 270 s of speech.
     max_audio_seconds: float = setting(
-        120.0, "longest utterance one request may generate", minimum=0
+        360.0, "longest utterance one request may generate", minimum=0.1
     )
     drain_timeout_s: float = setting(30.0, "seconds in-flight streams get after SIGTERM", minimum=0)
     # Per-key token bucket.
@@ -154,16 +156,20 @@ class ServerSettings:
         30.0, "longest reference audio a voice upload may have", minimum=0
     )
     ws_config_timeout_s: float = setting(
-        10.0, "seconds a WebSocket session has to send its config message", minimum=0
+        10.0, "seconds a WebSocket session has to send its config message", minimum=0.1
     )
     # A session waiting on its client (nothing left to say) this long is closed.
     ws_idle_timeout_s: float = setting(
-        30.0, "seconds a WebSocket session may wait on its client before it is closed", minimum=0
+        30.0,
+        "seconds a WebSocket session may wait on its client before it is closed",
+        minimum=0.1,
     )
     # An unflushed utterance that gets no text this long is flushed, so the engine
     # finishes what it has and frees the batch slot.
     ws_text_stall_s: float = setting(
-        5.0, "seconds without text after which an open WebSocket utterance is flushed", minimum=0
+        5.0,
+        "seconds without text after which an open WebSocket utterance is flushed",
+        minimum=0.1,
     )
     ws_max_sessions_per_key: int = setting(
         8, "open WebSocket sessions per API key, 0 = no limit", minimum=0
@@ -179,18 +185,23 @@ class ServerSettings:
         20, "failed authentications a client address may make at once", minimum=1
     )
     # HTTP: the request line and headers must arrive within this time and size, the
-    # body within its own time; idle keep-alive connections are closed.
+    # body within its own time; idle keep-alive connections are closed. A timeout of
+    # 0 would refuse every request (408), so they are positive.
     http_header_timeout_s: float = setting(
-        10.0, "seconds for a request's line and headers to arrive", minimum=0
+        10.0, "seconds for a request's line and headers to arrive", minimum=0.1
     )
-    http_body_timeout_s: float = setting(60.0, "seconds for a request's body to arrive", minimum=0)
+    http_body_timeout_s: float = setting(
+        60.0, "seconds for a request's body to arrive", minimum=0.1
+    )
     http_keep_alive_s: float = setting(
         5.0, "seconds an idle keep-alive connection stays open", minimum=0
     )
     max_header_bytes: int = setting(
         16 * 1024, "request line and headers; larger is refused with 431", minimum=1024
     )
-    log_level: str = setting("info", "debug, info, warning or error")
+    log_level: str = setting(
+        "info", "how much to log", choices=("debug", "info", "warning", "error", "critical")
+    )
 
 
 @dataclasses.dataclass(frozen=True)

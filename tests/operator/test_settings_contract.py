@@ -91,7 +91,7 @@ def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
         {
             "engine": {
                 "maxBatch": 8,
-                "maxQueue": 0,
+                "maxQueue": 1,
                 "cudaGraphs": False,
                 "dtype": "float32",
                 "firstChunkFrames": 1,
@@ -214,6 +214,11 @@ def test_a_flag_beats_its_variable(monkeypatch):
         ("TTSFLEET_CUDA_GRAPHS", "yes", "expected on or off"),
         ("TTSFLEET_DTYPE", "int8", "expected one of bfloat16, float16, float32"),
         ("TTSFLEET_PORT", "70000", "must be at most 65535"),
+        ("TTSFLEET_LOG_LEVEL", "verbose", "expected one of debug, info, warning, error"),
+        ("TTSFLEET_MAX_QUEUE", "0", "must be at least 1"),
+        ("TTSFLEET_HTTP_HEADER_TIMEOUT", "0", "must be at least 0.1"),
+        ("TTSFLEET_HTTP_BODY_TIMEOUT", "0", "must be at least 0.1"),
+        ("TTSFLEET_WS_IDLE_TIMEOUT", "0", "must be at least 0.1"),
     ],
 )
 def test_a_bad_variable_is_refused_naming_it(monkeypatch, capsys, variable, value, message):

@@ -5,6 +5,11 @@ afterwards only where the real tiny CPU engine cannot produce a situation on
 demand (a CUDA out-of-memory error in the middle of generation). It makes a
 deterministic tone: one chunk per `frame_s`, `frames_per_chunk` codec frames of
 1920 samples each, `frames` frames in all (or `frames_per_char` per character).
+
+It keeps the real engine's stream contract (engine/stream.py): iterating never
+raises; a failed generation ends with finish_reason "error" and `.error` says
+why (an `EngineError`, the original failure in its message), or is None when
+unknown (a "quiet" failure, as when the real codec worker fails a stream).
 """
 
 from __future__ import annotations
@@ -37,11 +42,16 @@ class _Stream:
         self.request_id = request.request_id
         self._chunks: asyncio.Queue = asyncio.Queue()
         self._finish: api.FinishReason | None = None
+        self._error: api.EngineError | None = None
         self._task = asyncio.get_running_loop().create_task(self._generate())
 
     @property
     def finish_reason(self):
         return self._finish
+
+    @property
+    def error(self) -> api.EngineError | None:
+        return self._error if self._finish == "error" else None
 
     def cancel(self) -> None:
         if self._task.cancel():
@@ -97,8 +107,13 @@ class _Stream:
         except asyncio.CancelledError:
             self._finish = "cancelled"
         except Exception as exc:
+            # As engine_core does: the stream ends, the cause rides on `.error`.
             self._finish = "error"
-            self._chunks.put_nowait(exc)
+            self._error = (
+                exc
+                if isinstance(exc, api.EngineError)
+                else api.EngineError(f"generation failed: {exc}")
+            )
         finally:
             if queued:
                 engine._queued -= 1
@@ -106,8 +121,6 @@ class _Stream:
 
     async def __aiter__(self):
         while (item := await self._chunks.get()) is not None:
-            if isinstance(item, Exception):
-                raise item
             yield item
 
 
@@ -144,10 +157,11 @@ class StandInEngine:
         self.frames_per_char = frames_per_char
         self.frames_per_chunk = frames_per_chunk
         self.fail_after_chunks = fail_after_chunks
-        # Quietly: end the stream with finish_reason "error" instead of raising
-        # (what the real engine does when a batch step fails).
+        # Quietly: end the stream with finish_reason "error" and no `.error`
+        # (the cause unknown, as when the real codec worker fails a stream).
         self.fail_quietly = fail_quietly
-        # What a loud failure raises (default: CUDA out of memory).
+        # What a failure that says why raises inside generation (default: CUDA
+        # out of memory); the stream carries it as `.error`.
         self.fail_with = fail_with
         self._ready = False
         self._stopped = False

@@ -63,22 +63,24 @@ def client_address(scope) -> str:
 
 
 def authenticate(api_keys: ApiKeys, failures: TokenBucketLimiter, address: str, check) -> str:
-    """`check()` (an ApiKeys method call) under the address's failed-auth bucket.
+    """`check()` (an ApiKeys method call), with failures limited per address.
 
-    While the address has no failures left, nothing is checked: a 429 says
-    when to come back, whether or not the key would have been good.
+    The key is always checked first: a good key passes (subject to its own
+    rate limit) however many bad ones its address has sent, so one client
+    guessing behind a shared proxy or Gateway cannot lock out every tenant
+    behind it. Each failure spends a token of the address's bucket; a failure
+    with the bucket empty gets 429 and when to come back instead of 401.
     """
     if api_keys.disabled:
         return check()
-    wait_s = failures.wait_s(address)
-    if wait_s > 0:
-        raise errors.rate_limited(
-            wait_s, "too many requests with invalid API keys from this address"
-        )
     try:
         return check()
     except errors.ApiError:
-        failures.take(address)
+        wait_s = failures.take(address)
+        if wait_s > 0:
+            raise errors.rate_limited(
+                wait_s, "too many requests with invalid API keys from this address"
+            ) from None
         raise
 
 

@@ -16,12 +16,15 @@ import json
 import logging
 import re
 import sys
+from urllib.parse import unquote_plus
 
 REDACTED = "[redacted]"
 # `?api_key=...`, `&token=...`, `access_token`, `x-api-key`, `password`, `sig`, ...
-_SECRET_PARAM = re.compile(
-    r"(?P<name>[?&;][\w.~-]*(?:key|token|secret|password|passwd|auth|signature|sig|credential)[\w.~-]*=)[^&;\s\"'#]*",
-    re.IGNORECASE,
+# The name is matched decoded: the server decodes `?api%5Fkey=` or `?%61pi_key=`
+# to `api_key` and authenticates with it, so the log must mask it too.
+_QUERY_PARAM = re.compile(r"(?P<name>[?&;](?P<key>[\w.~%+-]*)=)[^&;\s\"'#]*")
+_SECRET_NAME = re.compile(
+    r"key|token|secret|password|passwd|auth|signature|sig|credential", re.IGNORECASE
 )
 # `Authorization: Bearer ...`, `Basic ...`, and the header named with any value.
 _SECRET_SCHEME = re.compile(r"(?P<name>\b(?:bearer|basic)\s+)[^\s\"',;]+", re.IGNORECASE)
@@ -31,9 +34,23 @@ _SECRET_HEADER = re.compile(
 )
 
 
+def _secret_name(name: str) -> bool:
+    for _ in range(3):  # %2561 is %61 is a: decode until nothing changes
+        decoded = unquote_plus(name)
+        if decoded == name:
+            break
+        name = decoded
+    return _SECRET_NAME.search(name) is not None
+
+
+def _mask_param(match: re.Match) -> str:
+    return match.group("name") + REDACTED if _secret_name(match.group("key")) else match.group(0)
+
+
 def redact(text: str) -> str:
     """`text` with credentials masked (the names stay, so the line still says what was sent)."""
-    for pattern in (_SECRET_PARAM, _SECRET_SCHEME, _SECRET_HEADER):
+    text = _QUERY_PARAM.sub(_mask_param, text)
+    for pattern in (_SECRET_SCHEME, _SECRET_HEADER):
         text = pattern.sub(lambda m: m.group("name") + REDACTED, text)
     return text
 

@@ -4,17 +4,33 @@ Ranges live in the schema so clients (and schemathesis) see them; a value out
 of range is refused with 400 naming the field. Unknown fields are refused too:
 a misspelt knob silently ignored would be worse than an error. Types are
 strict: `"1"` or `true` is not a number, `1.0` is not an integer (an integer
-is still a number); a client's type bug is reported, not guessed at.
+is still a number); a client's type bug is reported, not guessed at. Text
+must be encodable as UTF-8: JSON's `"\\ud800"` decodes to a lone surrogate that
+would otherwise reach the tokenizer and fail there as a server fault.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 StreamFormat = Literal["audio", "sse", "file"]
+
+
+def utf8_text(value: str) -> str:
+    """Refuse a string with a lone surrogate (JSON allows `\\ud800`; UTF-8 does not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text is not valid Unicode: a lone surrogate at character {exc.start}"
+        ) from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(utf8_text)]
 
 
 class SamplingFields(BaseModel):
@@ -41,13 +57,13 @@ class SamplingFields(BaseModel):
 
 
 class SpeechRequest(SamplingFields):
-    model: str = Field(
+    model: Text = Field(
         min_length=1, max_length=256, description="The served model id (see GET /v1/models)."
     )
-    input: str = Field(
+    input: Text = Field(
         min_length=1, description="Text to speak (at most the server's max input characters)."
     )
-    voice: str | None = Field(
+    voice: Text | None = Field(
         default=None,
         max_length=256,
         description="A built-in speaker (CustomVoice models) or an uploaded voice id (Base models).",
@@ -55,7 +71,7 @@ class SpeechRequest(SamplingFields):
     response_format: ResponseFormat = Field(
         default="mp3", description="Audio container; pcm is raw s16le mono."
     )
-    instructions: str | None = Field(
+    instructions: Text | None = Field(
         default=None,
         max_length=4096,
         description="Voice description (VoiceDesign) or style instruction.",
@@ -72,4 +88,4 @@ class SpeechRequest(SamplingFields):
         "'sse': server-sent events speech.audio.delta (base64) and speech.audio.done. "
         "'file': one whole file with exact sizes (the default for flac, which cannot be streamed).",
     )
-    language: str = Field(default="auto", min_length=1, max_length=32)
+    language: Text = Field(default="auto", min_length=1, max_length=32)

@@ -51,18 +51,28 @@ class ClientGone(Exception):
 
 
 class ClosingStreamingResponse(StreamingResponse):
-    """A StreamingResponse that always closes its body generator.
+    """A StreamingResponse that always closes its body generator, then runs `on_close`.
 
     Starlette stops iterating when the client disconnects but leaves the
     generator suspended at its `yield`; closing it runs its cleanup (cancel
     the generation, free the slot) now rather than at garbage collection.
+    A client gone before the body started is different: Starlette cancels the
+    response before the generator runs, and closing a never-started generator
+    runs none of its code, so `on_close` does that bookkeeping.
     """
+
+    def __init__(self, content, *, on_close, **kwargs):
+        super().__init__(content, **kwargs)
+        self.on_close = on_close
 
     async def __call__(self, scope, receive, send):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.body_iterator.aclose()
+            try:
+                await self.body_iterator.aclose()
+            finally:
+                self.on_close()
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -197,7 +207,17 @@ async def create_speech(body: SpeechRequest, request: Request):
         body_iter = _sse_events(first, chunks, encoder, utterance, request)
         media_type = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
-    return ClosingStreamingResponse(body_iter, media_type=media_type, headers=headers)
+
+    def on_close() -> None:
+        # The body's own bookkeeping ran unless it never started (client gone).
+        if not utterance.finished:
+            utterance.cancel()
+            utterance.finish(completed=False)
+            _count_client_gone(request)
+
+    return ClosingStreamingResponse(
+        body_iter, media_type=media_type, headers=headers, on_close=on_close
+    )
 
 
 async def _collect(chunks) -> np.ndarray:

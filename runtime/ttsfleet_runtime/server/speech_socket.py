@@ -53,17 +53,22 @@ import time
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import Field, ValidationError
 
+from .. import metrics
 from . import audio_encoding, errors
 from .auth import ANONYMOUS
-from .http_guard import authenticate, client_address, request_id_from
-from .speech_request import SamplingFields
+from .http_guard import authenticate, client_address, record_error, request_id_from
+from .speech_request import SamplingFields, Text, utf8_text
 from .synthesis import error_type, generation_failure
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
 ROUTE = "/v1/audio/speech/stream"
-_RETRY_LATER = {"too_many_sessions", "queue_full", "draining", "engine_stopped", "cuda_oom"}
+# Close codes from the error groups of the metrics catalogue: load and lifecycle
+# (and a CUDA OOM, which another pod or a later try can serve) say "try again
+# later"; the server's other faults say it failed; the client's own say policy.
+_RETRY_LATER = frozenset({*metrics.CAPACITY_ERRORS, "cuda_oom", "too_many_sessions"})
+_SERVER_FAILED = frozenset(metrics.SERVER_FAULT_ERRORS) - _RETRY_LATER
 _UNSUPPORTED_DATA = 1003
 _MESSAGE_TOO_BIG = 1009
 # A close frame's reason is at most 123 bytes of UTF-8.
@@ -75,10 +80,10 @@ _short = _brief.repr  # a client's value in a message: never all of a 60 kB stri
 
 class SessionConfig(SamplingFields):
     type: str = Field(pattern="^session\\.config$")
-    model: str | None = None
-    voice: str | None = Field(default=None, max_length=256)
-    instructions: str | None = Field(default=None, max_length=4096)
-    language: str = Field(default="auto", min_length=1, max_length=32)
+    model: Text | None = None
+    voice: Text | None = Field(default=None, max_length=256)
+    instructions: Text | None = Field(default=None, max_length=4096)
+    language: Text = Field(default="auto", min_length=1, max_length=32)
 
 
 def protocol_error(message: str, close_code: int = 1008) -> errors.ApiError:
@@ -92,7 +97,7 @@ def _close_code(error: errors.ApiError) -> int:
         return error.ws_close_code
     if error.code in _RETRY_LATER:
         return 1013
-    if error.code in ("internal", "engine_error"):
+    if error.code in _SERVER_FAILED:
         return 1011
     return 1008
 
@@ -136,6 +141,7 @@ class _Session:
         self.ws = ws
         self.runtime = runtime
         self.request_id = request_id
+        self.state: dict = {}  # as an HTTP request's: its error is counted once
         self.caller = ANONYMOUS
         self.session_key: str | None = None  # set while this session counts against its key's cap
         self.config: SessionConfig | None = None
@@ -148,7 +154,7 @@ class _Session:
         self.speaking = 0
 
     async def send_error(self, error: errors.ApiError) -> None:
-        self.runtime.metrics.errors.labels(type=error.code).inc()
+        self.count_error(error.code)
         message = {"type": "error", "code": error.code, "message": error.message}
         if error.retry_after_s is not None:
             message["retry_after_s"] = error.retry_after_s
@@ -157,6 +163,9 @@ class _Session:
             await self.ws.close(_close_code(error), reason=_close_reason(error.message))
         except Exception:  # the client may be gone already
             pass
+
+    def count_error(self, code: str) -> None:
+        record_error(self.state, self.runtime.metrics, code)
 
     def count_request(self, status: int) -> None:
         self.runtime.metrics.requests.labels(route=ROUTE, code=str(status)).inc()
@@ -309,6 +318,10 @@ class _Session:
                 text = event.get("text")
                 if not isinstance(text, str):
                     raise protocol_error("text.delta needs a string 'text'")
+                try:
+                    utf8_text(text)
+                except ValueError as exc:
+                    raise errors.invalid_request(f"text.delta: {exc}", param="text") from None
                 self.chars += len(text)
                 if self.chars > max_chars:
                     raise errors.invalid_request(
@@ -419,7 +432,7 @@ async def speech_stream(ws: WebSocket):
         await _send(ws, {"type": "session.done", "utterances": session.count})
         await ws.close(1000)
     except WebSocketDisconnect:
-        runtime.metrics.errors.labels(type="client_disconnect").inc()
+        session.count_error("client_disconnect")
         session.count_request(499)
         log.info("websocket client left", extra={"request_id": session.request_id})
     except errors.ApiError as error:

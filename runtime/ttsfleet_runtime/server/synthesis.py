@@ -26,16 +26,18 @@ def error_type(exc: BaseException) -> str:
 
     A request the engine finds it cannot serve only once it runs (its text
     turns out too long) is the client's `invalid_request`, not a server fault:
-    the canary and the alerts must not read it as the candidate failing.
+    the canary and the alerts must not read it as the candidate failing. The
+    client's kinds are told apart by type before any message is read, so an
+    `InvalidRequest` echoing client text that says "out of memory" stays the
+    client's. The engine reports a step's CUDA OOM as an `EngineError` whose
+    message carries torch's.
     """
-    if "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower():
-        return "cuda_oom"
     if isinstance(exc, api.InvalidRequest):
         return "invalid_request"
     if isinstance(exc, api.EngineStopped):
         return "engine_stopped"
-    if isinstance(exc, api.InvalidRequest):
-        return "invalid_request"
+    if "OutOfMemoryError" in type(exc).__name__ or "out of memory" in str(exc).lower():
+        return "cuda_oom"
     if isinstance(exc, api.EngineError):
         return "engine_error"
     return "internal"
@@ -58,16 +60,14 @@ def generation_failure(exc: BaseException) -> errors.ApiError:
     """A failure while generating, before any audio reached the client."""
     if isinstance(exc, errors.ApiError):
         return exc
-    if isinstance(exc, api.InvalidRequest):
-        return engine_refusal(exc)
     kind = error_type(exc)
+    if kind == "invalid_request":  # e.g. a streamed text grew too long
+        return engine_refusal(exc)
     if kind == "cuda_oom":
         # Load-dependent: another pod (or this one, later) can serve it.
         return errors.unavailable("out of GPU memory; retry", code="cuda_oom", retry_after_s=1.0)
-    if isinstance(exc, api.EngineStopped):
+    if kind == "engine_stopped":
         return errors.unavailable("the engine stopped", code="engine_stopped")
-    if isinstance(exc, api.InvalidRequest):  # e.g. a streamed text grew too long
-        return errors.invalid_request(str(exc), param=exc.param)
     return errors.internal("generation failed", code=kind)
 
 
@@ -85,12 +85,14 @@ class Utterance:
     last_audio_at: float | None = None
     audio_s: float = 0.0
     _done: bool = False
+    _cancelled: bool = False
 
     async def chunks(self) -> AsyncIterator[api.AudioChunk]:
         """The stream's chunks; raises when the engine ended it by failing.
 
-        An engine may end a failed stream quietly (finish_reason "error" or
-        "shutdown"); that must not look like a complete utterance.
+        The engine's stream never raises: a failed one ends with finish_reason
+        "error" (its cause on `.error`) or "shutdown"; that must not look like
+        a complete utterance.
         """
         async for chunk in self.stream:
             now = time.monotonic()
@@ -102,15 +104,24 @@ class Utterance:
             yield chunk
         reason = self.stream.finish_reason
         if reason == "error":
+            # The engine's cause (a CUDA OOM, text it refuses) decides the status.
             cause = getattr(self.stream, "error", None)
-            if isinstance(cause, api.InvalidRequest):
+            if isinstance(cause, api.EngineError):
                 raise cause
             raise api.EngineError("the engine failed while generating")
         if reason == "shutdown":
             raise api.EngineStopped("the engine stopped before the utterance ended")
 
     def cancel(self) -> None:
-        self.stream.cancel()
+        """Stop the generation (frees its batch slot); once, however often called."""
+        if not self._cancelled:
+            self._cancelled = True
+            self.stream.cancel()
+
+    @property
+    def finished(self) -> bool:
+        """Whether `finish` has recorded this utterance."""
+        return self._done
 
     @property
     def ttfa_s(self) -> float | None:

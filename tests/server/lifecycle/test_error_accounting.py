@@ -7,6 +7,8 @@ CPU engine cannot be made to fail mid-stream at a chosen chunk.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -69,10 +71,16 @@ def test_a_stream_the_engine_cuts_counts_one_server_fault_with_status_500():
         assert {k: v for k, v in requests_by_code(server).items() if v} == {"500": 1}
 
 
-def test_text_the_engine_refuses_mid_stream_is_the_clients_fault():
-    engine = StandInEngine(
-        frames=20, fail_after_chunks=2, fail_with=api.InvalidRequest("text longer than 1024 tokens")
-    )
+@pytest.mark.parametrize(
+    "message",
+    [
+        "text longer than 1024 tokens",
+        # Echoed client text must not make the client's error a CUDA OOM.
+        "text 'I ran out of memory' is longer than 1024 tokens",
+    ],
+)
+def test_text_the_engine_refuses_mid_stream_is_the_clients_fault(message):
+    engine = StandInEngine(frames=20, fail_after_chunks=2, fail_with=api.InvalidRequest(message))
     with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
         read_cut_stream(server)
         refused = httpx.post(
@@ -128,3 +136,60 @@ def test_every_error_type_the_server_names_is_in_exactly_one_group():
         "cuda_oom",
         "engine_error",
     }  # what the canary reads
+
+
+def test_a_client_gone_as_the_headers_go_out_is_499_and_frees_the_slot():
+    """Starlette cancels a response whose client left before its body started;
+    the body generator then never runs, so its cleanup cannot be what frees the
+    slot, the drain's count and the engine. Driven at the ASGI level, on the live
+    server's loop: a real socket cannot time its close into that instant."""
+    engine = StandInEngine(frames=400, frame_s=0.02)
+    with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
+        body = json.dumps(speech_body(server, stream_format="audio")).encode()
+
+        async def leave_as_the_headers_go_out():
+            gone = asyncio.Event()
+            requested = False
+
+            async def receive():
+                nonlocal requested
+                if not requested:
+                    requested = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                await gone.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message):
+                if message["type"] == "http.response.start":
+                    gone.set()  # the client is gone while the headers are written
+                    await asyncio.sleep(0.05)
+
+            scope = {
+                "type": "http",
+                "asgi": {"version": "3.0", "spec_version": "2.3"},
+                "http_version": "1.1",
+                "method": "POST",
+                "scheme": "http",
+                "path": SPEECH,
+                "raw_path": SPEECH.encode(),
+                "root_path": "",
+                "query_string": b"",
+                "headers": [
+                    (b"authorization", auth()["Authorization"].encode()),
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+                "client": ("127.0.0.1", 40000),
+                "server": ("127.0.0.1", server.port),
+            }
+            await server.app(scope, receive, send)
+
+        server.call(leave_as_the_headers_go_out)
+        wait_for(
+            lambda: server.runtime.drain.inflight == 0 and engine.stats().active == 0,
+            timeout=20,
+            interval=0.05,
+            what="the slot freed",
+        )
+        assert {k: v for k, v in requests_by_code(server).items() if v} == {"499": 1}
+        assert {k: v for k, v in errors_by_type(server).items() if v} == {"client_disconnect": 1}

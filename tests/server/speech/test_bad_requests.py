@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -50,6 +52,22 @@ def test_bad_field_is_refused_with_400_naming_it(server, model_id, fields, param
     assert error["param"] == param
     assert fragment in error["message"]
     assert error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("field", ["input", "voice", "instructions", "language", "model"])
+def test_a_lone_surrogate_is_the_clients_error_naming_the_field(server, model_id, field):
+    # The raw body carries the JSON escape \\ud800: valid JSON, but the string it
+    # decodes to is not valid UTF-8 and must not reach the tokenizer (a 500).
+    body = json.dumps(good(model_id, **{field: "hi \ud800"}))
+    assert "\\ud800" in body
+    response = httpx.post(
+        server.base_url + "/v1/audio/speech",
+        content=body,
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request" and error["param"] == field
 
 
 def test_unknown_model_is_404_model_not_found(server, model_id):

@@ -90,6 +90,29 @@ def test_bad_config_gets_an_error_message_and_a_close(server, config, code, clos
         assert ws.close_code == close_code
 
 
+@pytest.mark.parametrize("field", ["voice", "instructions", "language", "model"])
+def test_a_lone_surrogate_in_the_config_is_the_clients_error(server, field):
+    # json.dumps writes the surrogate as the JSON escape \\ud800, which decodes to
+    # a str that is not valid UTF-8: the client's fault, not an engine error.
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config", field: "hi \ud800"}))
+        messages = receive_until_closed(ws)
+        assert messages[0]["type"] == "error" and messages[0]["code"] == "invalid_request"
+        assert ws.close_code == 1008
+
+
+def test_a_lone_surrogate_in_a_text_delta_is_the_clients_error(server):
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "Vivian"}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.ready"
+        ws.send(json.dumps({"type": "text.delta", "text": "hi \ud800"}))
+        ws.send(json.dumps({"type": "end"}))
+        messages = [m for m in receive_until_closed(ws) if isinstance(m, dict)]
+        assert messages[-1]["code"] == "invalid_request"
+        assert "surrogate" in messages[-1]["message"]
+        assert ws.close_code == 1008
+
+
 def test_wrong_key_is_refused_with_a_reason(server):
     with open_session(server, key="wrong") as ws:
         messages = receive_until_closed(ws)

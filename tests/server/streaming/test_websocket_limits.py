@@ -142,3 +142,26 @@ def test_closed_sessions_are_counted_and_leave_nothing_running(guarded_server):
         what="no stream left",
     )
     assert metric_value(guarded_server.base_url, "ttsfleet_errors_total", {"type": "internal"}) == 0
+
+
+def test_close_codes_follow_the_error_groups_of_the_metrics_catalogue():
+    """Try again later (1013) for load, lifecycle and a CUDA OOM; a server failure
+    (1011) for the server's other faults; policy (1008) for what the client did."""
+    from ttsfleet_runtime import metrics
+    from ttsfleet_runtime.server import errors
+    from ttsfleet_runtime.server.speech_socket import _close_code
+
+    def close_code(code: str) -> int:
+        return _close_code(errors.ApiError(400, "x", code=code))
+
+    assert {c: close_code(c) for c in metrics.CAPACITY_ERRORS} == dict.fromkeys(
+        metrics.CAPACITY_ERRORS, 1013
+    )
+    assert {c: close_code(c) for c in metrics.SERVER_FAULT_ERRORS} == {
+        "internal": 1011,
+        "engine_error": 1011,
+        "cuda_oom": 1013,
+    }
+    client = set(metrics.CLIENT_FAULT_ERRORS) - {"too_many_sessions"}
+    assert {close_code(c) for c in client} == {1008}
+    assert close_code("too_many_sessions") == 1013
