@@ -12,7 +12,7 @@ import pytest
 from support.live_server import API_KEY, LiveServer, auth, metric_value, speech_body
 from support.stand_in_engine import StandInEngine
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 
 def oom_server(fail_after_chunks: int, quietly: bool = False):
@@ -34,19 +34,26 @@ def test_oom_before_any_audio_is_503_with_retry_after(stream_format):
         assert server.runtime.drain.inflight == 0
 
 
+def read_cut_stream(server) -> int:
+    """Stream speech whose body the server cuts (no clean end of the chunked body);
+    -> the status the headers carried."""
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream(
+            "POST",
+            server.base_url + "/v1/audio/speech",
+            json=speech_body(server, stream_format="audio"),
+            headers=auth(),
+        ) as response,
+    ):
+        status = response.status_code
+        b"".join(response.iter_bytes())
+    return status
+
+
 def test_oom_mid_stream_cuts_the_response_and_is_counted():
     with oom_server(fail_after_chunks=2) as server:
-        with (
-            pytest.raises(httpx.RemoteProtocolError),
-            httpx.stream(
-                "POST",
-                server.base_url + "/v1/audio/speech",
-                json=speech_body(server, stream_format="audio"),
-                headers=auth(),
-            ) as response,
-        ):
-            assert response.status_code == 200
-            b"".join(response.iter_bytes())
+        assert read_cut_stream(server) == 200
         assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "cuda_oom"}) == 1
         assert server.runtime.drain.inflight == 0
 
@@ -72,14 +79,5 @@ def test_a_stream_the_engine_ends_with_error_is_not_passed_off_as_complete():
         )
         assert response.status_code == 500
         assert response.json()["error"]["code"] == "engine_error"
-        with (
-            pytest.raises(httpx.RemoteProtocolError),
-            httpx.stream(
-                "POST",
-                server.base_url + "/v1/audio/speech",
-                json=speech_body(server, stream_format="audio"),
-                headers=auth(),
-            ) as streamed,
-        ):
-            b"".join(streamed.iter_bytes())
+        read_cut_stream(server)
         assert metric_value(server.base_url, "ttsfleet_errors_total", {"type": "engine_error"}) == 2
