@@ -13,7 +13,7 @@ import pytest
 
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import uvicorn
 from ttsfleet_runtime.server.app import create_app
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.serve import uvicorn_config
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 API_KEY = "test-key-alice"
 OTHER_KEY = "test-key-bob"

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics as metric_names
 from ..engine import api
+from ..settings import ServerSettings
 from . import (
     audio_encoding,
     errors,
@@ -30,7 +31,6 @@ from .auth import ApiKeys
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
 from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
-from .settings import ServerSettings
 from .synthesis import Synthesizer
 from .voice_store import VoiceStore
 

@@ -13,10 +13,10 @@ import logging
 import signal
 import time
 
+from ..settings import ServerSettings
 from . import json_logging
 from .app import create_app
 from .auth import ApiKeys, KeysFileError
-from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ import logging
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 
+from ..settings import ServerSettings
 from . import errors
 from .auth import ANONYMOUS, ApiKeys
 from .reference_audio import ReferenceDecoder, ReferenceLimits
-from .settings import ServerSettings
 from .speech_routes import ERROR_RESPONSES
 from .voice_store import VoiceQuota, VoiceStore
 

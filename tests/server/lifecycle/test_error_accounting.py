@@ -22,8 +22,8 @@ from ttsfleet_runtime import metrics
 from ttsfleet_runtime.engine import api
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
 from ttsfleet_runtime.server.synthesis import error_type
+from ttsfleet_runtime.settings import ServerSettings
 
 SPEECH = "/v1/audio/speech"
 

@@ -11,7 +11,7 @@ from support.live_server import OTHER_KEY, LiveServer, metric_value
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.auth import ApiKeys, key_id
 from ttsfleet_runtime.server.serve import ConfigError, load_api_keys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from websockets.sync.client import connect
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer, auth
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.rate_limit import TokenBucketLimiter
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 
 @pytest.fixture(scope="module")

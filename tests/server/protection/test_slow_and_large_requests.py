@@ -12,7 +12,7 @@ import pytest
 
 from support.live_server import API_KEY, SHORT_AUDIO_S, LiveServer, auth
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 HEAD_S = 1.0
 BODY_S = 1.0

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from support.hostile import Bystander, json_values
 from support.live_server import API_KEY, OTHER_KEY, LiveServer
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 AUDIO_S = 0.24  # 3 codec frames: a request that is valid by chance is cheap
 MAX_BODY = 8 * 1024

@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 from support.hostile import Bystander, json_values
 from support.live_server import API_KEY, OTHER_KEY, LiveServer, metric_value
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 AUDIO_S = 0.24  # 3 codec frames: utterances are cheap, so many fit in the run
 MAX_MESSAGE = 8 * 1024

@@ -16,7 +16,7 @@ from websockets.sync.client import connect
 
 from support.live_server import API_KEY, LiveServer, auth, speech_body
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 AUDIO_S = 4.0  # 50 frames an utterance: bystanders are still speaking when the long one comes
 BYTES_PER_UTTERANCE = 50 * 1920 * 2  # s16le

@@ -20,7 +20,7 @@ import soundfile
 
 from support.live_server import API_KEY, LiveServer, auth
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920

@@ -13,7 +13,7 @@ import pytest
 from support import polling
 from support.live_server import API_KEY, LiveServer, auth, metric_value, speech_body
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from websockets.sync.client import connect
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer, auth, metric_value
 from support.polling import wait_for
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 IDLE_S = 1.5
 STALL_S = 0.5

@@ -11,7 +11,7 @@ import soundfile
 from support.live_server import LiveServer
 from support.voice_uploads import bearer, recording, upload, uploaded_voice_ids
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
+from ttsfleet_runtime.settings import ServerSettings
 
 ALICE, BOB = "sk-alice-1", "sk-bob-1"
 # Two 2 s voices at 24 kHz mono PCM16 are ~192 kB; a third does not fit.

@@ -17,8 +17,8 @@ from support.live_server import LiveServer
 from support.runtime import ttsfleet
 from support.voice_uploads import bearer, recording, upload, uploaded_voice_ids
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.settings import ServerSettings
 from ttsfleet_runtime.server.voice_store import VoiceStore
+from ttsfleet_runtime.settings import ServerSettings
 
 
 def rewrite(path, text: str) -> None:
