@@ -20,7 +20,7 @@ def test_capture_all_reports_decode_progress_then_the_prefill_graphs(tiny_checkp
     )
     runner.use_graphs = True
     captured = []
-    monkeypatch.setattr(runner, "_capture", lambda B, L: captured.append(("decode", B, L)))
+    monkeypatch.setattr(runner, "capture", lambda B: captured.append(("decode", B)))
     monkeypatch.setattr(runner, "_capture_prefill", lambda P: captured.append(("prefill", P)))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     said: list[str] = []
@@ -29,16 +29,13 @@ def test_capture_all_reports_decode_progress_then_the_prefill_graphs(tiny_checkp
 
     decode = [c for c in captured if c[0] == "decode"]
     prefill = [c for c in captured if c[0] == "prefill"]
-    assert len(decode) == len(runner.batch_buckets) * len(runner.length_buckets) == 42
-    assert decode[0] == ("decode", 32, 4608)  # largest first: the memory pool is sized once
+    # One decode graph per batch bucket: each attends over the whole cache, so
+    # no graph per KV length.
+    assert decode == [("decode", B) for B in (32, 24, 16, 8, 4, 2, 1)]
     assert captured.index(prefill[0]) > captured.index(decode[-1])
     assert said == [
-        "captured 8/42 decode graphs (batch 24, length 4096)",
-        "captured 16/42 decode graphs (batch 16, length 1024)",
-        "captured 24/42 decode graphs (batch 8, length 256)",
-        "captured 32/42 decode graphs (batch 2, length 4096)",
-        "captured 40/42 decode graphs (batch 1, length 1024)",
-        "captured 42/42 decode graphs (batch 1, length 256)",
+        "captured 4/7 decode graphs (batch 8)",
+        "captured 7/7 decode graphs (batch 1)",
         f"captured {len(prefill)} prefill graphs (up to 1024 positions)",
     ]
 

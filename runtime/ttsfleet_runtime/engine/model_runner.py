@@ -9,8 +9,9 @@ frame and predicts the next frame's first code:
     sample the next code 0 (repetition penalty, suppressed ids, min length)
 
 All of it reads and writes per-slot state tensors, so the step is one CUDA
-graph per (batch bucket, KV-length bucket) with sampling inside and one
-device-to-host copy (the frame's codes) per step.
+graph per batch bucket with sampling inside and one device-to-host copy (the
+frame's codes) per step. A graph attends over the whole KV cache, each row
+masked to its own length, so one graph serves every length.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from .kv_cache import KVCache
 log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-LENGTH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192)
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
 
 
@@ -131,8 +131,7 @@ class ModelRunner:
         self.eos_only = torch.zeros_like(suppress)
         self.eos_only[self.eos_id] = True
         self.batch_buckets = tuple(b for b in BATCH_BUCKETS if b < max_batch) + (max_batch,)
-        self.length_buckets = tuple(n for n in LENGTH_BUCKETS if n < max_len) + (max_len,)
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.graph_pool = None
         self.prefill_buckets = tuple(n for n in PREFILL_BUCKETS if n < max_len) or (max_len - 1,)
         self.prefill_cache = KVCache.allocate(
@@ -358,10 +357,9 @@ class ModelRunner:
         newly = torch.zeros_like(s.seen[rows]).scatter_(1, nxt[:, None], act[:, None])
         s.seen[rows] = s.seen[rows] | newly
 
-    def bucket(self, batch: int, live_len: int) -> tuple[int, int]:
-        B = next(b for b in self.batch_buckets if b >= batch)
-        L = next(n for n in self.length_buckets if n >= live_len)
-        return B, L
+    def bucket(self, batch: int) -> int:
+        """The batch bucket (captured graph) a step over `batch` slots runs in."""
+        return next(b for b in self.batch_buckets if b >= batch)
 
     @torch.inference_mode()
     def decode(
@@ -377,8 +375,8 @@ class ModelRunner:
         s.active.zero_()
         s.active[:batch] = torch.tensor(active, device=self.device)
         if self.use_graphs:
-            B, L = self.bucket(batch, live_len)
-            graph = self.graphs.get((B, L)) or self._capture(B, L)
+            B = self.bucket(batch)
+            graph = self.graphs.get(B) or self.capture(B)
             graph.replay()
         else:
             self._step(batch, live_len)
@@ -386,7 +384,9 @@ class ModelRunner:
         return out[:, : self.groups], out[:, self.groups]
 
     # ------------------------------------------------------------ CUDA graphs
-    def _capture(self, B: int, L: int) -> torch.cuda.CUDAGraph:
+    def capture(self, B: int) -> torch.cuda.CUDAGraph:
+        """Capture the decode step of batch bucket B over the whole KV cache."""
+        L = self.max_len
         s = self.state
         saved = {n: t.clone() for n, t in vars(s).items() if isinstance(t, torch.Tensor)}
         s.active.zero_()  # warm-up and capture must not advance anything
@@ -402,33 +402,35 @@ class ModelRunner:
             self.graph_pool = graph.pool()
         for n, t in saved.items():
             getattr(s, n).copy_(t)
-        self.graphs[(B, L)] = graph
+        self.graphs[B] = graph
         return graph
 
     @torch.inference_mode()
-    def capture_all(self, progress: Callable[[str], None] | None = None) -> None:
-        """Capture every (batch, length) decode bucket, largest batch first so the
-        shared memory pool is sized once, then every prefill bucket."""
+    def capture_all(self, progress: Callable[[str], None] | None = None) -> float:
+        """Capture every batch bucket's decode graph, largest first so the shared
+        memory pool is sized once, then every prefill bucket. -> seconds taken."""
         if not self.use_graphs:
-            return
+            return 0.0
         t0 = time.monotonic()
         say = progress or (lambda message: None)
-        todo = [(B, L) for B in reversed(self.batch_buckets) for L in reversed(self.length_buckets)]
-        for i, (B, L) in enumerate(todo):
-            self._capture(B, L)
-            if i % 8 == 7 or i == len(todo) - 1:
-                say(f"captured {i + 1}/{len(todo)} decode graphs (batch {B}, length {L})")
+        todo = list(reversed(self.batch_buckets))
+        for i, B in enumerate(todo):
+            self.capture(B)
+            if i % 4 == 3 or i == len(todo) - 1:
+                say(f"captured {i + 1}/{len(todo)} decode graphs (batch {B})")
         for P in reversed(self.prefill_buckets):
             self._capture_prefill(P)
         say(
             f"captured {len(self.prefill_buckets)} prefill graphs (up to {self.prefill_buckets[-1]} positions)"
         )
         torch.cuda.synchronize()
+        seconds = time.monotonic() - t0
         log.info(
             "graphs captured",
             extra={
                 "decode_graphs": len(todo),
                 "prefill_graphs": len(self.prefill_buckets),
-                "seconds": round(time.monotonic() - t0, 2),
+                "seconds": round(seconds, 2),
             },
         )
+        return seconds
