@@ -70,17 +70,16 @@ async def assert_only_the_victim_fails(engine, patch, exact_audio=True):
 async def test_a_decode_step_that_fails_with_one_row_ends_only_that_row(make_engine):
     engine = await make_engine(max_batch=4)
     talker, state = engine.model.talker, engine.runner.state
-    real_forward = talker.forward
+    real_decode = talker.decode
 
-    def forward_failing_with_the_victim(x, *args, **kwargs):
+    def decode_failing_with_the_victim(x, *args, **kwargs):
         seq = running_victim(engine)
-        decode_step = x.shape[1] == 1
-        if decode_step and seq is not None and bool(state.active[seq.slot]) and seq.frames >= 5:
+        if seq is not None and bool(state.active[seq.slot]) and seq.frames >= 5:
             raise RuntimeError("injected fault in the victim's row")
-        return real_forward(x, *args, **kwargs)
+        return real_decode(x, *args, **kwargs)
 
     victim = await assert_only_the_victim_fails(
-        engine, (talker, "forward", forward_failing_with_the_victim)
+        engine, (talker, "decode", decode_failing_with_the_victim)
     )
     assert victim.seq.frames == 5  # its good frames were kept up to the fault
 
@@ -90,22 +89,21 @@ async def test_a_lone_row_that_fails_its_step_keeps_the_real_error(make_engine):
     the row's, so the server can still tell a CUDA OOM from an engine fault."""
     engine = await make_engine(max_batch=4)
     talker, state = engine.model.talker, engine.runner.state
-    real_forward = talker.forward
+    real_decode = talker.decode
     oom = "CUDA out of memory. Tried to allocate 2.00 GiB"
 
-    def forward_out_of_memory(x, *args, **kwargs):
+    def decode_out_of_memory(x, *args, **kwargs):
         seq = running_victim(engine)
-        decode_step = x.shape[1] == 1
-        if decode_step and seq is not None and bool(state.active[seq.slot]) and seq.frames >= 3:
+        if seq is not None and bool(state.active[seq.slot]) and seq.frames >= 3:
             raise RuntimeError(oom)
-        return real_forward(x, *args, **kwargs)
+        return real_decode(x, *args, **kwargs)
 
-    talker.forward = forward_out_of_memory
+    talker.decode = decode_out_of_memory
     try:
         victim = engine.submit(request(frames=FRAMES, seed=2, request_id="victim"))
         await collect(victim)
     finally:
-        del talker.forward
+        del talker.decode
     assert victim.finish_reason == "error"
     assert isinstance(victim.error, EngineError) and oom in str(victim.error)
     assert isinstance(victim.error.__cause__, RuntimeError)
@@ -265,19 +263,19 @@ async def test_a_fault_of_a_stalled_row_is_not_blamed_on_the_runnable_ones(make_
         lambda: seq.frames > 0 and not seq.runnable and not seq.finished, "the row to stall"
     )
     talker = engine.model.talker
-    real_forward = talker.forward
+    real_decode = talker.decode
 
-    def forward_failing_while_stalled(x, *args, **kwargs):
-        if x.shape[1] == 1 and not seq.finished and not seq.runnable:
+    def decode_failing_while_stalled(x, *args, **kwargs):
+        if not seq.finished and not seq.runnable:
             raise RuntimeError("injected fault of the stalled row")
-        return real_forward(x, *args, **kwargs)
+        return real_decode(x, *args, **kwargs)
 
-    talker.forward = forward_failing_while_stalled
+    talker.decode = decode_failing_while_stalled
     try:
         others = [engine.submit(request(frames=FRAMES, seed=s)) for s in (2, 3)]
         await asyncio.gather(*(collect(s) for s in others))
         await eventually(lambda: seq.finished, "the stalled row to end")
     finally:
-        del talker.forward
+        del talker.decode
     assert seq.finish_reason == "error"
     assert "injected fault of the stalled row" in str(stalled.error)

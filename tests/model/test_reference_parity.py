@@ -55,7 +55,7 @@ def test_talker_logits_match_reference_on_the_same_prompt(tiny_custom_voice):
     k = torch.zeros(layers, 1, c.num_key_value_heads, 256, c.head_dim)
     v = torch.zeros_like(k)
     with torch.no_grad():
-        hidden = ours.talker(embeds[None], torch.arange(T)[None], k, v)
+        hidden = ours.talker.prefill(embeds[None], k, v)
         our_logits = ours.talker.logits(hidden)
         out = ref.talker(
             inputs_embeds=embeds[None],

@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 import torch
 
-from ..model.layers import decode_mask
 from ..model.weights import LoadedModel
 from . import fusion
 from .kv_cache import KVCache
@@ -143,9 +142,9 @@ class ModelRunner:
         self.prefill_len = torch.ones(1, dtype=torch.int64, device=self.device)
         self.prefill_slot = torch.zeros(1, dtype=torch.int64, device=self.device)
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        # Predictor step g attends to positions 0..g of its 16-long cache.
-        self.predictor_masks = [
-            decode_mask(torch.full((1,), g, device=self.device), self.groups, self.dtype)
+        # Predictor step g writes position g of its 16-long cache, every row alike.
+        self.predictor_positions = [
+            torch.full((max_batch,), g, dtype=torch.int64, device=self.device)
             for g in range(self.groups)
         ]
 
@@ -204,7 +203,7 @@ class ModelRunner:
         """Prefill of the padded prompt in `prefill_embeds[:P]`; tensor ops only."""
         s = self.state
         k, v = self.prefill_cache.rows(0, 1, P)
-        hidden = self.talker(self.prefill_embeds[:P][None], None, k, v, start=0)[0]
+        hidden = self.talker.prefill(self.prefill_embeds[:P][None], k, v)[0]
         last = hidden.index_select(0, self.prefill_len - 1)  # [1, hidden]
         slot = self.prefill_slot
         frame = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -304,19 +303,13 @@ class ModelRunner:
         # Code predictor: positions 0,1 = talker hidden, code 0; then one code each.
         pk, pv = self.predictor_cache.rows(0, B)
         x = torch.stack([p.project(h), p.project(self.talker.codec_hidden(c0))], dim=1)
-        out = p(x, None, pk, pv, start=0)[:, -1]
+        out = p.prefill(x, pk, pv)[:, -1]
         codes = [c0]
         for g in range(1, self.groups):
             if g > 1:
-                # Every row is at predictor position g: static mask and RoPE.
-                out = p(
-                    p.embed_projected(g - 1, codes[-1])[:, None],
-                    None,
-                    pk,
-                    pv,
-                    self.predictor_masks[g],
-                    start=g,
-                )[:, 0]
+                out = p.decode(
+                    p.embed_projected(g - 1, codes[-1]), self.predictor_positions[g][:B], pk, pv
+                )
             code = fusion.sample(
                 p.logits(g, out),
                 s.sub_temperature[rows],
@@ -335,14 +328,13 @@ class ModelRunner:
             s.text_ids[rows].gather(1, idx[:, None])[:, 0],
             torch.full_like(frame, self.tts_pad_id),
         )
-        x = (embed_sum + self.talker.text_hidden(text_id))[:, None]
+        x = embed_sum + self.talker.text_hidden(text_id)
         position = s.position[rows]
         # Rows outside the batch (free slots) may hold any position: keep their
         # writes inside the view; occupied rows are below L by construction.
         at = position.clamp(max=L - 1)
         k, v = self.cache.rows(0, B, L)
-        mask = decode_mask(at, L, self.dtype)
-        hidden = self.talker(x, at[:, None], k, v, mask)[:, 0]
+        hidden = self.talker.decode(x, at, k, v)
         nxt = self._sample_first_code(self.talker.logits(hidden), rows, frame + 1)
         # Commit only the active rows; the others keep their state (their KV
         # write landed past their live length and is overwritten later).

@@ -56,8 +56,11 @@ class CodePredictor(nn.Module):
         """Codes of group `group` (1..15) -> talker-width embeddings."""
         return F.embedding(ids, self.codec_embedding[group - 1])
 
-    def forward(self, x, positions, k_cache, v_cache, decode_mask=None, start=None) -> torch.Tensor:
-        return self.stack(x, positions, k_cache, v_cache, decode_mask, start)
+    def prefill(self, x, k_cache, v_cache) -> torch.Tensor:
+        return self.stack.prefill(x, k_cache, v_cache)
+
+    def decode(self, x, positions, k_cache, v_cache) -> torch.Tensor:
+        return self.stack.decode(x, positions, k_cache, v_cache)
 
     def logits(self, group: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of code group `group` (1..15) from the predictor's hidden state."""

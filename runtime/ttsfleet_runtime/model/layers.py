@@ -2,13 +2,20 @@
 
 Engine-native: projections are fused at load time (one QKV matmul, one
 gate-up matmul), the KV cache is a tensor the caller owns, and every shape is
-static per (batch, length) so a whole decode step can be captured in a CUDA graph.
+static per batch so a whole decode step can be captured in a CUDA graph.
 
-Two attention paths, chosen by the query length:
+Two paths:
 - prefill: every row starts at position 0 and writes T positions; causal
   attention over the fresh keys;
-- decode: one new position per row at `positions[b]`; attention over the
-  cache up to the live length, masked per row.
+- decode: one new position per row at `positions[b]`; each row attends to
+  cache positions 0..positions[b], whatever the length of the cache view, so
+  one captured graph serves every length.
+
+The decode path is written in five operations per layer (below), each with an
+eager torch definition here. `engine/fusion.py` rebinds them on the GPU to
+Triton kernels (`ttsfleet_runtime/kernels`) that fuse the norms, the
+activation and the residual adds into the matrix products and the KV write
+into RoPE: six kernels per layer instead of ~18.
 """
 
 from __future__ import annotations
@@ -69,14 +76,6 @@ class RotaryTable(nn.Module):
         self.register_buffer("sin", emb.sin(), persistent=False)
         self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def lookup(
-        self, positions: torch.Tensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, 1, T, head_dim] in `dtype`."""
-        return self.cos[positions].to(dtype).unsqueeze(1), self.sin[positions].to(dtype).unsqueeze(
-            1
-        )
-
     def span(
         self, start: int, length: int, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,6 +94,61 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + _rotate_half(x) * sin
+
+
+def linear_eager(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    gated: bool = False,
+) -> torch.Tensor:
+    """A matrix product with what surrounds it in a layer: the input is
+    rms_norm(x) (`norm_weight`) or silu(gate) * up (`gated`); the output gets
+    `bias` and `residual` added."""
+    if norm_weight is not None:
+        x = rms_norm(x, norm_weight, eps)
+    if gated:
+        x = silu_mul(x)
+    y = F.linear(x, weight, bias)
+    return y if residual is None else residual + y
+
+
+def qk_norm_rope_write_eager(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, eps):
+    """qkv [B, (H + 2K) * d] of one position per row -> q [B, H, d] normed and
+    rotated; k (normed, rotated) and v are written into the caches
+    [B, K, L, d] at positions [B]. cos/sin: float32 tables [positions, d]."""
+    B = qkv.shape[0]
+    K, d = k_cache.shape[1], k_cache.shape[3]
+    H = qkv.shape[1] // d - 2 * K
+    q, k, v = qkv.split([H * d, K * d, K * d], dim=-1)
+    c = cos[positions].to(qkv.dtype)[:, None, None]  # [B, 1, 1, d]
+    s = sin[positions].to(qkv.dtype)[:, None, None]
+    q, k = qk_norm_rope(q.view(B, 1, H, d), k.view(B, 1, K, d), q_weight, k_weight, c, s, eps)
+    rows = torch.arange(B, device=qkv.device)
+    k_cache[rows, :, positions] = k[:, :, 0]
+    v_cache[rows, :, positions] = v.view(B, K, d)
+    return q[:, :, 0]
+
+
+def decode_attention_eager(q, k_cache, v_cache, lengths):
+    """q [B, H, d], caches [B, K, L, d] -> [B, H, d]; row b attends to cache
+    positions 0..lengths[b]-1. GQA: the query heads sharing one KV head become
+    that head's query rows, so no key/value copy is made."""
+    B, H, d = q.shape
+    K, L = k_cache.shape[1], k_cache.shape[2]
+    mask = decode_mask(lengths - 1, L, q.dtype)
+    out = F.scaled_dot_product_attention(q.reshape(B, K, H // K, d), k_cache, v_cache, mask)
+    return out.reshape(B, H, d)
+
+
+# The decode path's operations; engine/fusion.py rebinds them on the GPU.
+linear = linear_eager
+qk_norm_rope_write = qk_norm_rope_write_eager
+decode_attention = decode_attention_eager
 
 
 class DecoderLayer(nn.Module):
@@ -118,64 +172,39 @@ class DecoderLayer(nn.Module):
         self.input_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.post_attention_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
 
-    def forward(
-        self,
-        x: torch.Tensor,  # [B, T, hidden]
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        positions: torch.Tensor,  # [B, T]
-        k_cache: torch.Tensor,  # [B, kv_heads, L, head_dim]
-        v_cache: torch.Tensor,
-        decode_mask: torch.Tensor | None,  # [B, 1, 1, L] additive; None for prefill
-        start: int | None = None,  # decode: every row writes this position
-    ) -> torch.Tensor:
-        attn = self._attention(
-            rms_norm(x, self.input_norm, self.eps),
-            cos,
-            sin,
-            positions,
-            k_cache,
-            v_cache,
-            decode_mask,
-            start,
-        )
-        x, h = add_rms_norm(x, attn, self.post_attention_norm, self.eps)
-        return x + F.linear(silu_mul(F.linear(h, self.gate_up)), self.down)
-
-    def _attention(self, x, cos, sin, positions, k_cache, v_cache, decode_mask, start):
+    def prefill(self, x, cos, sin, k_cache, v_cache) -> torch.Tensor:
+        """x [B, T, hidden] at positions 0..T-1; keys and values of those
+        positions land in k_cache/v_cache [B, K, L, d]."""
         B, T, _ = x.shape
         d, H, K = self.head_dim, self.heads, self.kv_heads
-        q, k, v = F.linear(x, self.qkv).split([H * d, K * d, K * d], dim=-1)
+        qkv = F.linear(rms_norm(x, self.input_norm, self.eps), self.qkv)
+        q, k, v = qkv.split([H * d, K * d, K * d], dim=-1)
         q, k = qk_norm_rope(
             q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, self.eps
         )
         v = v.view(B, T, K, d).transpose(1, 2)
-        if decode_mask is None:
-            # Prefill from position 0: keep the keys, attend causally to them.
-            k_cache[:, :, :T] = k
-            v_cache[:, :, :T] = v
-            group = H // K
-            out = F.scaled_dot_product_attention(
-                q,
-                k.repeat_interleave(group, dim=1),
-                v.repeat_interleave(group, dim=1),
-                is_causal=True,
-            )
-            out = out.transpose(1, 2).reshape(B, T, H * d)
-        else:
-            if start is not None:
-                k_cache[:, :, start] = k[:, :, 0]
-                v_cache[:, :, start] = v[:, :, 0]
-            else:
-                rows = torch.arange(B, device=x.device)
-                k_cache[rows, :, positions[:, 0]] = k[:, :, 0]
-                v_cache[rows, :, positions[:, 0]] = v[:, :, 0]
-            # GQA decode: the query heads sharing one KV head become that head's
-            # query rows, so no key/value copy is made.
-            qg = q.reshape(B, K, H // K, d)
-            out = F.scaled_dot_product_attention(qg, k_cache, v_cache, attn_mask=decode_mask)
-            out = out.reshape(B, 1, H * d)
-        return F.linear(out, self.o)
+        k_cache[:, :, :T] = k
+        v_cache[:, :, :T] = v
+        group = H // K
+        out = F.scaled_dot_product_attention(
+            q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=True
+        )
+        attn = F.linear(out.transpose(1, 2).reshape(B, T, H * d), self.o)
+        x, h = add_rms_norm(x, attn, self.post_attention_norm, self.eps)
+        return x + F.linear(silu_mul(F.linear(h, self.gate_up)), self.down)
+
+    def decode(self, x, positions, cos, sin, k_cache, v_cache) -> torch.Tensor:
+        """x [B, hidden], one new position per row at positions [B]."""
+        B = x.shape[0]
+        eps = self.eps
+        qkv = linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
+        q = qk_norm_rope_write(
+            qkv, self.q_norm, self.k_norm, cos, sin, positions, k_cache, v_cache, eps
+        )
+        attn = decode_attention(q, k_cache, v_cache, positions + 1)
+        x = linear(attn.reshape(B, -1), self.o, residual=x)
+        gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=eps)
+        return linear(gate_up, self.down, gated=True, residual=x)
 
 
 class DecoderStack(nn.Module):
@@ -188,15 +217,19 @@ class DecoderStack(nn.Module):
         self.norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.rope = RotaryTable(c.head_dim, c.rope_theta, max_positions)
 
-    def forward(self, x, positions, k_cache, v_cache, decode_mask=None, start: int | None = None):
-        """`start` (instead of `positions`): all rows sit at positions
-        start..start+T-1, known when the graph is built."""
-        if start is not None:
-            cos, sin = self.rope.span(start, x.shape[1], x.dtype)
-        else:
-            cos, sin = self.rope.lookup(positions, x.dtype)
+    def prefill(self, x, k_cache, v_cache) -> torch.Tensor:
+        """x [B, T, hidden] at positions 0..T-1 -> hidden states [B, T, hidden]."""
+        cos, sin = self.rope.span(0, x.shape[1], x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, positions, k_cache[i], v_cache[i], decode_mask, start)
+            x = layer.prefill(x, cos, sin, k_cache[i], v_cache[i])
+        return rms_norm(x, self.norm, self.config.rms_norm_eps)
+
+    def decode(self, x, positions, k_cache, v_cache) -> torch.Tensor:
+        """x [B, hidden], row b at position positions[b] (its cache holds
+        0..positions[b]-1) -> hidden states [B, hidden]."""
+        cos, sin = self.rope.cos, self.rope.sin
+        for i, layer in enumerate(self.layers):
+            x = layer.decode(x, positions, cos, sin, k_cache[i], v_cache[i])
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
 
 

@@ -37,9 +37,14 @@ class Talker(nn.Module):
     def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.codec_embedding)
 
-    def forward(self, x, positions, k_cache, v_cache, decode_mask=None, start=None) -> torch.Tensor:
-        """-> last-layer hidden states (after the final norm) [B, T, hidden]."""
-        return self.stack(x, positions, k_cache, v_cache, decode_mask, start)
+    def prefill(self, x, k_cache, v_cache) -> torch.Tensor:
+        """x [B, T, hidden] at positions 0..T-1 -> last-layer hidden states
+        (after the final norm) [B, T, hidden]."""
+        return self.stack.prefill(x, k_cache, v_cache)
+
+    def decode(self, x, positions, k_cache, v_cache) -> torch.Tensor:
+        """x [B, hidden], one position per row -> hidden states [B, hidden]."""
+        return self.stack.decode(x, positions, k_cache, v_cache)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.codec_head)
