@@ -19,12 +19,12 @@ log = logging.getLogger(__name__)
 
 # Call sites use these names; enable() rebinds them.
 sample = _sampling.sample
-first_code_logits = _sampling.first_code_logits
+sample_first_code = _sampling.sample_first_code
 _enabled = False
 
 
 def enable() -> None:
-    global sample, first_code_logits, _enabled
+    global sample, sample_first_code, _enabled
     if _enabled:
         return
     import torch._dynamo
@@ -37,7 +37,7 @@ def enable() -> None:
     torch._dynamo.config.cache_size_limit = 64
     opts = dict(dynamic=True, fullgraph=False)
     sample = torch.compile(_sampling.sample, **opts)
-    first_code_logits = torch.compile(_sampling.first_code_logits, **opts)
+    sample_first_code = torch.compile(_sampling.sample_first_code, **opts)
     _layers.rms_norm = torch.compile(_layers.rms_norm_eager, **opts)
     _layers.qk_norm_rope = torch.compile(_layers.qk_norm_rope_eager, **opts)
     _layers.add_rms_norm = torch.compile(_layers.add_rms_norm_eager, **opts)

@@ -209,16 +209,18 @@ class ModelRunner:
         frame = torch.zeros(1, dtype=torch.int64, device=self.device)
         pick = lambda t: t.index_select(0, slot)  # noqa: E731
         nothing_seen = torch.zeros(1, self.cfg.vocab_size, dtype=torch.bool, device=self.device)
-        logits = fusion.first_code_logits(
+        code = fusion.sample_first_code(
             self.talker.logits(last),
             nothing_seen,
             pick(s.repetition_penalty),
             self.suppressed,
             self.eos_only,
             frame < pick(s.min_frames),
-        )
-        code = fusion.sample(
-            logits, pick(s.temperature), pick(s.top_k), pick(s.top_p), pick(s.seed), frame
+            pick(s.temperature),
+            pick(s.top_k),
+            pick(s.top_p),
+            pick(s.seed),
+            frame,
         )
         s.hidden.index_copy_(0, slot, last)
         s.code0.index_copy_(0, slot, code)
@@ -274,16 +276,13 @@ class ModelRunner:
         self, logits: torch.Tensor, rows: slice, frame: torch.Tensor
     ) -> torch.Tensor:
         s = self.state
-        logits = fusion.first_code_logits(
+        return fusion.sample_first_code(
             logits,
             s.seen[rows],
             s.repetition_penalty[rows],
             self.suppressed,
             self.eos_only,
             frame < s.min_frames[rows],
-        )
-        return fusion.sample(
-            logits,
             s.temperature[rows],
             s.top_k[rows],
             s.top_p[rows],

@@ -77,3 +77,21 @@ def first_code_logits(
     x = torch.where(seen, torch.where(x > 0, x / p, x * p), x)
     x = x.masked_fill(suppressed[None], float("-inf"))
     return x.masked_fill(too_early[:, None] & eos_only[None], float("-inf"))
+
+
+def sample_first_code(
+    logits: torch.Tensor,
+    seen: torch.Tensor,
+    penalty: torch.Tensor,
+    suppressed: torch.Tensor,
+    eos_only: torch.Tensor,
+    too_early: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    seed: torch.Tensor,
+    counter: torch.Tensor,
+) -> torch.Tensor:
+    """The talker's sampling: `first_code_logits`, then `sample`."""
+    x = first_code_logits(logits, seen, penalty, suppressed, eos_only, too_early)
+    return sample(x, temperature, top_k, top_p, seed, counter)
