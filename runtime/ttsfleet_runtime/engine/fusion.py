@@ -40,7 +40,6 @@ def enable() -> None:
     sample_first_code = torch.compile(_sampling.sample_first_code, **opts)
     _layers.rms_norm = torch.compile(_layers.rms_norm_eager, **opts)
     _layers.qk_norm_rope = torch.compile(_layers.qk_norm_rope_eager, **opts)
-    _layers.add_rms_norm = torch.compile(_layers.add_rms_norm_eager, **opts)
     _layers.silu_mul = torch.compile(_layers.silu_mul_eager, **opts)
     _enabled = True
     log.info("compiled kernels enabled")

@@ -35,12 +35,6 @@ def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     return weight * xf.to(dtype)
 
 
-def add_rms_norm_eager(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float):
-    """Residual add, then the next norm: -> (x + delta, rms_norm(x + delta))."""
-    x = x + delta
-    return x, rms_norm_eager(x, weight, eps)
-
-
 def qk_norm_rope_eager(q, k, q_weight, k_weight, cos, sin, eps: float):
     """Per-head RMSNorm of q [B, T, H, d] and k [B, T, K, d], transposed to
     [B, heads, T, d], then RoPE."""
@@ -56,7 +50,6 @@ def silu_mul_eager(gate_up: torch.Tensor) -> torch.Tensor:
 
 # Rebound to compiled versions by model.fusion.enable() (GPU).
 rms_norm = rms_norm_eager
-add_rms_norm = add_rms_norm_eager
 qk_norm_rope = qk_norm_rope_eager
 silu_mul = silu_mul_eager
 
@@ -177,10 +170,11 @@ class DecoderLayer(nn.Module):
         positions land in k_cache/v_cache [B, K, L, d]."""
         B, T, _ = x.shape
         d, H, K = self.head_dim, self.heads, self.kv_heads
-        qkv = F.linear(rms_norm(x, self.input_norm, self.eps), self.qkv)
+        eps = self.eps
+        qkv = linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
         q, k, v = qkv.split([H * d, K * d, K * d], dim=-1)
         q, k = qk_norm_rope(
-            q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, self.eps
+            q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, eps
         )
         v = v.view(B, T, K, d).transpose(1, 2)
         k_cache[:, :, :T] = k
@@ -189,9 +183,9 @@ class DecoderLayer(nn.Module):
         out = F.scaled_dot_product_attention(
             q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=True
         )
-        attn = F.linear(out.transpose(1, 2).reshape(B, T, H * d), self.o)
-        x, h = add_rms_norm(x, attn, self.post_attention_norm, self.eps)
-        return x + F.linear(silu_mul(F.linear(h, self.gate_up)), self.down)
+        x = linear(out.transpose(1, 2).reshape(B, T, H * d), self.o, residual=x)
+        gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=eps)
+        return linear(gate_up, self.down, gated=True, residual=x)
 
     def decode(self, x, positions, cos, sin, k_cache, v_cache) -> torch.Tensor:
         """x [B, hidden], one new position per row at positions [B]."""
