@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import layers
 from .config import DecoderConfig
 from .layers import DecoderStack
 
@@ -34,7 +35,7 @@ class CodePredictor(nn.Module):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         if not self.has_projection:
             return x
-        return F.linear(x, self.projection, self.projection_bias)
+        return layers.linear(x, self.projection, bias=self.projection_bias)
 
     @torch.no_grad()
     def prepare(self) -> None:
@@ -64,4 +65,4 @@ class CodePredictor(nn.Module):
 
     def logits(self, group: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of code group `group` (1..15) from the predictor's hidden state."""
-        return F.linear(hidden, self.lm_head[group - 1])
+        return layers.linear(hidden, self.lm_head[group - 1])

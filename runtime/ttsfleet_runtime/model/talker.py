@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import layers
 from .config import TalkerConfig
 from .layers import DecoderStack
 
@@ -28,11 +29,8 @@ class Talker(nn.Module):
     def text_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """Text token ids [..., T] -> talker-width embeddings [..., T, hidden]."""
         x = F.embedding(ids, self.text_embedding)
-        return F.linear(
-            F.silu(F.linear(x, self.text_fc1, self.text_fc1_bias)),
-            self.text_fc2,
-            self.text_fc2_bias,
-        )
+        h = F.silu(layers.linear(x, self.text_fc1, bias=self.text_fc1_bias))
+        return layers.linear(h, self.text_fc2, bias=self.text_fc2_bias)
 
     def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.codec_embedding)
@@ -47,4 +45,4 @@ class Talker(nn.Module):
         return self.stack.decode(x, positions, k_cache, v_cache)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.codec_head)
+        return layers.linear(hidden, self.codec_head)
