@@ -43,10 +43,12 @@ def make_case(dtype, group, batch=3, kv_heads=2, d=32, max_len=24, seed=0):
 
 
 def eager(heads, qkv, q_weight, k_weight, rope, positions, k_cache, v_cache):
-    """The decode path of DecoderLayer._attention for T = 1, writes included."""
+    """The eager decode path for one position per row: norms and RoPE in the dtype, with
+    cos/sin cast to it, then index_put writes of k and v."""
     B, K, _, d = k_cache.shape
     q, k, v = qkv.split([heads * d, K * d, K * d], dim=-1)
-    cos, sin = rope.lookup(positions[:, None], qkv.dtype)
+    cos = rope.cos[positions].to(qkv.dtype)[:, None, None]  # [B, 1, 1, d]
+    sin = rope.sin[positions].to(qkv.dtype)[:, None, None]
     q, k = qk_norm_rope_eager(
         q.reshape(B, 1, heads, d), k.reshape(B, 1, K, d), q_weight, k_weight, cos, sin, EPS
     )
