@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from ttsfleet_runtime.kernels.decode_attention import decode_attention, split_count
+from ttsfleet_runtime.kernels.decode_attention import decode_attention, sm_count, split_count
 from ttsfleet_runtime.kernels.rope_kv import qk_norm_rope_write
 from ttsfleet_runtime.model.layers import RotaryTable, decode_mask, qk_norm_rope_eager
 
@@ -180,7 +180,7 @@ def bench_attention_case(timer, cfg, dtype, device, gen, batch, view_len, length
         "lengths_min": int(lengths.min()),
         "lengths_max": int(lengths.max()),
         "layers_in_graph": layers,
-        "default_splits": split_count(batch, K, view_len, _sms(device)),
+        "default_splits": split_count(batch, K, view_len, sm_count(device)),
         "variants": {},
     }
     ref = sdpa_reference(q, k_all[0], v_all[0], lengths).reshape(batch, H, d)
@@ -315,12 +315,6 @@ def compiled_qk_norm_rope():
     return torch.compile(qk_norm_rope_eager, dynamic=True, fullgraph=False)
 
 
-def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def run_section(results: dict, name: str, cases) -> None:
     """Run each (label, thunk) of a section; a failure is recorded and the rest go on."""
     rows = results.setdefault(name, [])
@@ -438,7 +432,7 @@ def main() -> int:
     results = {
         "machine": {
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-            "sms": _sms(device),
+            "sms": sm_count(device),
             "torch": torch.__version__,
             "triton": triton.__version__,
             "python": platform.python_version(),

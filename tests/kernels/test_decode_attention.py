@@ -109,3 +109,19 @@ def test_rejects_mismatched_shapes():
         decode_attention(q[:, :3], k_cache, v_cache, lengths)
     with pytest.raises(ValueError):
         decode_attention(q, k_cache, v_cache, lengths[:2])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_one_captured_graph_serves_every_length():
+    """Lengths change in place between replays; split-KV and the merge are both captured."""
+    q, k_cache, v_cache, lengths = make_case(torch.bfloat16, group=2, lengths=(40, 40, 40))
+    out = torch.empty_like(q)
+    decode_attention(q, k_cache, v_cache, lengths, out=out, splits=3)  # compile first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode_attention(q, k_cache, v_cache, lengths, out=out, splits=3)
+
+    for new in ([1, 2, 3], [40, 1, 23], [17, 40, 9]):
+        lengths.copy_(torch.tensor(new))
+        graph.replay()
+        assert relative_error(out, reference(q, k_cache, v_cache, lengths)) < 1e-2

@@ -186,7 +186,8 @@ def _merge_splits_kernel(
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
+    """The device's SM count (an H100's off the GPU, for the CPU interpreter)."""
     if device.type != "cuda":
         return _H100_SMS
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -223,7 +224,7 @@ def decode_attention(
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if splits is None:
-        splits = split_count(B, K, L, _sm_count(q.device))
+        splits = split_count(B, K, L, sm_count(q.device))
     if scale is None:
         scale = d**-0.5
     group = H // K
