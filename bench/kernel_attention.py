@@ -33,6 +33,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import math
 import platform
 import statistics
 import sys
@@ -144,8 +145,15 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out - ref).norm() / ref.norm()).item()
 
 
-def layer_count(bytes_per_layer: int, cfg: Config) -> int:
-    return max(1, min(cfg.calls, cfg.cache_budget_bytes // max(1, bytes_per_layer)))
+def layer_caches(cfg: Config, dtype, device, gen, batch: int, length: int):
+    """Random K and V caches [layers, B, K, length, d]: as many distinct layers as the
+    graph has calls, within the memory budget (large shapes overflow L2 with one)."""
+    shape = (batch, cfg.kv_heads, length, cfg.head_dim)
+    per_layer = 2 * math.prod(shape) * torch.finfo(dtype).bits // 8
+    layers = max(1, min(cfg.calls, cfg.cache_budget_bytes // per_layer))
+    k_all = torch.randn((layers, *shape), generator=gen).to(device, dtype)
+    v_all = torch.randn((layers, *shape), generator=gen).to(device, dtype)
+    return k_all, v_all
 
 
 def ragged_lengths(batch: int, near: int, limit: int, gen: torch.Generator) -> torch.Tensor:
@@ -167,11 +175,8 @@ def sdpa_reference(q, k_cache, v_cache, lengths) -> torch.Tensor:
 
 def bench_attention_case(timer, cfg, dtype, device, gen, batch, view_len, lengths) -> dict:
     H, K, d = cfg.heads, cfg.kv_heads, cfg.head_dim
-    per_layer = 2 * batch * K * view_len * d * torch.finfo(dtype).bits // 8
-    layers = layer_count(per_layer, cfg)
-    shape = (layers, batch, K, view_len, d)
-    k_all = torch.randn(shape, generator=gen).to(device, dtype)
-    v_all = torch.randn(shape, generator=gen).to(device, dtype)
+    k_all, v_all = layer_caches(cfg, dtype, device, gen, batch, view_len)
+    layers = len(k_all)
     q = torch.randn(batch, H, d, generator=gen).to(device, dtype)
     lengths = lengths.to(device)
     row = {
@@ -241,11 +246,8 @@ def relength_check(timer, q, k_all, v_all, lengths, out, gen) -> dict:
 
 def bench_rope_case(timer, cfg, dtype, device, gen, batch, cache_len, positions) -> dict:
     H, K, d = cfg.heads, cfg.kv_heads, cfg.head_dim
-    per_layer = 2 * batch * K * cache_len * d * torch.finfo(dtype).bits // 8
-    layers = layer_count(per_layer, cfg)
-    shape = (layers, batch, K, cache_len, d)
-    k_all = torch.randn(shape, generator=gen).to(device, dtype)
-    v_all = torch.randn(shape, generator=gen).to(device, dtype)
+    k_all, v_all = layer_caches(cfg, dtype, device, gen, batch, cache_len)
+    layers = len(k_all)
     qkv = (3 * torch.randn(layers, batch, (H + 2 * K) * d, generator=gen)).to(device, dtype)
     q_weight, k_weight = (1 + 0.2 * torch.randn(2, d, generator=gen)).to(device, dtype)
     rope = RotaryTable(d, ROPE_THETA, cache_len).to(device)
