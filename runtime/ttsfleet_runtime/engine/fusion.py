@@ -1,11 +1,23 @@
-"""Fused versions of the small hot functions, by torch.compile.
+"""Which implementation the model's hot operations run on: eager torch (CPU,
+and the reference), or fused GPU kernels.
 
-A decode step runs thousands of tiny kernels (norms, RoPE, residual adds,
-sampling), and inside a CUDA graph their count, not their launch, sets the
-time. `enable()` swaps each function below for a compiled one (Triton kernels
-fusing its elementwise work; dynamic shapes, so one compile serves every batch
-bucket). Eager CPU runs keep the plain functions: same math, same results
-within float tolerance.
+A decode step is ~100 decoder layers (28 talker + 15 predictor passes x 5)
+plus 16 samples; inside a CUDA graph the number of kernels and their choice,
+not their launch, set the time. `enable()` rebinds the operations the model
+calls through module attributes:
+
+- `layers.linear`: the Triton small-batch product (`kernels/linear.py`) with
+  the input norm or SiLU gate and the residual fused in, where its table says
+  it beats cuBLAS for that (M, N, K); otherwise cuBLAS with the surrounding
+  elementwise work compiled;
+- `layers.qk_norm_rope_write`, `layers.decode_attention`: Triton kernels that
+  read each row's position from device memory (one graph per batch bucket);
+- `sample`, `sample_first_code`: one Triton kernel per call, no sort;
+- the remaining helpers (`rms_norm`, `qk_norm_rope` for prefill, `silu_mul`)
+  compiled by torch.compile (dynamic shapes: one compile for every bucket).
+
+`use_eager()` puts everything back (tests). Same math either way, within
+float rounding: tests/kernels compare each kernel with its eager definition.
 """
 
 from __future__ import annotations
@@ -21,12 +33,33 @@ log = logging.getLogger(__name__)
 sample = _sampling.sample
 sample_first_code = _sampling.sample_first_code
 _enabled = False
+_EAGER = {
+    name: getattr(_layers, name)
+    for name in (
+        "linear",
+        "qk_norm_rope_write",
+        "decode_attention",
+        "rms_norm",
+        "qk_norm_rope",
+        "silu_mul",
+    )
+}
 
 
-def enable() -> None:
-    global sample, sample_first_code, _enabled
+def enable(compile_helpers: bool = True) -> None:
+    """Bind the GPU kernels (and compile the remaining helpers)."""
+    global _enabled
     if _enabled:
         return
+    if compile_helpers:
+        _compile_helpers()
+    bind_kernels()
+    _enabled = True
+    log.info("fused kernels enabled", extra={"compiled_helpers": compile_helpers})
+
+
+def _compile_helpers() -> None:
+    import torch
     import torch._dynamo
 
     # A function that fails to compile runs eagerly instead of failing the engine.
@@ -36,10 +69,24 @@ def enable() -> None:
     torch._dynamo.config.recompile_limit = 64
     torch._dynamo.config.cache_size_limit = 64
     opts = dict(dynamic=True, fullgraph=False)
-    sample = torch.compile(_sampling.sample, **opts)
-    sample_first_code = torch.compile(_sampling.sample_first_code, **opts)
-    _layers.rms_norm = torch.compile(_layers.rms_norm_eager, **opts)
-    _layers.qk_norm_rope = torch.compile(_layers.qk_norm_rope_eager, **opts)
-    _layers.silu_mul = torch.compile(_layers.silu_mul_eager, **opts)
-    _enabled = True
-    log.info("compiled kernels enabled")
+    _layers.rms_norm = torch.compile(_EAGER["rms_norm"], **opts)
+    _layers.qk_norm_rope = torch.compile(_EAGER["qk_norm_rope"], **opts)
+    _layers.silu_mul = torch.compile(_EAGER["silu_mul"], **opts)
+
+
+def bind_kernels() -> None:
+    global sample, sample_first_code
+    from ..kernels import decode_attention, rope_kv
+
+    _layers.qk_norm_rope_write = rope_kv.qk_norm_rope_write
+    _layers.decode_attention = decode_attention.decode_attention
+
+
+def use_eager() -> None:
+    """Undo enable(): every operation back to its eager definition."""
+    global sample, sample_first_code, _enabled
+    for name, fn in _EAGER.items():
+        setattr(_layers, name, fn)
+    sample = _sampling.sample
+    sample_first_code = _sampling.sample_first_code
+    _enabled = False
