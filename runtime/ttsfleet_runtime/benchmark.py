@@ -29,7 +29,7 @@ import traceback
 
 T0 = time.time()
 RESULTS: dict = {}
-# Same text as the peer harness (../shared/peers/bench_qwen3tts.py).
+# The text every benchmark speaks; the peer harness (bench/peers/) imports it from here.
 TEXT = (
     "The quick brown fox jumps over the lazy dog while the orchestra tunes up in the hall; "
     "meanwhile, a patient engineer measures every millisecond of latency, because streaming "
