@@ -24,6 +24,7 @@ On the CPU (tiny model; CPU ops instead of kernels; no graphs), as the tests run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import json
@@ -196,22 +197,11 @@ def decode_section(runner, B: int, args) -> dict:
     B = runner.bucket(B)
     if args.kv_len >= runner.max_len:
         raise ValueError(f"--kv-len {args.kv_len} must be below --max-len {runner.max_len}")
-    p = SamplingParams()  # the API's defaults: temperature 0.9, top-k 50, ...
+    # The API's default sampling (temperature 0.9, top-k 50, ...), a seed per row.
+    slot_fields = {f.name for f in dataclasses.fields(SlotParams)}
+    defaults = {k: v for k, v in dataclasses.asdict(SamplingParams()).items() if k in slot_fields}
     for slot in range(B):
-        runner._set_params(
-            slot,
-            SlotParams(
-                p.temperature,
-                p.top_k,
-                p.top_p,
-                p.repetition_penalty,
-                p.subtalker_temperature,
-                p.subtalker_top_k,
-                p.subtalker_top_p,
-                seed=slot,
-                min_frames=0,
-            ),
-        )
+        runner._set_params(slot, SlotParams(**(defaults | dict(seed=slot, min_frames=0))))
     s = runner.state
     s.position[:B] = args.kv_len
     s.hidden[:B].normal_()

@@ -243,10 +243,40 @@ def cuda_time(fn, iters=50, warm=5):
     return s.elapsed_time(e) / iters
 
 
+def generate(fm, frames: int, non_streaming: bool, **options):
+    """faster-qwen3-tts's `fast_generate` of TEXT at a fixed length (GPU synchronised)
+    -> (model, prompt embeds, trailing text, codes, its timing, seconds)."""
+    from faster_qwen3_tts.generate import fast_generate
+
+    m, talker, config, tie, tam, tth, tpe = fm._prepare_generation_custom(
+        text=TEXT,
+        language="english",
+        speaker="ryan",
+        instruct=None,
+        non_streaming_mode=non_streaming,
+    )
+    torch.cuda.synchronize()
+    t0 = time.time()
+    codes, timing = fast_generate(
+        talker=talker,
+        talker_input_embeds=tie,
+        attention_mask=tam,
+        trailing_text_hiddens=tth,
+        tts_pad_embed=tpe,
+        config=config,
+        predictor_graph=fm.predictor_graph,
+        talker_graph=fm.talker_graph,
+        max_new_tokens=frames,
+        min_new_tokens=frames,
+        **options,
+    )
+    torch.cuda.synchronize()
+    return m, tie, tth, codes, timing, time.time() - t0
+
+
 @torch.inference_mode()
 def bench_single(fm, size, frames, hf_reference):
     r = {}
-    from faster_qwen3_tts.generate import fast_generate
 
     t = time.time()
     fm.warmup(prefill_len=70)
@@ -272,44 +302,22 @@ def bench_single(fm, size, frames, hf_reference):
         key = "nonstream_text" if mode else "stream_text"
         runs = []
         for _ in range(3):
-            m, talker, config, tie, tam, tth, tpe = fm._prepare_generation_custom(
-                text=TEXT,
-                language="english",
-                speaker="ryan",
-                instruct=None,
-                non_streaming_mode=mode,
-            )
-            torch.cuda.synchronize()
-            t0 = time.time()
-            codes, timing = fast_generate(
-                talker=talker,
-                talker_input_embeds=tie,
-                attention_mask=tam,
-                trailing_text_hiddens=tth,
-                tts_pad_embed=tpe,
-                config=config,
-                predictor_graph=pg,
-                talker_graph=tg,
-                max_new_tokens=frames,
-                min_new_tokens=frames,
-            )
-            torch.cuda.synchronize()
+            m, tie, tth, codes, timing, gen_s = generate(fm, frames, non_streaming=mode)
             t1 = time.time()
             wav, sr = m.speech_tokenizer.decode({"audio_codes": codes.unsqueeze(0)})
-            t2 = time.time()
-            n = int(codes.shape[0])
+            codec_decode_s = time.time() - t1
             audio_s = len(wav[0]) / sr
             runs.append(
                 dict(
                     prefill_len=int(tie.shape[1]),
                     trailing_text_len=int(tth.shape[1]),
-                    frames=n,
+                    frames=int(codes.shape[0]),
                     prefill_ms=round(timing["prefill_ms"], 2),
                     ms_per_frame=round(timing["ms_per_step"], 3),
-                    gen_s=round(t1 - t0, 4),
-                    codec_decode_s=round(t2 - t1, 4),
+                    gen_s=round(gen_s, 4),
+                    codec_decode_s=round(codec_decode_s, 4),
                     audio_s=round(audio_s, 3),
-                    rtf=round((t2 - t0) / audio_s, 4),
+                    rtf=round((gen_s + codec_decode_s) / audio_s, 4),
                 )
             )
         r[key] = runs
@@ -318,31 +326,7 @@ def bench_single(fm, size, frames, hf_reference):
     # --- reference (no CUDA graph) HF generate path, for comparison ---
     if hf_reference:
         try:
-            nf = 48
-            m, talker, config, tie, tam, tth, tpe = fm._prepare_generation_custom(
-                text=TEXT,
-                language="english",
-                speaker="ryan",
-                instruct=None,
-                non_streaming_mode=False,
-            )
-            torch.cuda.synchronize()
-            t0 = time.time()
-            codes, timing = fast_generate(
-                talker=talker,
-                talker_input_embeds=tie,
-                attention_mask=tam,
-                trailing_text_hiddens=tth,
-                tts_pad_embed=tpe,
-                config=config,
-                predictor_graph=pg,
-                talker_graph=tg,
-                max_new_tokens=nf,
-                min_new_tokens=nf,
-                parity_mode=True,
-            )
-            torch.cuda.synchronize()
-            el = time.time() - t0
+            *_, codes, _, el = generate(fm, 48, non_streaming=False, parity_mode=True)
             r["hf_reference_generate"] = dict(
                 frames=int(codes.shape[0]),
                 total_s=round(el, 3),
