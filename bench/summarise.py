@@ -107,12 +107,20 @@ def load(path: str | None) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ours", required=True, help="ours.json of `ttsfleet-runtime bench`")
+    ap.add_argument(
+        "--ours",
+        required=True,
+        action="append",
+        help="ours.json of `ttsfleet-runtime bench` (again for a run split by size)",
+    )
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
-    summary = summarise(load(args.ours), load(args.peer), load(args.profile))
+    ours: dict = {}
+    for path in args.ours:  # sizes from every file; env and the rest from the first
+        ours = load(path) | ours
+    summary = summarise(ours, load(args.peer), load(args.profile))
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
     for size, entry in summary["sizes"].items():
         print(size, json.dumps(entry))

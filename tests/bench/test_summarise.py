@@ -91,6 +91,23 @@ def test_fields_and_speedups_derive_from_the_raw_files(tmp_path):
     assert summary["sizes"]["0.6B"] == dict(error="RuntimeError('boom')")
 
 
+def test_a_run_split_by_size_is_one_summary(tmp_path):
+    first = {"env": dict(gpu="g", date="d1"), "1.7B": ours_size([3.0], [10.0])}
+    second = {"env": dict(gpu="g", date="d2"), "0.6B": ours_size([2.0], [9.0])}
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(second))
+    out = tmp_path / "summary.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--ours", str(tmp_path / "a.json")]
+        + ["--ours", str(tmp_path / "b.json"), "--out", str(out)],
+        check=True,
+    )
+    summary = json.loads(out.read_text())
+    assert summary["date"] == "d1"
+    assert summary["sizes"]["1.7B"]["ours"]["ms_per_frame_b1"] == 3.0
+    assert summary["sizes"]["0.6B"]["ours"]["ms_per_frame_b1"] == 2.0
+
+
 def test_without_peer_or_profile_there_are_no_speedups_or_kernel_counts(tmp_path):
     ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
     del ours["1.7B"]["server_graphs"]  # a run with --no-server-graphs
