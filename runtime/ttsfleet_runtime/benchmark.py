@@ -7,6 +7,8 @@ codec included).
 Per model size: batch-1 ms per frame and RTF, time to first audio (TTFA),
 throughput at several batch sizes with the codec included, memory per stream,
 and the raw decode-step time of the captured graphs (no codec, no Python loop).
+Last, per size, the graphs `ttsfleet serve` captures at start with its default
+settings and the seconds that capture takes (`server_graphs`).
 Writes `ours.json` into --out, progressively. `--parity` first checks that the
 graphed GPU path generates what the eager CPU path does (`graph_parity.py`).
 """
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
+import gc
 import json
 import os
 import platform
@@ -25,7 +29,7 @@ import traceback
 
 T0 = time.time()
 RESULTS: dict = {}
-# Same text as the peer harness (../shared/peers/bench_qwen3tts.py).
+# The text every benchmark speaks; the peer harness (bench/peers/) imports it from here.
 TEXT = (
     "The quick brown fox jumps over the lazy dog while the orchestra tunes up in the hall; "
     "meanwhile, a patient engineer measures every millisecond of latency, because streaming "
@@ -124,6 +128,10 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     return round(start.elapsed_time(end) / iters, 3)
 
 
+def checkpoint_path(size: str, args) -> str:
+    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
+
+
 async def bench_size(size: str, args) -> dict:
     import torch
 
@@ -131,7 +139,7 @@ async def bench_size(size: str, args) -> dict:
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
     r: dict = {}
-    ckpt = args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
+    ckpt = checkpoint_path(size, args)
     t = time.time()
     if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
         write_random_checkpoint(
@@ -220,6 +228,53 @@ async def bench_size(size: str, args) -> dict:
     return r
 
 
+def server_graphs(ckpt: str, args) -> dict:
+    """The graphs `ttsfleet serve` captures at start with its default settings, and the
+    seconds `ModelRunner.capture_all` takes: a fresh engine sized as the server sizes it
+    (the benchmark's own engine is sized for this run), its capture timed alone. The
+    compiled helpers are warm from the run before (same process); a server's first start
+    also pays their compile."""
+    import torch
+
+    from .engine.tts_engine import TTSEngine
+    from .settings import ServerSettings
+
+    server = {f.name: f.default for f in dataclasses.fields(ServerSettings)}
+    say = lambda m: log(f"  server graphs: {m}")  # noqa: E731
+    # What `serve.build_engine` passes; max_len and chunk_frames are TTSEngine's defaults.
+    engine = TTSEngine.from_pretrained(
+        ckpt,
+        args.device,
+        max_batch=server["max_batch"],
+        max_queue=server["max_queue"],
+        first_chunk_frames=server["first_chunk_frames"],
+        cuda_graphs=server["cuda_graphs"] and not args.no_graphs,
+        dtype=args.dtype,
+        capture_all_graphs=False,
+        progress=say,
+    )
+    runner = None
+    try:
+        t = time.time()
+        engine.core.load()  # weights, KV cache, codec (and its graphs): no decode graphs
+        load_s = time.time() - t
+        runner = engine.runner
+        capture_s = runner.capture_all(say)
+        return dict(
+            max_batch=runner.max_batch,
+            max_len=runner.max_len,
+            decode_graphs=len(runner.graphs),
+            prefill_graphs=len(runner.prefill_graphs),
+            graphs=len(runner.graphs) + len(runner.prefill_graphs),
+            capture_s=round(capture_s, 2),
+            load_s=round(load_s, 1),
+        )
+    finally:
+        engine = runner = None  # the KV cache for 64 x 4608 positions: free it now
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def summarise(r: dict) -> dict:
     singles = r.get("single", [])
     batches = [b for b in r.get("batch", []) if "audio_s_per_s" in b]
@@ -232,6 +287,13 @@ def summarise(r: dict) -> dict:
         audio_s_per_s_max=best.get("audio_s_per_s"),
         batch_at_max=best.get("batch"),
         worst_stream_rtf_at_max=best.get("worst_stream_rtf"),
+        graph_step_ms_b1=r.get("graph_step_ms", {}).get("B1"),
+        graph_step_ms_b128=r.get("graph_step_ms", {}).get("B128"),
+        ttfa_from_admission_ms_b1=med(
+            [s["ttfa_from_admission_ms"] for s in r.get("ttfa_runs", [])]
+        ),
+        graphs=r.get("server_graphs", {}).get("graphs"),
+        capture_s=r.get("server_graphs", {}).get("capture_s"),
     )
 
 
@@ -259,6 +321,22 @@ async def main_async(args) -> None:
         except Exception as e:
             RESULTS[size] = dict(error=repr(e), traceback=traceback.format_exc()[-4000:])
             log(f"{size} FAILED", traceback.format_exc())
+            continue
+        dump(args.out)
+        if args.no_server_graphs or time.time() - T0 > args.budget_s:
+            continue
+        # After bench_size: its engine (and the KV cache sized for this run) is gone.
+        gc.collect()
+        torch.cuda.empty_cache()
+        try:
+            RESULTS[size]["server_graphs"] = server_graphs(checkpoint_path(size, args), args)
+            log(f"{size}: server graphs {RESULTS[size]['server_graphs']}")
+        except Exception as e:
+            RESULTS[size]["server_graphs"] = dict(
+                error=repr(e), traceback=traceback.format_exc()[-2000:]
+            )
+            log(f"{size}: server graphs FAILED", traceback.format_exc())
+        RESULTS[size]["summary"] = summarise(RESULTS[size])
         dump(args.out)
     RESULTS["wall_s"] = round(time.time() - T0, 1)
     dump(args.out)
@@ -283,6 +361,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument(
         "--parity", action="store_true", help="first check graphed GPU == eager CPU codes"
+    )
+    ap.add_argument(
+        "--no-server-graphs",
+        action="store_true",
+        help="skip timing the capture of the graphs the server takes at start",
     )
 
 

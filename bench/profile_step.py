@@ -1,0 +1,385 @@
+"""Where the GPU time of one engine step goes: kernels per step, GPU time per step,
+the top kernels, and the captured CUDA graph's replay time.
+
+Two steps, on a random checkpoint at real dimensions:
+
+- decode: `ModelRunner._step` (talker + 15 predictor passes + sampling, compiled
+  helpers on, as the engine runs it) over slots [0, B), every row occupied up to
+  `--kv-len` positions, over the KV view a graph uses (`runner.max_len`);
+- codec: `StreamingCodec._step` for B streams of n frames.
+
+Each step runs eagerly under `torch.profiler` for `--iters` steps after warm-up
+(numbers are per step), then its CUDA graph replays `--replays` times, each timed
+with CUDA events (median). Decode graphs come from `runner.capture(B)`; rows stay
+inactive (`state.active` False), so replays advance nothing. JSON goes to
+`--out/profile_step.json` after every section; a failing section records its error
+and the rest still run. A short table is printed last.
+
+On the GPU machine, from the repository root:
+    PYTHONPATH=runtime python3 bench/profile_step.py --out $OUT --sizes 1.7B,0.6B
+On the CPU (tiny model; CPU ops instead of kernels; no graphs), as the tests run it:
+    PYTHONPATH=runtime python3 bench/profile_step.py --device cpu --sizes tiny --out /tmp/p
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import gc
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+T0 = time.time()
+REPO = Path(__file__).resolve().parents[1]
+NAME_CHARS = 120
+TOP = 25
+
+
+def log(*a) -> None:
+    print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
+
+
+# ---------------------------------------------------------------- environment
+def git_commit() -> dict:
+    """The checkout's commit, when the tree is a git checkout (a device copy may not be)."""
+    try:
+        run = lambda *a: subprocess.run(  # noqa: E731
+            ["git", *a], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        return dict(commit=run("rev-parse", "HEAD"), dirty=bool(run("status", "--porcelain")))
+    except Exception as e:
+        return dict(commit=None, why=repr(e)[:200])
+
+
+def environment(device: str) -> dict:
+    env = dict(
+        host=socket.gethostname(),
+        cpus=os.cpu_count(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        command=" ".join(sys.argv),
+        git=git_commit(),
+    )
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception as e:
+        env["triton"] = f"unavailable: {e!r}"[:200]
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            sms=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+        )
+    else:
+        env["gpu"] = None
+    return env
+
+
+# ---------------------------------------------------------------- measuring
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile_step(step: Callable[[], object], device: str, iters: int, warmup: int) -> dict:
+    """Run `step` eagerly `warmup` times, then `iters` times under the profiler.
+    CUDA: every GPU activity (kernels, memsets, copies) counts as a kernel. CPU: the
+    leaf operators stand in for kernels (the tests exercise the same bookkeeping)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        step()
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(iters):
+        step()
+    sync(device)
+    eager_wall_ms = (time.perf_counter() - t) * 1000 / iters
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(iters):
+            step()
+        sync(device)
+    if device == "cuda":
+        # GPU-side ranges of record_function (compiled regions) span kernels: not kernels.
+        events = [
+            e
+            for e in prof.events()
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+        ]
+    else:
+        events = [
+            e
+            for e in prof.events()
+            if e.device_type == DeviceType.CPU and not e.cpu_children and not e.is_async
+        ]
+    return aggregate([(e.name, e.time_range.elapsed_us()) for e in events], iters) | dict(
+        activity="gpu kernels" if device == "cuda" else "cpu leaf ops",
+        iters=iters,
+        eager_wall_ms=round(eager_wall_ms, 3),
+    )
+
+
+def aggregate(events: list[tuple[str, float]], iters: int) -> dict:
+    """(name, microseconds) of `iters` steps -> per-step count, time, top names by time."""
+    calls: dict[str, int] = defaultdict(int)
+    us: dict[str, float] = defaultdict(float)
+    for name, t in events:
+        calls[name] += 1
+        us[name] += t
+    top = sorted(us, key=us.get, reverse=True)[:TOP]
+    return dict(
+        kernels_per_step=round(len(events) / iters, 1),
+        gpu_us_per_step=round(sum(us.values()) / iters, 1),
+        distinct=len(us),
+        top=[
+            dict(
+                name=name[:NAME_CHARS],
+                calls_per_step=round(calls[name] / iters, 2),
+                us_per_step=round(us[name] / iters, 1),
+            )
+            for name in top
+        ],
+    )
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> dict:
+    """Each replay timed alone with CUDA events, back to back; median and spread."""
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    marks = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(replays)
+    ]
+    for start, end in marks:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in marks)
+    return dict(
+        graph_ms=round(statistics.median(times), 4),
+        graph_ms_min=round(times[0], 4),
+        graph_ms_p90=round(times[int(0.9 * (len(times) - 1))], 4),
+        replays=replays,
+    )
+
+
+# ---------------------------------------------------------------- the two steps
+def decode_section(runner, B: int, args) -> dict:
+    """The decode step of batch bucket B, every row occupied up to args.kv_len."""
+    from ttsfleet_runtime.engine.api import SamplingParams
+    from ttsfleet_runtime.engine.model_runner import SlotParams
+
+    B = runner.bucket(B)
+    if args.kv_len >= runner.max_len:
+        raise ValueError(f"--kv-len {args.kv_len} must be below --max-len {runner.max_len}")
+    # The API's default sampling (temperature 0.9, top-k 50, ...), a seed per row.
+    slot_fields = {f.name for f in dataclasses.fields(SlotParams)}
+    defaults = {k: v for k, v in dataclasses.asdict(SamplingParams()).items() if k in slot_fields}
+    for slot in range(B):
+        runner._set_params(slot, SlotParams(**(defaults | dict(seed=slot, min_frames=0))))
+    s = runner.state
+    s.position[:B] = args.kv_len
+    s.hidden[:B].normal_()
+    s.code0[:B] = torch.randint(0, 2048, (B,), device=s.code0.device)
+    s.active.zero_()  # nothing advances: every step and replay sees the same state
+    r = dict(batch=B, kv_len=args.kv_len, kv_view=runner.max_len)
+    r |= profile_step(lambda: runner._step(B, runner.max_len), args.device, args.iters, 3)
+    if runner.use_graphs:
+        graph = runner.graphs.get(B) or runner.capture(B)
+        r |= replay_ms(graph, args.replays)
+    return r
+
+
+def codec_section(codec, B: int, n: int, args) -> dict:
+    """The codec step for B streams of n frames each."""
+    slots = [codec.open() for _ in range(B)]
+    try:
+        index = torch.tensor(slots, dtype=torch.long, device=codec.device)
+        codes = torch.randint(
+            0,
+            codec.decoder.config.codebook_size,
+            (B, n, codec.num_quantizers),
+            device=codec.device,
+        )
+        r = dict(batch=B, frames=n)
+        r |= profile_step(lambda: codec._step(index, codes), args.device, args.iters, 2)
+        if args.device == "cuda":
+            if (B, n) not in codec._graphs:
+                codec.capture([B], [n])
+            captured = codec._graphs[(B, n)]
+            captured.index.copy_(index)
+            captured.codes.copy_(codes)
+            r |= replay_ms(captured.graph, max(10, args.replays // 5))
+        return r
+    finally:
+        for slot in slots:
+            codec.close(slot)
+
+
+# ---------------------------------------------------------------- driver
+def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[tuple]):
+    from ttsfleet_runtime.benchmark import checkpoint_path
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+    ckpt = checkpoint_path(size, args)  # the same folder `ttsfleet-runtime bench` writes
+    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
+        write_random_checkpoint(
+            ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
+        )
+    engine = TTSEngine.from_pretrained(
+        ckpt,
+        args.device,
+        max_batch=max(decode_batches + [b for b, _ in codec_steps]),
+        max_len=args.max_len,
+        cuda_graphs=args.device == "cuda",
+        dtype=args.dtype,
+        capture_all_graphs=False,
+        progress=lambda m: log(f"  {size}: {m}"),
+    )
+    engine.core.load()  # weights, KV cache, codec: the engine thread is never started
+    return engine
+
+
+def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> None:
+    decode_batches = [int(b) for b in args.batches.split(",") if b]
+    codec_steps = [tuple(int(x) for x in c.split("x")) for c in args.codec.split(",") if c]
+    r = results["sizes"][size] = {}
+    t = time.time()
+    try:
+        engine = build_engine(size, args, decode_batches, codec_steps)
+    except Exception as e:
+        r["error"] = repr(e)
+        r["traceback"] = traceback.format_exc()[-3000:]
+        log(f"{size}: engine FAILED", traceback.format_exc())
+        return
+    r["load_s"] = round(time.time() - t, 1)
+    r["config"] = dict(max_batch=engine.runner.max_batch, max_len=engine.runner.max_len)
+    dump()
+    sections = [
+        (f"decode_B{b}", lambda b=b: decode_section(engine.runner, b, args)) for b in decode_batches
+    ]
+    sections += [
+        (f"codec_B{b}_n{n}", lambda b=b, n=n: codec_section(engine.codec, b, n, args))
+        for b, n in codec_steps
+    ]
+    with torch.inference_mode():
+        for key, run in sections:
+            if time.time() - T0 > args.budget_s:
+                r[key] = dict(skipped="time budget")
+                continue
+            try:
+                r[key] = run()
+                log(f"{size} {key}: {row(r[key])}")
+            except Exception as e:
+                r[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
+                log(f"{size} {key} FAILED", traceback.format_exc())
+            dump()
+    b1 = r.get("decode_B1", {})
+    r["summary"] = dict(
+        kernels_per_step_b1=b1.get("kernels_per_step"),
+        gpu_ms_per_step_b1=ms(b1.get("gpu_us_per_step")),
+        graph_ms_b1=b1.get("graph_ms"),
+        graph_ms_b128=r.get("decode_B128", {}).get("graph_ms"),
+    )
+    engine = None
+    gc.collect()
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def ms(us: float | None) -> float | None:
+    return None if us is None else round(us / 1000, 3)
+
+
+def row(section: dict) -> str:
+    if "kernels_per_step" not in section:
+        return section.get("error") or section.get("skipped") or "?"
+    graph = section.get("graph_ms")
+    return (
+        f"{section['kernels_per_step']:>8.0f} {ms(section['gpu_us_per_step']):>9.3f} "
+        f"{section['distinct']:>8} {'-' if graph is None else f'{graph:.3f}':>9}"
+    )
+
+
+def table(results: dict) -> str:
+    lines = [
+        f"{'size':<6} {'step':<16} {'kernels':>8} {'GPU ms':>9} {'distinct':>8} {'graph ms':>9}"
+    ]
+    for size, r in results["sizes"].items():
+        for key, section in r.items():
+            if key.startswith(("decode_", "codec_")):
+                lines.append(f"{size:<6} {key:<16} {row(section)}")
+        if "error" in r:
+            lines.append(f"{size:<6} {'(engine)':<16} {r['error'][:80]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=".", help="folder for profile_step.json")
+    ap.add_argument("--sizes", default="1.7B", help="random checkpoints: 1.7B, 0.6B, tiny")
+    ap.add_argument("--model", default=None, help="profile this checkpoint (one --sizes label)")
+    ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    ap.add_argument("--batches", default="1,32,128", help="decode batch sizes")
+    ap.add_argument("--codec", default="1x1,1x8,32x8,128x8", help="codec steps, BxFRAMES")
+    ap.add_argument("--kv-len", type=int, default=256, help="occupied KV positions per row")
+    ap.add_argument("--max-len", type=int, default=512, help="KV positions per slot")
+    ap.add_argument("--iters", type=int, default=5, help="profiled steps")
+    ap.add_argument("--replays", type=int, default=200, help="timed graph replays")
+    ap.add_argument("--budget-s", type=float, default=500, help="skip sections after this")
+    args = ap.parse_args(argv)
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("no CUDA device: use --device cpu")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "profile_step.json")
+    results: dict = dict(
+        env=environment(args.device),
+        config={k: v for k, v in vars(args).items() if k != "out"},
+        sizes={},
+    )
+
+    def dump() -> None:
+        results["wall_s"] = round(time.time() - T0, 1)
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
+    dump()
+    for size in args.sizes.split(","):
+        profile_size(size, args, results, dump)
+        dump()
+    log(f"wrote {path}")
+    print(table(results), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

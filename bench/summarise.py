@@ -1,0 +1,131 @@
+"""Build `bench/results/summary.json` from the raw files of one device run.
+
+Inputs (any but the first may be missing):
+- `ours.json` of `ttsfleet-runtime bench`: per size, our numbers as its `summarise`
+  derives them (recomputed here from the raw runs, so the derivation has one home);
+- `faster_qwen3_tts.json` of `bench/peers/bench_faster_qwen3_tts.py`: the peer's numbers
+  (derived here; bench/peers/README.md says from which fields);
+- `profile_step.json` of `bench/profile_step.py`: `kernels_per_step_b1`.
+
+Speedups compare the peer with us on the same machine in the same run:
+`speedup_ms_per_frame_b1` and `speedup_ttfa_ms_b1` are peer / ours (times faster),
+`speedup_audio_s_per_s_max` is ours / peer (times the throughput).
+
+    PYTHONPATH=runtime python3 bench/summarise.py --ours $OUT/ours.json \\
+        --peer $OUT/peers/faster_qwen3_tts.json --profile $OUT/profile_step.json \\
+        --out bench/results/summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ttsfleet_runtime.benchmark import summarise as summarise_ours
+
+PEER = "faster_qwen3_tts"
+
+
+def median(xs: list[float]) -> float | None:
+    """The same median as the benchmark's (the upper one of an even count)."""
+    return sorted(xs)[len(xs) // 2] if xs else None
+
+
+def peer_summary(raw: dict) -> dict:
+    """One size of faster_qwen3_tts.json -> the fields we compare."""
+    single = raw.get("single", {})
+    best: dict = {}
+    for key, batch in raw.get("batch", {}).items():
+        runs = batch.get("runs") or []
+        rate = runs[-1].get("audio_s_per_s_incl_decode") if runs else None
+        if rate is not None and rate > best.get("audio_s_per_s_max", 0):
+            best = dict(audio_s_per_s_max=rate, batch_at_max=int(key.removeprefix("B")))
+    return dict(
+        ms_per_frame_b1=median([r["ms_per_frame"] for r in single.get("stream_text", [])]),
+        ttfa_ms_b1=median([r["ttfa_ms"] for r in single.get("streaming_chunk1", [])]),
+        **best,
+    )
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def present(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def summarise(ours: dict, peer: dict | None, profile: dict | None) -> dict:
+    env = ours.get("env", {})
+    sizes = {}
+    for size, raw in ours.items():
+        if not isinstance(raw, dict) or not ("single" in raw or "error" in raw):
+            continue  # env, command, wall_s
+        if "error" in raw:
+            sizes[size] = dict(error=raw["error"])
+            continue
+        mine = summarise_ours(raw)
+        kernels = (profile or {}).get("sizes", {}).get(size, {}).get("summary", {})
+        mine["kernels_per_step_b1"] = kernels.get("kernels_per_step_b1")
+        entry = dict(ours=present(mine))
+        if peer and isinstance(peer.get(size), dict) and "single" in peer[size]:
+            theirs = present(peer_summary(peer[size]))
+            entry[PEER] = theirs
+            entry |= present(
+                dict(
+                    speedup_ms_per_frame_b1=ratio(
+                        theirs.get("ms_per_frame_b1"), mine["ms_per_frame_b1"]
+                    ),
+                    speedup_ttfa_ms_b1=ratio(theirs.get("ttfa_ms_b1"), mine["ttfa_ms_b1"]),
+                    speedup_audio_s_per_s_max=ratio(
+                        mine["audio_s_per_s_max"], theirs.get("audio_s_per_s_max")
+                    ),
+                )
+            )
+        elif peer and isinstance(peer.get(size), dict):
+            entry[PEER] = dict(error=peer[size].get("error") or peer[size].get("skipped"))
+        sizes[size] = entry
+    return dict(
+        device=env.get("gpu"),
+        date=env.get("date"),
+        sizes=sizes,
+        notes=(
+            "random bf16 weights, fixed length (EOS suppressed); ours and the peer from one "
+            "device run. Fields: bench/results/README.md ('Where a number comes from'); "
+            "graphs / capture_s: the decode + prefill graphs `ttsfleet serve` captures at start "
+            "with its default settings and the seconds that takes; kernels_per_step_b1: GPU "
+            "kernels of one eager decode step at batch 1 (bench/profile_step.py)."
+        ),
+    )
+
+
+def load(path: str | None) -> dict | None:
+    return json.loads(Path(path).read_text()) if path else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--ours",
+        required=True,
+        action="append",
+        help="ours.json of `ttsfleet-runtime bench` (again for a run split by size)",
+    )
+    ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
+    ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
+    ap.add_argument("--out", default="bench/results/summary.json")
+    args = ap.parse_args(argv)
+    ours: dict = {}
+    for path in args.ours:  # sizes from every file; env and the rest from the first
+        ours = load(path) | ours
+    summary = summarise(ours, load(args.peer), load(args.profile))
+    Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+    for size, entry in summary["sizes"].items():
+        print(size, json.dumps(entry))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

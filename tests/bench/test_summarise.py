@@ -1,0 +1,117 @@
+"""bench/summarise.py derives summary.json from one run's raw files: our medians, the
+peer's, the start graphs, the profile's kernel count, and speedups on the same run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "summarise.py"
+
+
+def ours_size(ms_per_frame: list[float], ttfa: list[float]) -> dict:
+    return dict(
+        single=[dict(ms_per_frame=m, ttfa_ms=30.0, rtf=m / 80) for m in ms_per_frame],
+        ttfa_runs=[dict(ttfa_ms=t, ttfa_from_admission_ms=t - 1) for t in ttfa],
+        graph_step_ms=dict(B1=3.1, B32=4.0, B128=6.5),
+        batch=[
+            dict(batch=1, audio_s_per_s=20.0, worst_stream_rtf=0.1),
+            dict(batch=128, audio_s_per_s=400.0, worst_stream_rtf=0.4),
+            dict(batch=256, error="TimeoutError()"),
+        ],
+        server_graphs=dict(graphs=15, decode_graphs=9, prefill_graphs=6, capture_s=6.25),
+    )
+
+
+def peer_size(ms_per_frame: list[float], ttfa: list[float]) -> dict:
+    return dict(
+        single=dict(
+            stream_text=[dict(ms_per_frame=m) for m in ms_per_frame],
+            nonstream_text=[dict(ms_per_frame=99.0)],
+            streaming_chunk1=[dict(ttfa_ms=t) for t in ttfa],
+        ),
+        batch=dict(
+            B1=dict(runs=[dict(audio_s_per_s_incl_decode=3.0)] * 2),
+            B8=dict(
+                runs=[dict(audio_s_per_s_incl_decode=30.0), dict(audio_s_per_s_incl_decode=25.0)]
+            ),
+            B32=dict(error="OOM"),
+        ),
+    )
+
+
+def summarise(tmp_path: Path, files: dict[str, dict]) -> dict:
+    args = []
+    for flag, content in files.items():
+        path = tmp_path / f"{flag}.json"
+        path.write_text(json.dumps(content))
+        args += [f"--{flag}", str(path)]
+    out = tmp_path / "summary.json"
+    subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def test_fields_and_speedups_derive_from_the_raw_files(tmp_path):
+    ours = dict(
+        env=dict(gpu="NVIDIA H100 80GB HBM3", date="2026-11-24"),
+        command="bench",
+        wall_s=100.0,
+        **{"1.7B": ours_size([3.6, 3.2, 3.4], [12.0, 10.0, 11.0, 14.0, 13.0])},
+        **{"0.6B": dict(error="RuntimeError('boom')")},
+    )
+    peer = {"1.7B": peer_size([19.0, 20.4, 19.7], [110.0, 104.0, 120.0])}
+    profile = dict(sizes={"1.7B": dict(summary=dict(kernels_per_step_b1=420.0))})
+    summary = summarise(tmp_path, dict(ours=ours, peer=peer, profile=profile))
+
+    assert summary["device"] == "NVIDIA H100 80GB HBM3" and summary["date"] == "2026-11-24"
+    size = summary["sizes"]["1.7B"]
+    assert size["ours"] == dict(
+        ms_per_frame_b1=3.4,
+        ttfa_ms_b1=12.0,
+        rtf_b1=3.4 / 80,
+        audio_s_per_s_max=400.0,
+        batch_at_max=128,
+        worst_stream_rtf_at_max=0.4,
+        graph_step_ms_b1=3.1,
+        graph_step_ms_b128=6.5,
+        ttfa_from_admission_ms_b1=11.0,
+        graphs=15,
+        capture_s=6.25,
+        kernels_per_step_b1=420.0,
+    )
+    # The peer's best batch is its warm (last) run: B8's 25, not its first 30.
+    assert size["faster_qwen3_tts"] == dict(
+        ms_per_frame_b1=19.7, ttfa_ms_b1=110.0, audio_s_per_s_max=25.0, batch_at_max=8
+    )
+    assert size["speedup_ms_per_frame_b1"] == round(19.7 / 3.4, 2)
+    assert size["speedup_ttfa_ms_b1"] == round(110.0 / 12.0, 2)
+    assert size["speedup_audio_s_per_s_max"] == round(400.0 / 25.0, 2)
+    assert summary["sizes"]["0.6B"] == dict(error="RuntimeError('boom')")
+
+
+def test_a_run_split_by_size_is_one_summary(tmp_path):
+    first = {"env": dict(gpu="g", date="d1"), "1.7B": ours_size([3.0], [10.0])}
+    second = {"env": dict(gpu="g", date="d2"), "0.6B": ours_size([2.0], [9.0])}
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(second))
+    out = tmp_path / "summary.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--ours", str(tmp_path / "a.json")]
+        + ["--ours", str(tmp_path / "b.json"), "--out", str(out)],
+        check=True,
+    )
+    summary = json.loads(out.read_text())
+    assert summary["date"] == "d1"
+    assert summary["sizes"]["1.7B"]["ours"]["ms_per_frame_b1"] == 3.0
+    assert summary["sizes"]["0.6B"]["ours"]["ms_per_frame_b1"] == 2.0
+
+
+def test_without_peer_or_profile_there_are_no_speedups_or_kernel_counts(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    del ours["1.7B"]["server_graphs"]  # a run with --no-server-graphs
+    size = summarise(tmp_path, dict(ours=ours))["sizes"]["1.7B"]
+    assert set(size) == {"ours"}
+    assert "kernels_per_step_b1" not in size["ours"] and "graphs" not in size["ours"]
+    assert size["ours"]["ms_per_frame_b1"] == 3.0
