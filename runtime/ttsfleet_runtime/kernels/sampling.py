@@ -72,7 +72,9 @@ def _gumbel(seed, counter, idx, PRECISE_LOG: tl.constexpr):
 
 
 @triton.jit
-def _gumbel_kernel(seed_ptr, counter_ptr, out_ptr, V, BLOCK_V: tl.constexpr, PRECISE_LOG: tl.constexpr):
+def _gumbel_kernel(
+    seed_ptr, counter_ptr, out_ptr, V, BLOCK_V: tl.constexpr, PRECISE_LOG: tl.constexpr
+):
     row = tl.program_id(0)
     idx = tl.arange(0, BLOCK_V)
     noise = _gumbel(tl.load(seed_ptr + row), tl.load(counter_ptr + row), idx, PRECISE_LOG)
