@@ -59,7 +59,7 @@ def test_half_precision_logits_match_the_sort(dtype):
 def test_massive_ties_keep_the_sorts_tie_order():
     gen = torch.Generator().manual_seed(23)
     V = 300
-    params = _params(gen, V, 8)
+    params = _params(gen, V, 6)
     B = len(params[0])
     logits = torch.randint(-4, 3, (B, V), generator=gen).float()  # 7 values
     # top_p away from the structured masses of equal probabilities.
@@ -68,6 +68,22 @@ def test_massive_ties_keep_the_sorts_tie_order():
     got = kern.sample(logits, *params)
     want = ref.sample(logits, *params)
     assert torch.equal(got, want), (got != want).nonzero().flatten().tolist()
+
+
+def test_a_cut_through_tied_tokens_keeps_the_first_in_index_order():
+    gen = torch.Generator().manual_seed(29)
+    B, V = 16, 40
+    group = [3, 7, 8, 15, 20, 21, 30, 31, 35, 39]  # tied at the top, p ~ 0.1 each
+    logits = torch.full((B, V), -10.0)
+    logits[:, group] = 5.0
+    top_k = torch.tensor([2] * 8 + [0] * 8)  # keeps 3, 7
+    top_p = torch.tensor([1.0] * 8 + [0.25] * 8)  # mass before: 0, .1, .2 -> keeps 3, 7, 8
+    params = (torch.ones(B), top_k, top_p, torch.randint(0, 2**40, (B,), generator=gen))
+    params += (torch.randint(0, 2**40, (B,), generator=gen),)
+    got = kern.sample(logits, *params)
+    assert set(got[:8].tolist()) == {3, 7}
+    assert set(got[8:].tolist()) == {3, 7, 8}
+    assert torch.equal(got, ref.sample(logits, *params))
 
 
 def test_greedy_is_the_first_maximum_whatever_the_cuts():
