@@ -61,7 +61,8 @@ def test_massive_ties_keep_the_sorts_tie_order():
     V = 300
     params = _params(gen, V, 6)
     B = len(params[0])
-    logits = torch.randint(-4, 3, (B, V), generator=gen).float()  # 7 values
+    # 7 values, all negative: the cuts fall below the padding lanes' key (0).
+    logits = torch.randint(-7, 0, (B, V), generator=gen).float() - 0.5
     # top_p away from the structured masses of equal probabilities.
     top_p = params[2] * 0.97 + 0.013
     params = (params[0], params[1], torch.where(params[2] >= 1, 1.0, top_p), *params[3:])

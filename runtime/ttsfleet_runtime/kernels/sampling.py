@@ -149,7 +149,7 @@ def _sample_kernel(
                 lo = tl.where(enough, mid, lo)
                 hi = tl.where(enough, hi, mid)
             # Of the tokens tied at the cut, the first in index order fill the k.
-            above = key > lo.to(tl.int32)
+            above = valid & (key > lo.to(tl.int32))
             tied = valid & (key == lo.to(tl.int32))
             tie_rank = tl.cumsum(tied.to(tl.int32), 0) - 1
             keep = valid & (above | (tied & (tie_rank < k - tl.sum(above.to(tl.int32), 0))))
@@ -170,7 +170,7 @@ def _sample_kernel(
             # Tokens tied at the cut, in index order, while the mass before each
             # stays < top_p; the first always (a row that keeps nothing samples
             # its first maximum, as the sort's all -inf argmax does).
-            above = key > hi.to(tl.int32)
+            above = keep & (key > hi.to(tl.int32))
             tied = keep & (key == hi.to(tl.int32))
             tie_rank = tl.cumsum(tied.to(tl.int32), 0) - 1
             before = tl.sum(tl.where(above, probs, 0.0), 0) + tie_rank * tl.max(
