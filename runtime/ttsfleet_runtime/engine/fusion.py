@@ -77,7 +77,10 @@ def _compile_helpers() -> None:
 def bind_kernels() -> None:
     global sample, sample_first_code
     from ..kernels import decode_attention, rope_kv
+    from ..kernels import sampling as kernel_sampling
 
+    sample = kernel_sampling.sample
+    sample_first_code = _fused_first_code(kernel_sampling.sample)
     _layers.qk_norm_rope_write = rope_kv.qk_norm_rope_write
     _layers.decode_attention = decode_attention.decode_attention
 
@@ -90,3 +93,34 @@ def use_eager() -> None:
     sample = _sampling.sample
     sample_first_code = _sampling.sample_first_code
     _enabled = False
+
+
+def _fused_first_code(kernel):
+    def sample_first_code(
+        logits,
+        seen,
+        penalty,
+        suppressed,
+        eos_only,
+        too_early,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        counter,
+    ):
+        return kernel(
+            logits,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            counter,
+            seen=seen,
+            penalty=penalty,
+            suppressed=suppressed,
+            eos_only=eos_only,
+            too_early=too_early,
+        )
+
+    return sample_first_code
