@@ -77,10 +77,12 @@ def _compile_helpers() -> None:
 def bind_kernels() -> None:
     global sample, sample_first_code
     from ..kernels import decode_attention, rope_kv
+    from ..kernels import linear as kernel_linear
     from ..kernels import sampling as kernel_sampling
 
     sample = kernel_sampling.sample
     sample_first_code = _fused_first_code(kernel_sampling.sample)
+    _layers.linear = _linear_op(kernel_linear)
     _layers.qk_norm_rope_write = rope_kv.qk_norm_rope_write
     _layers.decode_attention = decode_attention.decode_attention
 
@@ -124,3 +126,22 @@ def _fused_first_code(kernel):
         )
 
     return sample_first_code
+
+
+def _linear_op(kernel_linear):
+    """The Triton product where its table says it beats cuBLAS for that
+    (rows, N, K); cuBLAS with the compiled elementwise helpers elsewhere
+    (prefill, large batches, load-time products)."""
+    composition = _EAGER["linear"]
+
+    def linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-6, gated=False):
+        rows = x.numel() // x.shape[-1]
+        if kernel_linear.beats_cublas(rows, *weight.shape):
+            return kernel_linear.linear(
+                x, weight, bias=bias, residual=residual, norm_weight=norm_weight, eps=eps, gated=gated
+            )
+        return composition(
+            x, weight, bias=bias, residual=residual, norm_weight=norm_weight, eps=eps, gated=gated
+        )
+
+    return linear
