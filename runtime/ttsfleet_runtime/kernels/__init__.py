@@ -1,0 +1,1 @@
+"""Triton kernels for the decode step (imports only torch and triton)."""
