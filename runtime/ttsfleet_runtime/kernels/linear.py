@@ -166,6 +166,67 @@ def _finish(
     tl.store(out_ptr + rows * stride_om + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _k_mask(ks, K, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    if EVEN_K:
+        # A mask constant along K keeps the loads 16 bytes wide.
+        return tl.full([BLOCK_K], 1, tl.int1)
+    else:
+        return ks < K
+
+
+@triton.jit
+def _gemv_tile(w_ptr, cols, col_mask, k0, K, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The weight tile [BLOCK_N, BLOCK_K] at k0 (zeros past K), in float32."""
+    ks = k0 + tl.arange(0, BLOCK_K)
+    mask = col_mask[:, None] & _k_mask(ks, K, EVEN_K, BLOCK_K)[None, :]
+    return tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _gemv_step(
+    acc,
+    w,
+    k0,
+    x_ptr,
+    nw_ptr,
+    m0,
+    M,
+    K,
+    stride_xm,
+    rstd,
+    NORM: tl.constexpr,
+    GATED: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """acc[n, m] += w[n, :] . input[m0 + m, k0 : k0 + BLOCK_K] for the BLOCK_M rows."""
+    ks = k0 + tl.arange(0, BLOCK_K)
+    k_mask = _k_mask(ks, K, EVEN_K, BLOCK_K)
+    lanes = tl.arange(0, BLOCK_M)
+    for m in tl.static_range(BLOCK_M):
+        row_rstd = tl.sum(tl.where(lanes == m, rstd, 0.0), axis=0)
+        # The row test as a [BLOCK_K] vector (the interpreter rejects a scalar & vector mask).
+        row_ok = (ks * 0 + m0 + m) < M
+        a = _load_input(
+            x_ptr,
+            nw_ptr,
+            m0 + m,
+            ks,
+            row_ok & k_mask,
+            k_mask,
+            stride_xm,
+            K,
+            row_rstd,
+            NORM,
+            GATED,
+        )
+        part = tl.sum(w * a.to(tl.float32)[None, :], axis=1)
+        acc = tl.where(lanes[None, :] == m, acc + part[:, None], acc)
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def _gemv_kernel(
     x_ptr,
@@ -192,8 +253,7 @@ def _gemv_kernel(
 ):
     # Consecutive programs share a weight tile (dimension 0 walks the rows of x).
     m0 = tl.program_id(0) * BLOCK_M
-    lanes = tl.arange(0, BLOCK_M)
-    rows = m0 + lanes
+    rows = m0 + tl.arange(0, BLOCK_M)
     row_mask = rows < M
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
@@ -202,37 +262,47 @@ def _gemv_kernel(
         rstd = _row_rstd(x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M, BLOCK_K)
     # acc[n, m]: the weight tile's layout (N down, K across) reduces along K into n.
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            # A mask constant along K keeps the loads 16 bytes wide.
-            k_mask = tl.full([BLOCK_K], 1, tl.int1)
-        else:
-            k_mask = ks < K
-        w = tl.load(
-            w_ptr + cols[:, None] * K + ks[None, :],
-            mask=col_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        for m in tl.static_range(BLOCK_M):
-            row_rstd = tl.sum(tl.where(lanes == m, rstd, 0.0), axis=0)
-            # The row test as a [BLOCK_K] vector (the interpreter rejects a scalar & vector mask).
-            row_ok = (ks * 0 + m0 + m) < M
-            a = _load_input(
-                x_ptr,
-                nw_ptr,
-                m0 + m,
-                ks,
-                row_ok & k_mask,
-                k_mask,
-                stride_xm,
-                K,
-                row_rstd,
-                NORM,
-                GATED,
-            )
-            part = tl.sum(w * a.to(tl.float32)[None, :], axis=1)
-            acc = tl.where(lanes[None, :] == m, acc + part[:, None], acc)
+    # Triton pipelines only loads that feed tl.dot, so the next weight tile is loaded by hand
+    # before the current one is used: two tiles in flight per program.
+    w = _gemv_tile(w_ptr, cols, col_mask, 0, K, EVEN_K, BLOCK_K)
+    for k0 in range(BLOCK_K, K, BLOCK_K):
+        w_next = _gemv_tile(w_ptr, cols, col_mask, k0, K, EVEN_K, BLOCK_K)
+        acc = _gemv_step(
+            acc,
+            w,
+            k0 - BLOCK_K,
+            x_ptr,
+            nw_ptr,
+            m0,
+            M,
+            K,
+            stride_xm,
+            rstd,
+            NORM,
+            GATED,
+            EVEN_K,
+            BLOCK_M,
+            BLOCK_K,
+        )
+        w = w_next
+    last = (K - 1) // BLOCK_K * BLOCK_K
+    acc = _gemv_step(
+        acc,
+        w,
+        last,
+        x_ptr,
+        nw_ptr,
+        m0,
+        M,
+        K,
+        stride_xm,
+        rstd,
+        NORM,
+        GATED,
+        EVEN_K,
+        BLOCK_M,
+        BLOCK_K,
+    )
     _finish(
         acc,
         out_ptr,
@@ -284,10 +354,7 @@ def _dot_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            k_mask = tl.full([BLOCK_K], 1, tl.int1)
-        else:
-            k_mask = ks < K
+        k_mask = _k_mask(ks, K, EVEN_K, BLOCK_K)
         a = _load_input(
             x_ptr,
             nw_ptr,
