@@ -16,7 +16,10 @@ from ttsfleet_runtime.model.layers import rms_norm_eager, silu_mul_eager
 
 N, K = 20, 40  # neither a multiple of any block below
 EPS = 1e-6
-TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# Triton's interpreter casts float32 to bf16 by truncation (the GPU rounds to nearest), which
+# puts its bf16 results up to ~9e-3 from the reference, about twice the GPU's error (the GPU
+# benchmark checks at 1e-2); a wrong kernel is off by O(1).
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 # Each config with the batch sizes it runs (the interpreter is slow: ~10 ms a Triton op).
 CONFIGS = {
     "gemv-m1": LinearConfig("gemv", 1, 16, 32),  # 2 column blocks, 2 steps over K
