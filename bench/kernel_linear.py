@@ -408,6 +408,7 @@ def sweep(shapes, args, timer, device, l2_bytes, report, deadline) -> dict:
                 entry["bytes"] = ops.bytes_read_written()
                 us, samples = timer(ops.cublas, calls)
                 entry["cublas_us"], entry["cublas_samples_us"] = round(us, 3), samples
+                entry["cublas_gbps"] = round(entry["bytes"] / us / 1e3, 1)
                 entry["cublas_rel_err"] = relative_error(ops.cublas(0), ref)
                 entry["configs"] = [
                     time_config(ops, cfg, timer, calls, ref) for cfg in candidates(m, args.smoke)
@@ -448,6 +449,7 @@ def fused(sites, plain, args, timer, device, l2_bytes, composition, report, dead
                 row["bytes"] = ops.bytes_read_written()
                 us, _ = timer(ops.cublas, calls)
                 row["cublas_us"] = round(us, 3)
+                row["cublas_gbps"] = round(row["bytes"] / us / 1e3, 1)
                 row["composition_rel_err"] = relative_error(composition.call(ops, 0), ref)
                 us, samples = timer(functools.partial(composition.call, ops), calls)
                 row["composition_us"], row["composition_samples_us"] = round(us, 3), samples
@@ -625,14 +627,14 @@ def main() -> None:
         plain = sweep(shapes, args, timer, device, l2_bytes, report, sweep_end)
 
         # 2. The fused call sites with the plain winners.
-        jobs = list(
-            dict.fromkeys(
-                warm_job(cfg, s.n, s.k, flags_of(s))
-                for s in sites
-                for m in args.m_values
-                for cfg in top_configs(plain.get((s.n, s.k, m)))
-            )
-        )
+        # One job per (config, fusion): as above, the shape does not change the specialisation.
+        fused_jobs = {}
+        for s in sites:
+            for m in args.m_values:
+                for cfg in top_configs(plain.get((s.n, s.k, m))):
+                    job = warm_job(cfg, s.n, s.k, flags_of(s))
+                    fused_jobs.setdefault((job[0], job[3]), job)
+        jobs = list(fused_jobs.values())
         print(f"[{time.perf_counter() - t_start:5.1f}s] compiling {len(jobs)} fused", flush=True)
         finish_warm(start_warm(jobs, args.workers), 120, report, "fused")
         print(f"[{time.perf_counter() - t_start:5.1f}s] fused call sites", flush=True)
