@@ -390,6 +390,14 @@ def time_config(ops, cfg, timer, calls, ref) -> dict:
     return row
 
 
+def set_best(row: dict) -> dict | None:
+    """row["best"]: the fastest timed config of row["configs"] (None if none was timed)."""
+    timed = [c for c in row.get("configs", []) if "us" in c]
+    best = min(timed, key=lambda c: c["us"]) if timed else None
+    row["best"] = best and {key: best[key] for key in ("config", "us", "gbps")}
+    return row["best"]
+
+
 def sweep(shapes, args, timer, device, l2_bytes, report, deadline) -> dict:
     """Plain products: cuBLAS and every candidate config, per (n, k, M)."""
     results = {}
@@ -416,9 +424,8 @@ def sweep(shapes, args, timer, device, l2_bytes, report, deadline) -> dict:
             except Exception as exc:
                 entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 report["errors"].append(f"sweep {n}x{k} M={m}: {entry['error']}")
+            best = set_best(entry)
             timed = [c for c in entry.get("configs", []) if "us" in c]
-            best = min(timed, key=lambda c: c["us"]) if timed else None
-            entry["best"] = best and {k_: best[k_] for k_ in ("config", "us", "gbps")}
             failed = [c for c in entry.get("configs", []) if "error" in c]
             results[key] = entry
             print(
@@ -460,9 +467,7 @@ def fused(sites, plain, args, timer, device, l2_bytes, composition, report, dead
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 report["errors"].append(f"fused {site.name} M={m}: {row['error']}")
-            timed = [c for c in row.get("configs", []) if "us" in c]
-            best = min(timed, key=lambda c: c["us"]) if timed else None
-            row["best"] = best and {k_: best[k_] for k_ in ("config", "us", "gbps")}
+            best = set_best(row)
             if best:
                 row["beats_cublas"] = best["us"] < row["cublas_us"]
                 row["beats_composition"] = best["us"] < row["composition_us"]

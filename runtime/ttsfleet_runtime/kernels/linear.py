@@ -2,13 +2,14 @@
 
 A decode step multiplies a handful of rows (M = batch, 1..256) by large bf16 weights, so it is
 bound by reading the weights: at M = 1 cuBLAS picks GEMV-shaped GEMMs with split-K and a
-reduce kernel and reaches about half of HBM bandwidth. Two Triton kernels replace them:
+reduce kernel and reaches about half of HBM bandwidth. One Triton kernel, in two variants
+(a compile-time switch), replaces them:
 
 - `gemv` (small M): each program owns BLOCK_N output columns of BLOCK_M rows over the whole
   K (no split-K, so no reduce kernel and no atomics). A [BLOCK_N, BLOCK_K] weight tile is
   loaded with 16-byte vector loads, many per thread before any is used, and each row of x is
   multiplied into it on the CUDA cores.
-- `dot` (larger M): a tensor-core tile kernel (tl.dot, BLOCK_M >= 16) over the whole K.
+- `dot` (larger M): tensor-core tiles (tl.dot, BLOCK_M >= 16) over the whole K.
 
 Both fuse, as compile-time flags so each call site gets its own specialisation:
 - prologue, computed while loading x: `norm_weight` -> the input is
@@ -33,7 +34,7 @@ import triton
 import triton.language as tl
 
 # Triton's interpreter multiplies bf16 tl.dot operands as raw integers, so under it the dot
-# kernel gets float32 operands (F32_DOT: exact products, float32 sums as on the tensor cores).
+# variant gets float32 operands (F32_DOT: exact products, float32 sums as on the tensor cores).
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Batch sizes are rounded up to one of these to pick a configuration.
@@ -167,68 +168,15 @@ def _finish(
 
 
 @triton.jit
-def _k_mask(ks, K, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
-    if EVEN_K:
-        # A mask constant along K keeps the loads 16 bytes wide.
-        return tl.full([BLOCK_K], 1, tl.int1)
-    else:
-        return ks < K
-
-
-@triton.jit
-def _gemv_tile(w_ptr, cols, col_mask, k0, K, EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):
+def _gemv_tile(w_ptr, cols, col_mask, k0, K, BLOCK_K: tl.constexpr):
     """The weight tile [BLOCK_N, BLOCK_K] at k0 (zeros past K), in float32."""
     ks = k0 + tl.arange(0, BLOCK_K)
-    mask = col_mask[:, None] & _k_mask(ks, K, EVEN_K, BLOCK_K)[None, :]
+    mask = col_mask[:, None] & (ks < K)[None, :]
     return tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=mask, other=0.0).to(tl.float32)
 
 
-@triton.jit
-def _gemv_step(
-    acc,
-    w,
-    k0,
-    x_ptr,
-    nw_ptr,
-    m0,
-    M,
-    K,
-    stride_xm,
-    rstd,
-    NORM: tl.constexpr,
-    GATED: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """acc[n, m] += w[n, :] . input[m0 + m, k0 : k0 + BLOCK_K] for the BLOCK_M rows."""
-    ks = k0 + tl.arange(0, BLOCK_K)
-    k_mask = _k_mask(ks, K, EVEN_K, BLOCK_K)
-    lanes = tl.arange(0, BLOCK_M)
-    for m in tl.static_range(BLOCK_M):
-        row_rstd = tl.sum(tl.where(lanes == m, rstd, 0.0), axis=0)
-        # The row test as a [BLOCK_K] vector (the interpreter rejects a scalar & vector mask).
-        row_ok = (ks * 0 + m0 + m) < M
-        a = _load_input(
-            x_ptr,
-            nw_ptr,
-            m0 + m,
-            ks,
-            row_ok & k_mask,
-            k_mask,
-            stride_xm,
-            K,
-            row_rstd,
-            NORM,
-            GATED,
-        )
-        part = tl.sum(w * a.to(tl.float32)[None, :], axis=1)
-        acc = tl.where(lanes[None, :] == m, acc + part[:, None], acc)
-    return acc
-
-
 @triton.jit(do_not_specialize=["M"])
-def _gemv_kernel(
+def _linear_kernel(
     x_ptr,
     w_ptr,
     out_ptr,
@@ -246,147 +194,96 @@ def _gemv_kernel(
     GATED: tl.constexpr,
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
-    EVEN_K: tl.constexpr,
+    DOT: tl.constexpr,
+    F32_DOT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     # Consecutive programs share a weight tile (dimension 0 walks the rows of x).
     m0 = tl.program_id(0) * BLOCK_M
-    rows = m0 + tl.arange(0, BLOCK_M)
+    lanes = tl.arange(0, BLOCK_M)
+    rows = m0 + lanes
     row_mask = rows < M
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if NORM:
         rstd = _row_rstd(x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M, BLOCK_K)
-    # acc[n, m]: the weight tile's layout (N down, K across) reduces along K into n.
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    # Triton pipelines only loads that feed tl.dot, so the next weight tile is loaded by hand
-    # before the current one is used: two tiles in flight per program.
-    w = _gemv_tile(w_ptr, cols, col_mask, 0, K, EVEN_K, BLOCK_K)
-    for k0 in range(BLOCK_K, K, BLOCK_K):
-        w_next = _gemv_tile(w_ptr, cols, col_mask, k0, K, EVEN_K, BLOCK_K)
-        acc = _gemv_step(
-            acc,
-            w,
-            k0 - BLOCK_K,
-            x_ptr,
-            nw_ptr,
-            m0,
-            M,
-            K,
-            stride_xm,
-            rstd,
-            NORM,
-            GATED,
-            EVEN_K,
-            BLOCK_M,
-            BLOCK_K,
-        )
-        w = w_next
-    last = (K - 1) // BLOCK_K * BLOCK_K
-    acc = _gemv_step(
-        acc,
-        w,
-        last,
-        x_ptr,
-        nw_ptr,
-        m0,
-        M,
-        K,
-        stride_xm,
-        rstd,
-        NORM,
-        GATED,
-        EVEN_K,
-        BLOCK_M,
-        BLOCK_K,
-    )
+    if DOT:
+        # Tensor cores; Triton pipelines the loads that feed tl.dot.
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_mask = ks < K
+            a = _load_input(
+                x_ptr,
+                nw_ptr,
+                rows[:, None],
+                ks[None, :],
+                row_mask[:, None] & k_mask[None, :],
+                k_mask[None, :],
+                stride_xm,
+                K,
+                rstd[:, None],
+                NORM,
+                GATED,
+            )
+            # The weight tile read as [BLOCK_K, BLOCK_N] (w is [N, K], K contiguous).
+            b = tl.load(
+                w_ptr + cols[None, :] * K + ks[:, None],
+                mask=col_mask[None, :] & k_mask[:, None],
+                other=0.0,
+            )
+            if F32_DOT:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        rows_2d, cols_2d = rows[:, None], cols[None, :]
+        row_mask_2d, col_mask_2d = row_mask[:, None], col_mask[None, :]
+    else:
+        # CUDA cores: acc[n, m], so that the weight tile's layout (N down, K across) reduces
+        # along K into n.
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        # Triton pipelines only loads that feed tl.dot, so the next weight tile is loaded by
+        # hand before the current one is used: two tiles in flight per program.
+        w = _gemv_tile(w_ptr, cols, col_mask, 0, K, BLOCK_K)
+        for k0 in range(0, K, BLOCK_K):
+            # Past K the prefetch is fully masked: no memory traffic.
+            w_next = _gemv_tile(w_ptr, cols, col_mask, k0 + BLOCK_K, K, BLOCK_K)
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_mask = ks < K
+            for m in tl.static_range(BLOCK_M):
+                row_rstd = tl.sum(tl.where(lanes == m, rstd, 0.0), axis=0)
+                # The row test as a [BLOCK_K] vector (the interpreter rejects scalar & vector).
+                row_ok = (ks * 0 + m0 + m) < M
+                a = _load_input(
+                    x_ptr,
+                    nw_ptr,
+                    m0 + m,
+                    ks,
+                    row_ok & k_mask,
+                    k_mask,
+                    stride_xm,
+                    K,
+                    row_rstd,
+                    NORM,
+                    GATED,
+                )
+                part = tl.sum(w * a.to(tl.float32)[None, :], axis=1)
+                acc = tl.where(lanes[None, :] == m, acc + part[:, None], acc)
+            w = w_next
+        rows_2d, cols_2d = rows[None, :], cols[:, None]
+        row_mask_2d, col_mask_2d = row_mask[None, :], col_mask[:, None]
     _finish(
         acc,
         out_ptr,
         bias_ptr,
         res_ptr,
-        rows[None, :],
-        cols[:, None],
-        row_mask[None, :],
-        col_mask[:, None],
-        stride_om,
-        stride_rm,
-        BIAS,
-        RESIDUAL,
-    )
-
-
-@triton.jit(do_not_specialize=["M"])
-def _dot_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    bias_ptr,
-    res_ptr,
-    nw_ptr,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_om,
-    stride_rm,
-    eps,
-    NORM: tl.constexpr,
-    GATED: tl.constexpr,
-    BIAS: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    F32_DOT: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < M
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < N
-    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if NORM:
-        rstd = _row_rstd(x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M, BLOCK_K)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        k_mask = _k_mask(ks, K, EVEN_K, BLOCK_K)
-        a = _load_input(
-            x_ptr,
-            nw_ptr,
-            rows[:, None],
-            ks[None, :],
-            row_mask[:, None] & k_mask[None, :],
-            k_mask[None, :],
-            stride_xm,
-            K,
-            rstd[:, None],
-            NORM,
-            GATED,
-        )
-        # The weight tile read as [BLOCK_K, BLOCK_N] (w is [N, K], K contiguous).
-        b = tl.load(
-            w_ptr + cols[None, :] * K + ks[:, None],
-            mask=col_mask[None, :] & k_mask[:, None],
-            other=0.0,
-        )
-        if F32_DOT:
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, b, acc)
-    _finish(
-        acc,
-        out_ptr,
-        bias_ptr,
-        res_ptr,
-        rows[:, None],
-        cols[None, :],
-        row_mask[:, None],
-        col_mask[None, :],
+        rows_2d,
+        cols_2d,
+        row_mask_2d,
+        col_mask_2d,
         stride_om,
         stride_rm,
         BIAS,
@@ -457,12 +354,9 @@ def linear(
         return out
     cfg = config if config is not None else config_for(m, n, k)
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n))
-    if cfg.variant == "gemv":
-        kernel, variant_flags = _gemv_kernel, {}
-    else:
-        f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
-        kernel, variant_flags = _dot_kernel, {"F32_DOT": f32_dot}
-    kernel[grid](
+    # Under the interpreter, bf16 dot operands go in as float32 (see _INTERPRETED).
+    f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
+    _linear_kernel[grid](
         x2,
         weight,
         out2,
@@ -480,12 +374,12 @@ def linear(
         GATED=gated,
         BIAS=bias is not None,
         RESIDUAL=res2 is not None,
-        EVEN_K=k % cfg.block_k == 0,
+        DOT=cfg.variant == "dot",
+        F32_DOT=f32_dot,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        **variant_flags,
     )
     return out
