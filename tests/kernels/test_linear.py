@@ -99,6 +99,14 @@ def test_k_a_multiple_of_the_block_takes_the_unmasked_path(config, prologue):
     _assert_close(out, _reference(**inputs, gated=prologue == "gated"), torch.float32)
 
 
+def test_the_mean_of_squares_over_several_chunks():
+    # The norm's first pass reads rows in chunks of 4096 / block_m elements: 64 here, so
+    # K = 200 takes four, the last one partial.
+    inputs = _inputs(3, torch.float32, prologue="norm", bias=False, residual=False, k=200)
+    out = _run(inputs, config=LinearConfig("dot", 64, 16, 64))
+    _assert_close(out, _reference(**inputs), torch.float32)
+
+
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_strided_rows_and_leading_dimensions(config):
     g = torch.Generator().manual_seed(1)

@@ -209,7 +209,8 @@ def _linear_kernel(
     col_mask = cols < N
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if NORM:
-        rstd = _row_rstd(x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M, BLOCK_K)
+        # Chunks of 4096 elements: a few registers per thread whatever BLOCK_M.
+        rstd = _row_rstd(x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M, 4096 // BLOCK_M)
     if DOT:
         # Tensor cores; Triton pipelines the loads that feed tl.dot.
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
