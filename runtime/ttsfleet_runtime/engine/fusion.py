@@ -138,7 +138,13 @@ def _linear_op(kernel_linear):
         rows = x.numel() // x.shape[-1]
         if kernel_linear.beats_cublas(rows, *weight.shape):
             return kernel_linear.linear(
-                x, weight, bias=bias, residual=residual, norm_weight=norm_weight, eps=eps, gated=gated
+                x,
+                weight,
+                bias=bias,
+                residual=residual,
+                norm_weight=norm_weight,
+                eps=eps,
+                gated=gated,
             )
         return composition(
             x, weight, bias=bias, residual=residual, norm_weight=norm_weight, eps=eps, gated=gated

@@ -95,6 +95,21 @@ def config_for(m: int, n: int, k: int) -> LinearConfig:
     return default_config(m, n, k)
 
 
+def beats_cublas(m: int, n: int, k: int) -> bool:
+    """Whether this kernel should run an (m, n, k) product instead of cuBLAS (with the
+    fused work as separate kernels): TABLE holds only the buckets where it measured faster;
+    a shape the sweep never saw uses the kernel up to M = 8 (GEMV-shaped products, where
+    cuBLAS splits K and reaches about half of HBM bandwidth)."""
+    if m > M_BUCKETS[-1]:
+        return False
+    bucket = m_bucket(m)
+    if (bucket, n, k) in TABLE:
+        return True
+    if any(key[1:] == (n, k) for key in TABLE):
+        return False
+    return bucket <= 8
+
+
 @triton.jit
 def _row_rstd(
     x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
