@@ -63,7 +63,371 @@ class LinearConfig:
 
 # (M bucket, N, K) -> (variant, block_m, block_n, block_k, num_warps, num_stages), written by
 # bench/kernel_linear.py on the H100 (its --out/linear_table.py is pasted here).
-TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {}
+# Measured on an H100 80GB HBM3 (torch 2.11, triton 3.6), 2026-11-23: kept are the
+# buckets where the fused kernel beat cuBLAS + the compiled elementwise kernels by 3% or more
+# (bench/results/h100-2026-11-23-kernel_linear.json). Comments: ours, then the composition.
+TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
+    (1, 1024, 2048): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # predictor / 0.6B o: 4.6 us, 920 GB/s; composition 7.7 us, cuBLAS alone 6.3
+    (1, 1024, 3072): (
+        "gemv",
+        1,
+        8,
+        1024,
+        8,
+        1,
+    ),  # predictor / 0.6B down: 6.3 us, 1002 GB/s; composition 9.3 us, cuBLAS alone 7.1
+    (1, 2048, 1024): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # predictor lm_head: 3.9 us, 1082 GB/s; composition 5.0 us, cuBLAS alone 5.0
+    (1, 2048, 2048): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # 1.7B talker o: 5.5 us, 1515 GB/s; composition 7.9 us, cuBLAS alone 6.5
+    (1, 2048, 6144): (
+        "gemv",
+        1,
+        8,
+        1024,
+        8,
+        1,
+    ),  # 1.7B talker down: 12.7 us, 1984 GB/s; composition 14.9 us, cuBLAS alone 12.8
+    (1, 3072, 1024): (
+        "gemv",
+        1,
+        4,
+        512,
+        4,
+        1,
+    ),  # 0.6B codec_head: 4.7 us, 1327 GB/s; composition 5.5 us, cuBLAS alone 5.6
+    (1, 3072, 2048): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # 1.7B codec_head: 7.0 us, 1801 GB/s; composition 7.7 us, cuBLAS alone 7.7
+    (1, 4096, 1024): (
+        "gemv",
+        1,
+        8,
+        512,
+        4,
+        1,
+    ),  # predictor / 0.6B qkv: 6.2 us, 1349 GB/s; composition 8.1 us, cuBLAS alone 5.9
+    (1, 4096, 2048): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # 1.7B talker qkv: 8.9 us, 1895 GB/s; composition 10.5 us, cuBLAS alone 8.7
+    (1, 6144, 1024): (
+        "gemv",
+        1,
+        16,
+        256,
+        4,
+        1,
+    ),  # predictor / 0.6B gate_up: 7.6 us, 1652 GB/s; composition 9.6 us, cuBLAS alone 7.5
+    (1, 12288, 2048): (
+        "gemv",
+        1,
+        16,
+        256,
+        4,
+        1,
+    ),  # 1.7B talker gate_up: 20.0 us, 2522 GB/s; composition 22.2 us, cuBLAS alone 20.3
+    (2, 1024, 2048): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # predictor / 0.6B o: 4.5 us, 939 GB/s; composition 7.6 us, cuBLAS alone 6.0
+    (2, 1024, 3072): (
+        "gemv",
+        1,
+        8,
+        1024,
+        8,
+        1,
+    ),  # predictor / 0.6B down: 6.5 us, 972 GB/s; composition 9.7 us, cuBLAS alone 7.3
+    (2, 2048, 1024): (
+        "gemv",
+        1,
+        4,
+        512,
+        4,
+        1,
+    ),  # predictor lm_head: 4.3 us, 981 GB/s; composition 5.0 us, cuBLAS alone 5.0
+    (2, 2048, 2048): (
+        "gemv",
+        1,
+        4,
+        1024,
+        4,
+        1,
+    ),  # 1.7B talker o: 6.1 us, 1374 GB/s; composition 8.0 us, cuBLAS alone 6.5
+    (2, 3072, 1024): (
+        "gemv",
+        2,
+        4,
+        512,
+        4,
+        1,
+    ),  # 0.6B codec_head: 5.2 us, 1202 GB/s; composition 5.5 us, cuBLAS alone 5.6
+    (2, 4096, 1024): (
+        "gemv",
+        1,
+        16,
+        256,
+        8,
+        1,
+    ),  # predictor / 0.6B qkv: 6.5 us, 1288 GB/s; composition 8.4 us, cuBLAS alone 5.8
+    (2, 4096, 2048): (
+        "gemv",
+        2,
+        4,
+        512,
+        4,
+        1,
+    ),  # 1.7B talker qkv: 10.1 us, 1671 GB/s; composition 11.3 us, cuBLAS alone 8.7
+    (2, 6144, 1024): (
+        "gemv",
+        1,
+        16,
+        256,
+        4,
+        1,
+    ),  # predictor / 0.6B gate_up: 8.0 us, 1576 GB/s; composition 10.1 us, cuBLAS alone 7.4
+    (2, 12288, 2048): (
+        "dot",
+        16,
+        128,
+        128,
+        8,
+        3,
+    ),  # 1.7B talker gate_up: 21.8 us, 2312 GB/s; composition 22.6 us, cuBLAS alone 20.2
+    (4, 1024, 2048): (
+        "gemv",
+        2,
+        4,
+        1024,
+        4,
+        1,
+    ),  # predictor / 0.6B o: 5.5 us, 767 GB/s; composition 7.5 us, cuBLAS alone 6.0
+    (4, 1024, 3072): (
+        "gemv",
+        2,
+        8,
+        1024,
+        8,
+        1,
+    ),  # predictor / 0.6B down: 8.6 us, 741 GB/s; composition 9.7 us, cuBLAS alone 7.3
+    (4, 2048, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # predictor lm_head: 4.8 us, 887 GB/s; composition 5.0 us, cuBLAS alone 5.0
+    (4, 2048, 2048): (
+        "dot",
+        16,
+        16,
+        256,
+        4,
+        4,
+    ),  # 1.7B talker o: 7.2 us, 1175 GB/s; composition 8.0 us, cuBLAS alone 6.6
+    (4, 3072, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # 0.6B codec_head: 5.4 us, 1175 GB/s; composition 5.6 us, cuBLAS alone 5.6
+    (4, 6144, 1024): (
+        "dot",
+        16,
+        32,
+        256,
+        4,
+        3,
+    ),  # predictor / 0.6B gate_up: 9.0 us, 1398 GB/s; composition 10.1 us, cuBLAS alone 7.4
+    (4, 12288, 2048): (
+        "dot",
+        16,
+        128,
+        128,
+        8,
+        3,
+    ),  # 1.7B talker gate_up: 22.0 us, 2296 GB/s; composition 23.2 us, cuBLAS alone 20.5
+    (8, 1024, 2048): (
+        "dot",
+        16,
+        16,
+        256,
+        4,
+        4,
+    ),  # predictor / 0.6B o: 6.5 us, 655 GB/s; composition 7.5 us, cuBLAS alone 6.0
+    (8, 2048, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # predictor lm_head: 4.8 us, 882 GB/s; composition 5.0 us, cuBLAS alone 5.0
+    (8, 2048, 2048): (
+        "dot",
+        16,
+        16,
+        256,
+        4,
+        4,
+    ),  # 1.7B talker o: 7.2 us, 1176 GB/s; composition 8.0 us, cuBLAS alone 6.5
+    (8, 3072, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # 0.6B codec_head: 5.4 us, 1186 GB/s; composition 5.6 us, cuBLAS alone 5.7
+    (8, 4096, 1024): (
+        "dot",
+        16,
+        32,
+        256,
+        4,
+        3,
+    ),  # predictor / 0.6B qkv: 7.4 us, 1145 GB/s; composition 8.5 us, cuBLAS alone 5.9
+    (8, 6144, 1024): (
+        "dot",
+        16,
+        32,
+        256,
+        4,
+        3,
+    ),  # predictor / 0.6B gate_up: 8.9 us, 1420 GB/s; composition 10.0 us, cuBLAS alone 7.3
+    (16, 1024, 2048): (
+        "dot",
+        16,
+        16,
+        256,
+        4,
+        4,
+    ),  # predictor / 0.6B o: 6.6 us, 656 GB/s; composition 7.5 us, cuBLAS alone 6.1
+    (16, 2048, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # predictor lm_head: 4.8 us, 901 GB/s; composition 5.0 us, cuBLAS alone 5.0
+    (16, 2048, 2048): (
+        "dot",
+        16,
+        16,
+        256,
+        4,
+        4,
+    ),  # 1.7B talker o: 7.2 us, 1191 GB/s; composition 8.0 us, cuBLAS alone 6.5
+    (16, 3072, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # 0.6B codec_head: 5.3 us, 1206 GB/s; composition 5.5 us, cuBLAS alone 5.6
+    (32, 1024, 2048): (
+        "dot",
+        32,
+        16,
+        256,
+        4,
+        4,
+    ),  # predictor / 0.6B o: 6.3 us, 707 GB/s; composition 7.4 us, cuBLAS alone 6.0
+    (32, 2048, 1024): (
+        "dot",
+        16,
+        32,
+        128,
+        4,
+        4,
+    ),  # predictor lm_head: 4.8 us, 910 GB/s; composition 5.0 us, cuBLAS alone 5.0
+    (32, 2048, 2048): (
+        "dot",
+        32,
+        16,
+        256,
+        4,
+        4,
+    ),  # 1.7B talker o: 7.0 us, 1247 GB/s; composition 8.1 us, cuBLAS alone 6.6
+    (64, 1024, 2048): (
+        "dot",
+        32,
+        16,
+        256,
+        4,
+        4,
+    ),  # predictor / 0.6B o: 6.4 us, 739 GB/s; composition 7.5 us, cuBLAS alone 6.0
+    (64, 2048, 1024): (
+        "dot",
+        64,
+        32,
+        128,
+        4,
+        4,
+    ),  # predictor lm_head: 4.9 us, 934 GB/s; composition 5.1 us, cuBLAS alone 5.1
+    (64, 2048, 2048): (
+        "dot",
+        64,
+        32,
+        128,
+        4,
+        4,
+    ),  # 1.7B talker o: 7.9 us, 1168 GB/s; composition 8.3 us, cuBLAS alone 6.7
+    (128, 1024, 2048): (
+        "dot",
+        64,
+        16,
+        256,
+        4,
+        4,
+    ),  # predictor / 0.6B o: 6.7 us, 784 GB/s; composition 8.0 us, cuBLAS alone 6.1
+    (128, 2048, 2048): (
+        "dot",
+        64,
+        32,
+        128,
+        4,
+        4,
+    ),  # 1.7B talker o: 8.0 us, 1246 GB/s; composition 8.6 us, cuBLAS alone 6.9
+}
 
 
 def m_bucket(m: int) -> int:

@@ -187,15 +187,16 @@ class DecoderLayer(nn.Module):
         gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=eps)
         return linear(gate_up, self.down, gated=True, residual=x)
 
-    def decode(self, x, positions, cos, sin, k_cache, v_cache) -> torch.Tensor:
-        """x [B, hidden], one new position per row at positions [B]."""
+    def decode(self, x, positions, lengths, cos, sin, k_cache, v_cache) -> torch.Tensor:
+        """x [B, hidden], one new position per row at positions [B]; lengths =
+        positions + 1 (computed once per stack, not once per layer)."""
         B = x.shape[0]
         eps = self.eps
         qkv = linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
         q = qk_norm_rope_write(
             qkv, self.q_norm, self.k_norm, cos, sin, positions, k_cache, v_cache, eps
         )
-        attn = decode_attention(q, k_cache, v_cache, positions + 1)
+        attn = decode_attention(q, k_cache, v_cache, lengths)
         x = linear(attn.reshape(B, -1), self.o, residual=x)
         gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=eps)
         return linear(gate_up, self.down, gated=True, residual=x)
@@ -222,8 +223,9 @@ class DecoderStack(nn.Module):
         """x [B, hidden], row b at position positions[b] (its cache holds
         0..positions[b]-1) -> hidden states [B, hidden]."""
         cos, sin = self.rope.cos, self.rope.sin
+        lengths = positions + 1
         for i, layer in enumerate(self.layers):
-            x = layer.decode(x, positions, cos, sin, k_cache[i], v_cache[i])
+            x = layer.decode(x, positions, lengths, cos, sin, k_cache[i], v_cache[i])
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
 
 
