@@ -11,7 +11,7 @@ Two paths:
   cache positions 0..positions[b], whatever the length of the cache view, so
   one captured graph serves every length.
 
-The decode path is written in five operations per layer (below), each with an
+The decode path is six calls per layer of three operations (below), each with an
 eager torch definition here. `engine/fusion.py` rebinds them on the GPU to
 Triton kernels (`ttsfleet_runtime/kernels`) that fuse the norms, the
 activation and the residual adds into the matrix products and the KV write
