@@ -12,7 +12,8 @@ calls through module attributes:
   elementwise work compiled;
 - `layers.qk_norm_rope_write`, `layers.decode_attention`: Triton kernels that
   read each row's position from device memory (one graph per batch bucket);
-- `sample`, `sample_first_code`: one Triton kernel per call, no sort;
+- `sample`: one Triton kernel per call, no sort (the talker's processors
+  fused in);
 - the remaining helpers (`rms_norm`, `qk_norm_rope` for prefill, `silu_mul`)
   compiled by torch.compile (dynamic shapes: one compile for every bucket).
 
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 # Call sites use these names; enable() rebinds them.
 sample = _sampling.sample
-sample_first_code = _sampling.sample_first_code
 _enabled = False
 _EAGER = {
     name: getattr(_layers, name)
@@ -75,13 +75,12 @@ def _compile_helpers() -> None:
 
 
 def bind_kernels() -> None:
-    global sample, sample_first_code
+    global sample
     from ..kernels import decode_attention, rope_kv
     from ..kernels import linear as kernel_linear
     from ..kernels import sampling as kernel_sampling
 
     sample = kernel_sampling.sample
-    sample_first_code = _fused_first_code(kernel_sampling.sample)
     _layers.linear = _linear_op(kernel_linear)
     _layers.qk_norm_rope_write = rope_kv.qk_norm_rope_write
     _layers.decode_attention = decode_attention.decode_attention
@@ -89,43 +88,11 @@ def bind_kernels() -> None:
 
 def use_eager() -> None:
     """Undo enable(): every operation back to its eager definition."""
-    global sample, sample_first_code, _enabled
+    global sample, _enabled
     for name, fn in _EAGER.items():
         setattr(_layers, name, fn)
     sample = _sampling.sample
-    sample_first_code = _sampling.sample_first_code
     _enabled = False
-
-
-def _fused_first_code(kernel):
-    def sample_first_code(
-        logits,
-        seen,
-        penalty,
-        suppressed,
-        eos_only,
-        too_early,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-        counter,
-    ):
-        return kernel(
-            logits,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            counter,
-            seen=seen,
-            penalty=penalty,
-            suppressed=suppressed,
-            eos_only=eos_only,
-            too_early=too_early,
-        )
-
-    return sample_first_code
 
 
 def _linear_op(kernel_linear):

@@ -209,18 +209,18 @@ class ModelRunner:
         frame = torch.zeros(1, dtype=torch.int64, device=self.device)
         pick = lambda t: t.index_select(0, slot)  # noqa: E731
         nothing_seen = torch.zeros(1, self.cfg.vocab_size, dtype=torch.bool, device=self.device)
-        code = fusion.sample_first_code(
+        code = fusion.sample(
             self.talker.logits(last),
-            nothing_seen,
-            pick(s.repetition_penalty),
-            self.suppressed,
-            self.eos_only,
-            frame < pick(s.min_frames),
             pick(s.temperature),
             pick(s.top_k),
             pick(s.top_p),
             pick(s.seed),
             frame,
+            seen=nothing_seen,
+            penalty=pick(s.repetition_penalty),
+            suppressed=self.suppressed,
+            eos_only=self.eos_only,
+            too_early=frame < pick(s.min_frames),
         )
         s.hidden.index_copy_(0, slot, last)
         s.code0.index_copy_(0, slot, code)
@@ -276,18 +276,18 @@ class ModelRunner:
         self, logits: torch.Tensor, rows: slice, frame: torch.Tensor
     ) -> torch.Tensor:
         s = self.state
-        return fusion.sample_first_code(
+        return fusion.sample(
             logits,
-            s.seen[rows],
-            s.repetition_penalty[rows],
-            self.suppressed,
-            self.eos_only,
-            frame < s.min_frames[rows],
             s.temperature[rows],
             s.top_k[rows],
             s.top_p[rows],
             s.seed[rows],
             frame * self.groups,
+            seen=s.seen[rows],
+            penalty=s.repetition_penalty[rows],
+            suppressed=self.suppressed,
+            eos_only=self.eos_only,
+            too_early=frame < s.min_frames[rows],
         )
 
     # ------------------------------------------------------------ decode step

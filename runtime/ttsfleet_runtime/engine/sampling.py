@@ -42,8 +42,17 @@ def sample(
     top_p: torch.Tensor,  # [B] float in (0, 1]
     seed: torch.Tensor,  # [B] int64
     counter: torch.Tensor,  # [B] int64, distinct for every draw of a row
+    *,
+    seen: torch.Tensor | None = None,
+    penalty: torch.Tensor | None = None,
+    suppressed: torch.Tensor | None = None,
+    eos_only: torch.Tensor | None = None,
+    too_early: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """-> sampled ids [B] (int64)."""
+    """-> sampled ids [B] (int64). Given the processor arguments (the talker's
+    first code), `first_code_logits` applies them first."""
+    if seen is not None:
+        logits = first_code_logits(logits, seen, penalty, suppressed, eos_only, too_early)
     B, V = logits.shape
     x = logits.float()
     greedy = temperature <= 0
@@ -77,21 +86,3 @@ def first_code_logits(
     x = torch.where(seen, torch.where(x > 0, x / p, x * p), x)
     x = x.masked_fill(suppressed[None], float("-inf"))
     return x.masked_fill(too_early[:, None] & eos_only[None], float("-inf"))
-
-
-def sample_first_code(
-    logits: torch.Tensor,
-    seen: torch.Tensor,
-    penalty: torch.Tensor,
-    suppressed: torch.Tensor,
-    eos_only: torch.Tensor,
-    too_early: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    seed: torch.Tensor,
-    counter: torch.Tensor,
-) -> torch.Tensor:
-    """The talker's sampling: `first_code_logits`, then `sample`."""
-    x = first_code_logits(logits, seen, penalty, suppressed, eos_only, too_early)
-    return sample(x, temperature, top_k, top_p, seed, counter)
