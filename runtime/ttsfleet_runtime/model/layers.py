@@ -69,15 +69,13 @@ class RotaryTable(nn.Module):
         self.register_buffer("sin", emb.sin(), persistent=False)
         self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def span(
-        self, start: int, length: int, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positions start..start+length-1, the same for every row: views of a
-        table cast once per dtype (no kernel at all inside a decode graph)."""
+    def prefix(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions 0..length-1, the same for every row (prefill): views of a
+        table cast once per dtype."""
         if dtype not in self._cast:
             self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
         cos, sin = self._cast[dtype]
-        return cos[start : start + length][None, None], sin[start : start + length][None, None]
+        return cos[:length][None, None], sin[:length][None, None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -183,9 +181,7 @@ class DecoderLayer(nn.Module):
         out = F.scaled_dot_product_attention(
             q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=True
         )
-        x = linear(out.transpose(1, 2).reshape(B, T, H * d), self.o, residual=x)
-        gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=eps)
-        return linear(gate_up, self.down, gated=True, residual=x)
+        return self._output_and_mlp(x, out.transpose(1, 2).reshape(B, T, H * d))
 
     def decode(self, x, positions, lengths, cos, sin, k_cache, v_cache) -> torch.Tensor:
         """x [B, hidden], one new position per row at positions [B]; lengths =
@@ -197,8 +193,13 @@ class DecoderLayer(nn.Module):
             qkv, self.q_norm, self.k_norm, cos, sin, positions, k_cache, v_cache, eps
         )
         attn = decode_attention(q, k_cache, v_cache, lengths)
-        x = linear(attn.reshape(B, -1), self.o, residual=x)
-        gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=eps)
+        return self._output_and_mlp(x, attn.reshape(B, -1))
+
+    def _output_and_mlp(self, x, attn) -> torch.Tensor:
+        """The attention's output projection added to the residual stream x, then
+        the MLP (its input norm and SiLU gate fused into the products) added too."""
+        x = linear(attn, self.o, residual=x)
+        gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=self.eps)
         return linear(gate_up, self.down, gated=True, residual=x)
 
 
@@ -214,7 +215,7 @@ class DecoderStack(nn.Module):
 
     def prefill(self, x, k_cache, v_cache) -> torch.Tensor:
         """x [B, T, hidden] at positions 0..T-1 -> hidden states [B, T, hidden]."""
-        cos, sin = self.rope.span(0, x.shape[1], x.dtype)
+        cos, sin = self.rope.prefix(x.shape[1], x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer.prefill(x, cos, sin, k_cache[i], v_cache[i])
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
