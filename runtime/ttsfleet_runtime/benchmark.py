@@ -270,6 +270,7 @@ def server_graphs(ckpt: str, args) -> dict:
             load_s=round(load_s, 1),
         )
     finally:
+        engine.core.stop()  # its codec worker thread holds the engine until stopped
         engine = runner = None  # the KV cache for 64 x 4608 positions: free it now
         gc.collect()
         torch.cuda.empty_cache()

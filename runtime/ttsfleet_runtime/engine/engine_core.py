@@ -146,6 +146,10 @@ class EngineCore:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        # load() started the codec worker, with or without the engine thread: its
+        # thread holds this core (and the KV cache) until it is stopped.
+        if self.codec_worker is not None:
+            self.codec_worker.stop()
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
 
@@ -213,8 +217,6 @@ class EngineCore:
                 self._wake.wait(timeout=0.05)
                 self._wake.clear()
         self._release_finished()
-        if self.codec_worker is not None:
-            self.codec_worker.stop()
 
     def _release_finished(self) -> None:
         with self.lock:
