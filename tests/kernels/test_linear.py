@@ -176,3 +176,14 @@ def test_bad_calls_fail_with_a_clear_message():
         LinearConfig("dot", 8, 16, 16)
     with pytest.raises(ValueError, match="power of two"):
         LinearConfig("gemv", 1, 12, 16)
+
+
+def test_the_kernel_runs_only_the_products_its_table_says_it_wins(monkeypatch):
+    from ttsfleet_runtime.kernels import linear as linear_module
+
+    monkeypatch.setattr(linear_module, "TABLE", {(1, 512, 256): ("gemv", 1, 4, 256, 4, 1)})
+    beats = linear_module.beats_cublas
+    assert beats(1, 512, 256)  # measured, won
+    assert not beats(2, 512, 256)  # measured shape, lost at this batch
+    assert beats(8, 64, 32) and not beats(9, 64, 32)  # never measured: GEMV-shaped only
+    assert not beats(257, 64, 32)  # past the largest bucket: cuBLAS
