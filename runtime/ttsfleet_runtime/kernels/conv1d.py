@@ -20,7 +20,7 @@ runs over taps x input channels, tl.dot on tensor cores (bf16 in, float32 accumu
   next convolution).
 
 Block sizes come from `TABLE`, measured on the GPU by bench/kernel_conv1d.py per
-(columns, input channels, taps, dilation), never from run-time autotuning: the codec is
+(columns, input channels, taps), never from run-time autotuning: the codec is
 captured in CUDA graphs at start-up. Unknown shapes get `default_config`.
 """
 
@@ -56,10 +56,10 @@ class ConvConfig:
             raise ValueError("tl.dot needs block_t, block_n and block_k >= 16")
 
 
-# (columns N, input channels, taps, dilation) -> (block_t, block_n, block_k, warps, stages),
+# (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages),
 # written by bench/kernel_conv1d.py on the H100 (its --out/conv1d_table.py is pasted here).
 # Empty until measured: every shape uses default_config.
-TABLE: dict[tuple[int, int, int, int], tuple[int, int, int, int, int]] = {}
+TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
 
 
 def default_config(n: int, cin: int) -> ConvConfig:
@@ -71,8 +71,10 @@ def default_config(n: int, cin: int) -> ConvConfig:
 
 
 @functools.cache
-def config_for(n: int, cin: int, taps: int, dilation: int) -> ConvConfig:
-    entry = TABLE.get((n, cin, taps, dilation))
+def config_for(n: int, cin: int, taps: int) -> ConvConfig:
+    """The table's entry (measured once per shape: dilation changes only which rows a tile
+    reads), else `default_config`."""
+    entry = TABLE.get((n, cin, taps))
     return ConvConfig(*entry) if entry is not None else default_config(n, cin)
 
 
@@ -85,7 +87,9 @@ def _snake(y, freq_ptr, inv_ptr, channels, col_mask):
     return y + inv[None, :] * s * s
 
 
-@triton.jit
+# Lengths and batch strides change with the frame count: not specialised, so each layer
+# compiles once for every (batch, frames) graph.
+@triton.jit(do_not_specialize=["T", "stride_xb", "stride_sb", "stride_rb", "stride_ob"])
 def _causal_conv_kernel(
     x_ptr,
     state_ptr,
@@ -239,7 +243,7 @@ def causal_conv1d(
     act = _empty((batch, length, n), x) if activation is not None else None
     if batch == 0 or length == 0:
         return raw, act
-    cfg = config if config is not None else config_for(n, cin, taps, dilation)
+    cfg = config if config is not None else config_for(n, cin, taps)
     out_any = raw if raw is not None else act
     grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(length, cfg.block_t), batch)
     # Under the interpreter, bf16 dot operands go in as float32 (see _INTERPRETED).
