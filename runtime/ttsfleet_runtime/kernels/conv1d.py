@@ -123,8 +123,8 @@ def _causal_conv_kernel(
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     b = tl.program_id(2).to(tl.int64)
-    CONTEXT: tl.constexpr = (TAPS - 1) * DILATION
-    K_TILES: tl.constexpr = (CIN + BLOCK_K - 1) // BLOCK_K
+    CONTEXT = (TAPS - 1) * DILATION
+    K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
     col_mask = cols < N
     x_base = x_ptr + b * stride_xb
     s_base = state_ptr + b * stride_sb
@@ -135,19 +135,17 @@ def _causal_conv_kernel(
         cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
         cin_mask = cin < CIN
         src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
-        from_x = (src >= 0) & (src < T)
-        from_state = src < 0
+        if CONTEXT > 0:
+            # One load whose rows point into the state or into x: it feeds tl.dot
+            # directly, so the pipeliner can prefetch it.
+            rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
+        else:
+            rows = x_base + src * CIN
         a = tl.load(
-            x_base + src[:, None] * CIN + cin[None, :],
-            mask=from_x[:, None] & cin_mask[None, :],
+            rows[:, None] + cin[None, :],
+            mask=(src < T)[:, None] & cin_mask[None, :],
             other=0.0,
         )
-        if CONTEXT > 0:
-            a += tl.load(
-                s_base + (src + CONTEXT)[:, None] * CIN + cin[None, :],
-                mask=from_state[:, None] & cin_mask[None, :],
-                other=0.0,
-            )
         w = tl.load(
             w_ptr + (tap * CIN + cin)[:, None] * N + cols[None, :],
             mask=cin_mask[:, None] & col_mask[None, :],
