@@ -33,24 +33,11 @@ from pathlib import Path
 
 import torch
 import triton
+from bench_codec import SECONDS_PER_FRAME, timed  # this folder (the script's own)
 
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
-
-SECONDS_PER_FRAME = 0.08
-
-
-def timed(fn, iters: int) -> list[float]:
-    samples = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return samples
 
 
 def snr_db(reference: torch.Tensor, got: torch.Tensor) -> float:
