@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
-from ttsfleet_runtime.codec import load_speech_tokenizer
+from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
 
 SECONDS_PER_FRAME = 0.08
@@ -159,10 +159,15 @@ def main() -> None:
     parser.add_argument("--chunk-frames", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument(
+        "--torch-convs", action="store_true", help="cuDNN convolutions, not the Triton kernel"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.backends.cudnn.benchmark = True
     cuda = args.device.startswith("cuda")
+    if cuda and not args.torch_convs:
+        convs.use_kernels()  # as the engine does on a GPU
 
     folder = args.tokenizer
     if folder is None:
@@ -183,6 +188,7 @@ def main() -> None:
             "cudnn": torch.backends.cudnn.version() if cuda else None,
         },
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "convolutions": "torch" if args.torch_convs or not cuda else "triton",
         "results": [],
     }
     for name in args.dtypes:

@@ -1,4 +1,4 @@
-"""The codec decoder's convolutional layers, written to run incrementally.
+"""The codec decoder's convolutional layers, channels-last and written to run incrementally.
 
 Every layer is causal, so a stream can be decoded a few frames at a time if each layer
 keeps the tail of its input from the previous call. Each stateful layer declares the
@@ -7,8 +7,19 @@ dict of tensors (`state`), batched over streams. Starting from zeros is exactly 
 offline decoder's left zero padding, so one code path serves both: offline decode is a
 single call on fresh state.
 
+Activations are [B, T, C] (channels-last) throughout: the time axis grows 1920-fold and
+the GPU kernels read a sample's channels as one contiguous row, with no transposes.
+
+Every convolution goes through `conv(layer, x, state, ...)`, which also adds the residual
+and applies the activation that the *next* convolution's input needs (SnakeBeta), so the
+GPU computes each activation once, in the producing kernel's epilogue. `conv` is
+`conv_eager` (torch, the reference; CPU and the parity tests) until `use_kernels()` rebinds
+it to the Triton implicit-GEMM kernel (`kernels/conv1d.py`); `use_eager()` puts it back.
+Both keep the same state: the tail of each convolution's (activated) input.
+
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
-`dwconv`, `pwconv1`, ...) so its safetensors load as they are.
+`dwconv`, `pwconv1`, ...) so its safetensors load as they are; the layouts the kernel
+reads are derived from them whenever they are loaded.
 """
 
 from __future__ import annotations
@@ -19,10 +30,13 @@ from torch import nn
 State = dict[str, torch.Tensor]
 # Per-stream state layout: key -> (shape, dtype); dtype None means the model's dtype.
 StateSpec = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
+# A convolution's results: (raw output or None, activated output or None).
+ConvOut = tuple[torch.Tensor | None, torch.Tensor | None]
 
 
 class Stateful(nn.Module):
-    """A layer whose output depends on earlier calls; its state lives in `state[key]`."""
+    """A layer whose output depends on earlier calls; its state lives in `state[key]`:
+    the last `context` input samples, [B, context, in_channels]."""
 
     state_key: str = ""
     context: int = 0  # input samples remembered between calls
@@ -30,12 +44,23 @@ class Stateful(nn.Module):
     def state_spec(self) -> StateSpec:
         if self.context == 0:
             return {}
-        return {self.state_key: ((self.conv.in_channels, self.context), None)}
+        return {self.state_key: ((self.context, self.conv.in_channels), None)}
+
+    def remember(self, x: torch.Tensor, state: State) -> None:
+        """Keep the last `context` samples of (history, x): a view of x when x is long
+        enough, else a small concatenation."""
+        length = x.shape[1]
+        if length >= self.context:
+            state[self.state_key] = x[:, length - self.context :]
+        else:
+            state[self.state_key] = torch.cat([state[self.state_key][:, length:], x], dim=1)
 
     def _with_history(self, x: torch.Tensor, state: State) -> torch.Tensor:
         """x prefixed with the remembered input; remembers the new tail."""
-        full = torch.cat([state[self.state_key], x], dim=-1)
-        state[self.state_key] = full[..., full.shape[-1] - self.context :]
+        if self.context == 0:
+            return x
+        full = torch.cat([state[self.state_key], x], dim=1)
+        self.remember(x, state)
         return full
 
 
@@ -54,18 +79,34 @@ class CausalConv1d(Stateful):
         self.conv = nn.Conv1d(
             in_channels, out_channels, kernel_size, dilation=dilation, groups=groups
         )
+        self.dilation = dilation
         self.context = (kernel_size - 1) * dilation
+        self.upsampling = 1
+        # The kernel's layout [taps, Cin, Cout] (dense convolutions only, else None).
+        self.register_buffer("kernel_weight", None, persistent=False)
+        self.register_buffer("kernel_bias", None, persistent=False)
+        self.derive_kernel_layout()
+        self.register_load_state_dict_post_hook(lambda module, _: module.derive_kernel_layout())
 
-    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        if self.context == 0:
-            return self.conv(x)
-        return self.conv(self._with_history(x, state))
+    @torch.no_grad()
+    def derive_kernel_layout(self) -> None:
+        if self.conv.groups == 1:
+            self.kernel_weight = self.conv.weight.detach().permute(2, 1, 0).contiguous()
+            self.kernel_bias = self.conv.bias.detach().clone()
+
+    def torch_forward(self, full: torch.Tensor) -> torch.Tensor:
+        """The convolution of history-prefixed input [B, context + T, Cin] -> [B, T, Cout]."""
+        return self.conv(full.transpose(1, 2)).transpose(1, 2)
 
 
 class CausalTransposeConv1d(Stateful):
     """Upsampling by `stride` with kernel 2*stride (or stride): each output sample mixes
     the current input sample with at most the previous one, so one sample of history
-    suffices. The tail that would overhang the future is never produced."""
+    suffices. The tail that would overhang the future is never produced.
+
+    For the kernel, output samples t*stride + j (j < stride) of input sample t are the
+    columns j*Cout..(j+1)*Cout of a 2-tap (1-tap) convolution: tap 0 reads sample t-1 with
+    the weight's taps stride..2*stride-1, tap 1 sample t with taps 0..stride-1."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
         super().__init__()
@@ -73,41 +114,128 @@ class CausalTransposeConv1d(Stateful):
             raise ValueError("only kernel_size == stride or 2*stride is supported")
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.stride = stride
+        self.upsampling = stride
+        self.dilation = 1
         self.context = kernel_size // stride - 1  # input samples of overlap: 0 or 1
+        # The kernel's layout [taps, Cin, stride * Cout].
+        self.register_buffer("kernel_weight", None, persistent=False)
+        self.register_buffer("kernel_bias", None, persistent=False)
+        self.derive_kernel_layout()
+        self.register_load_state_dict_post_hook(lambda module, _: module.derive_kernel_layout())
 
-    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        n_out = x.shape[-1] * self.stride
-        if self.context == 0:
-            return self.conv(x)
+    @torch.no_grad()
+    def derive_kernel_layout(self) -> None:
+        w = self.conv.weight.detach()  # [Cin, Cout, kernel]
+        s, cin = self.stride, w.shape[0]
+        taps = [w[:, :, s:], w[:, :, :s]] if self.context else [w]
+        # [Cin, Cout, s] -> [Cin, s, Cout] -> [Cin, s * Cout], one per tap.
+        self.kernel_weight = torch.stack(
+            [tap.permute(0, 2, 1).reshape(cin, -1) for tap in taps]
+        ).contiguous()
+        self.kernel_bias = self.conv.bias.detach().repeat(s)
+
+    def torch_forward(self, full: torch.Tensor) -> torch.Tensor:
+        n_out = (full.shape[1] - self.context) * self.stride
+        y = self.conv(full.transpose(1, 2))
         # Output for the remembered sample's first half was emitted by the previous call.
-        y = self.conv(self._with_history(x, state))
-        return y[..., self.stride : self.stride + n_out]
+        start = self.stride * self.context
+        return y[..., start : start + n_out].transpose(1, 2)
 
 
 class SnakeBeta(nn.Module):
-    """x + 1/exp(beta) * sin^2(x * exp(alpha)), per channel (log-scale parameters).
+    """x + 1/exp(beta) * sin^2(x * exp(alpha)), per channel (log-scale parameters), on
+    channels-last input.
 
     The per-channel factors are derived from the parameters once, whenever they are
-    loaded, not on every call: a streaming step is launch-bound and this activation runs
-    17 times in it.
+    loaded, not on every call.
     """
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("frequency", torch.empty(1, channels, 1), persistent=False)
-        self.register_buffer("inverse_magnitude", torch.empty(1, channels, 1), persistent=False)
+        self.register_buffer("frequency", torch.empty(channels), persistent=False)
+        self.register_buffer("inverse_magnitude", torch.empty(channels), persistent=False)
         self.derive_factors()
         self.register_load_state_dict_post_hook(lambda module, _: module.derive_factors())
 
     @torch.no_grad()
     def derive_factors(self) -> None:
-        self.frequency = torch.exp(self.alpha.detach())[None, :, None]
-        self.inverse_magnitude = (1.0 / (torch.exp(self.beta.detach()) + 1e-9))[None, :, None]
+        self.frequency = torch.exp(self.alpha.detach())
+        self.inverse_magnitude = 1.0 / (torch.exp(self.beta.detach()) + 1e-9)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.addcmul(x, self.inverse_magnitude, torch.sin(x * self.frequency).square())
+
+
+ConvLayer = CausalConv1d | CausalTransposeConv1d
+
+
+def conv_eager(
+    layer: ConvLayer,
+    x: torch.Tensor,
+    state: State,
+    *,
+    residual: torch.Tensor | None = None,
+    activation: SnakeBeta | None = None,
+    emit_raw: bool = True,
+) -> ConvOut:
+    """layer(x) with its history (+ residual): (the output if `emit_raw`, activation(output)
+    if an activation is given). x: [B, T, Cin] -> [B, T * upsampling, Cout]."""
+    y = layer.torch_forward(layer._with_history(x, state))
+    if residual is not None:
+        y = residual + y
+    return (y if emit_raw else None), (activation(y) if activation is not None else None)
+
+
+def conv_kernel(
+    layer: ConvLayer,
+    x: torch.Tensor,
+    state: State,
+    *,
+    residual: torch.Tensor | None = None,
+    activation: SnakeBeta | None = None,
+    emit_raw: bool = True,
+) -> ConvOut:
+    """conv_eager on the Triton kernel (kernels/conv1d.py): one launch, then the new
+    history as a view of x (or a small concatenation)."""
+    from ..kernels import conv1d
+
+    history = state[layer.state_key] if layer.context else None
+    raw, act = conv1d.causal_conv1d(
+        x,
+        layer.kernel_weight,
+        history,
+        dilation=layer.dilation,
+        bias=layer.kernel_bias,
+        residual=residual,
+        activation=(activation.frequency, activation.inverse_magnitude) if activation else None,
+        emit_raw=emit_raw,
+    )
+    if layer.context:
+        layer.remember(x, state)
+    batch, length = x.shape[0], x.shape[1] * layer.upsampling
+    out_channels = layer.kernel_weight.shape[2] // layer.upsampling
+    return (
+        raw.view(batch, length, out_channels) if raw is not None else None,
+        act.view(batch, length, out_channels) if act is not None else None,
+    )
+
+
+# Every dense convolution of the decoder calls this name; use_kernels() rebinds it.
+conv = conv_eager
+
+
+def use_kernels() -> None:
+    """Run the decoder's dense convolutions on the Triton kernel (GPU, or the interpreter)."""
+    global conv
+    conv = conv_kernel
+
+
+def use_eager() -> None:
+    """Undo use_kernels(): torch convolutions (the reference)."""
+    global conv
+    conv = conv_eager
 
 
 class ConvNeXtBlock(nn.Module):
@@ -121,12 +249,16 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
     def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        h = self.dwconv(x, state).transpose(1, 2)
+        # Depthwise (grouped) and at 4 samples a frame: cuDNN's, not the dense kernel.
+        h, _ = conv_eager(self.dwconv, x, state)
         h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
-        return x + (self.gamma * h).transpose(1, 2)
+        return x + self.gamma * h
 
 
 class ResidualUnit(nn.Module):
+    """x + conv2(act2(conv1(act1(x)))). `act1(x)` comes in ready (the layer before applied
+    it), and the unit applies the activation its successor needs to its output."""
+
     def __init__(self, dim: int, dilation: int):
         super().__init__()
         self.act1 = SnakeBeta(dim)
@@ -134,9 +266,24 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, kernel_size=1)
 
-    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        h = self.conv1(self.act1(x), state)
-        return x + self.conv2(self.act2(h), state)
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_act: torch.Tensor,
+        state: State,
+        next_activation: SnakeBeta,
+        emit_raw: bool,
+    ) -> ConvOut:
+        """(x, act1(x)) -> (output if emit_raw, next_activation(output))."""
+        _, h_act = conv(self.conv1, x_act, state, activation=self.act2, emit_raw=False)
+        return conv(
+            self.conv2,
+            h_act,
+            state,
+            residual=x,
+            activation=next_activation,
+            emit_raw=emit_raw,
+        )
 
 
 class DecoderBlock(nn.Module):
@@ -152,15 +299,19 @@ class DecoderBlock(nn.Module):
             ]
         )
 
-    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        x = self.block[1](self.block[0](x), state)
-        for unit in self.block[2:]:
-            x = unit(x, state)
-        return x
+    @property
+    def activation(self) -> SnakeBeta:
+        """The block's input activation, applied by the layer before it."""
+        return self.block[0]
 
-
-def run_layer(layer: nn.Module, x: torch.Tensor, state: State) -> torch.Tensor:
-    """Call a layer from a mixed list: stateless ones (activations) take x only."""
-    if isinstance(layer, (Stateful, ConvNeXtBlock, ResidualUnit, DecoderBlock)):
-        return layer(x, state)
-    return layer(x)
+    def forward(
+        self, x_act: torch.Tensor, state: State, next_activation: SnakeBeta
+    ) -> torch.Tensor:
+        """activation(x) -> next_activation(block output)."""
+        units = list(self.block[2:])
+        x, x_act = conv(self.block[1], x_act, state, activation=units[0].act1)
+        for i, unit in enumerate(units):
+            last = i == len(units) - 1
+            follower = next_activation if last else units[i + 1].act1
+            x, x_act = unit(x, x_act, state, follower, emit_raw=not last)
+        return x_act

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from . import convs
 from .config import CodecDecoderConfig, SpeechTokenizerConfig
 from .convs import (
     CausalConv1d,
@@ -26,7 +27,6 @@ from .convs import (
     SnakeBeta,
     State,
     StateSpec,
-    run_layer,
 )
 from .quantizer import SplitResidualQuantizer
 from .transformer import PreTransformer, rope_inverse_frequencies
@@ -94,15 +94,21 @@ class CodecDecoder(nn.Module):
         `state` (from `initial_state`, or gathered per stream) is replaced in place by the
         state after these frames.
         """
-        h = self.quantizer.decode(codes).to(self._dtype())
-        h = self.pre_conv(h, state)
-        h = self.pre_transformer(h.transpose(1, 2), state).transpose(1, 2)
-        for upsample in self.upsample:
-            for layer in upsample:
-                h = layer(h, state)
-        for layer in self.decoder:
-            h = run_layer(layer, h, state)
-        return h.clamp(-1.0, 1.0).squeeze(1).float()
+        # Channels-last from here on: [B, samples, channels].
+        h = self.quantizer.decode(codes).to(self._dtype()).transpose(1, 2)
+        h, _ = convs.conv(self.pre_conv, h, state)
+        h = self.pre_transformer(h, state)
+        for transposed, convnext in self.upsample:
+            h, _ = convs.conv(transposed, h, state)
+            h = convnext(h, state)
+        # Each convolution applies the activation its successor's input needs.
+        first, *blocks, last_activation, last = self.decoder
+        _, h = convs.conv(first, h, state, activation=blocks[0].activation, emit_raw=False)
+        followers = [b.activation for b in blocks[1:]] + [last_activation]
+        for block, follower in zip(blocks, followers, strict=True):
+            h = block(h, state, follower)
+        h, _ = convs.conv(last, h, state)
+        return h.clamp(-1.0, 1.0).squeeze(2).float()
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor, chunk_frames: int = 128) -> torch.Tensor:

@@ -5,7 +5,9 @@ The engine thread hands over jobs in order: a chunk of a stream's frames, or
 the end of a stream. The worker owns the codec's per-stream slots (opened at a
 stream's first chunk, closed at its end) and delivers chunks and ends to the
 callers in the order they were handed over. Chunks of different streams that
-are waiting together are decoded in one batched call per frame count.
+are waiting together are decoded in one batched call per frame count (the
+codec pads it to the next captured batch bucket: every bucket up to the
+engine's max batch has a graph).
 
 A stream's last chunk may be shorter than any captured frame count; it is
 padded up to the next one (`frame_buckets`) and the audio cut back, so it
@@ -35,10 +37,6 @@ import torch
 from .api import AudioChunk, FinishReason
 
 log = logging.getLogger(__name__)
-
-# Streams per codec call: bounds the decoder's activations (its upsampling
-# makes them large) and the number of codec graphs.
-CODEC_BATCH = 32
 
 
 @dataclasses.dataclass
@@ -134,8 +132,7 @@ class CodecWorker:
             else:
                 by_len.setdefault(self._decode_length(job), []).append(job)
         for n, chunk_jobs in by_len.items():
-            for i in range(0, len(chunk_jobs), CODEC_BATCH):
-                self._decode(n, chunk_jobs[i : i + CODEC_BATCH])
+            self._decode(n, chunk_jobs)
 
     def _decode_length(self, job: ChunkJob) -> int:
         """Frames to decode for `job`: its own, or a last chunk padded up to a captured count."""

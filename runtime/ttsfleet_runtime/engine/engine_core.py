@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..codec import convs as codec_convs
 from ..codec.decoder import load_speech_tokenizer
 from ..codec.streaming import StreamingCodec
 from ..model.config import TTSConfig
@@ -36,7 +37,7 @@ from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
-from .codec_worker import CODEC_BATCH, CodecWorker
+from .codec_worker import CodecWorker
 from .model_runner import ModelRunner, SlotParams
 from .scheduler import Scheduler, StepRules
 from .sequence import Sequence, Status
@@ -116,14 +117,16 @@ class EngineCore:
         say("loading the codec decoder")
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
         decoder = load_speech_tokenizer(self.path / "speech_tokenizer", self.device, codec_dtype)
+        if torch.device(self.device).type == "cuda":
+            codec_convs.use_kernels()
         self.codec = StreamingCodec(decoder, self.max_batch, self.device)
         if self.runner.use_graphs:
             if self.capture_all_graphs:
                 self.runner.capture_all(say)
-            buckets = [b for b in self.runner.batch_buckets if b <= CODEC_BATCH] or [self.max_batch]
             frame_buckets = sorted({self.first_chunk_frames, self.chunk_frames})
-            self.codec.capture(buckets, frame_buckets)
-            say("captured codec graphs")
+            t_codec = time.monotonic()
+            self.codec.capture(list(self.runner.batch_buckets), frame_buckets)
+            say(f"captured codec graphs in {time.monotonic() - t_codec:.1f}s")
         else:
             frame_buckets = []
         self.codec_worker = CodecWorker(

@@ -1,0 +1,280 @@
+"""Causal 1-D convolutions of the codec decoder, channels-last, on tensor cores.
+
+The codec decoder is a stack of causal convolutions over [B, T, C] activations whose time
+axis grows 1920-fold; at large batch it is a compute problem (~5 GFLOP a frame) that cuDNN
+ran in NCHW with transposes around each call, a non-tensor-core kernel for some shapes and
+the activation as separate unvectorised kernels. Here every convolution is one implicit
+GEMM: output rows are (stream, time) samples, columns output channels, and the reduction
+runs over taps x input channels, tl.dot on tensor cores (bf16 in, float32 accumulate).
+
+- History: a stream's left context (its last `(taps - 1) * dilation` input samples from the
+  previous call) is read from its state row and the current input from x, two masked loads
+  per tile: no concatenation. The caller keeps the new tail (a small copy).
+- A transposed convolution with kernel 2*stride (or stride) is the same kernel with 2 taps
+  (or 1) and stride*Cout output columns: output [B, T, s*Cout] is [B, T*s, Cout] by a free
+  reshape (the caller lays the weight out so; see codec/convs.py).
+- Epilogue: + bias, + residual, and the activation the *next* convolution's input needs
+  (SnakeBeta: y + inv_magnitude * sin^2(y * frequency), per channel): each element is
+  activated once, where it is produced, and the output is written raw, activated, or both
+  (a residual unit needs both: the raw sum feeds the next residual, the activated one the
+  next convolution).
+
+Block sizes come from `TABLE`, measured on the GPU by bench/kernel_conv1d.py per
+(columns, input channels, taps), never from run-time autotuning: the codec is
+captured in CUDA graphs at start-up. Unknown shapes get `default_config`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton's interpreter multiplies bf16 tl.dot operands as raw integers, so under it the
+# operands go in as float32 (F32_DOT: exact products, float32 sums as on the tensor cores).
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    block_t: int  # output samples of one stream per program
+    block_n: int  # output columns per program
+    block_k: int  # input channels per step of the reduction
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self):
+        for name in ("block_t", "block_n", "block_k", "num_warps"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, not {value}")
+        if min(self.block_t, self.block_n, self.block_k) < 16:
+            raise ValueError("tl.dot needs block_t, block_n and block_k >= 16")
+
+
+# (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages),
+# written by bench/kernel_conv1d.py on the H100 (its --out/conv1d_table.py is pasted here).
+# Empty until measured: every shape uses default_config.
+TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
+
+
+def default_config(n: int, cin: int) -> ConvConfig:
+    """A safe choice for shapes the table does not know: 128-sample tiles (wgmma-sized on
+    Hopper), as many columns as the layer has up to 128, 64 channels a step."""
+    block_n = max(16, min(128, triton.next_power_of_2(n)))
+    block_k = max(16, min(64, triton.next_power_of_2(cin)))
+    return ConvConfig(128, block_n, block_k, num_warps=8 if block_n >= 128 else 4)
+
+
+@functools.cache
+def config_for(n: int, cin: int, taps: int) -> ConvConfig:
+    """The table's entry (measured once per shape: dilation changes only which rows a tile
+    reads), else `default_config`."""
+    entry = TABLE.get((n, cin, taps))
+    return ConvConfig(*entry) if entry is not None else default_config(n, cin)
+
+
+@triton.jit
+def _snake(y, freq_ptr, inv_ptr, channels, col_mask):
+    """SnakeBeta of float32 y [BLOCK_T, BLOCK_N] with per-column factors."""
+    freq = tl.load(freq_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
+    inv = tl.load(inv_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
+    s = tl.sin(y * freq[None, :])
+    return y + inv[None, :] * s * s
+
+
+# Lengths and batch strides change with the frame count: not specialised, so each layer
+# compiles once for every (batch, frames) graph.
+@triton.jit(do_not_specialize=["T", "stride_xb", "stride_sb", "stride_rb", "stride_ob"])
+def _causal_conv_kernel(
+    x_ptr,
+    state_ptr,
+    w_ptr,
+    bias_ptr,
+    res_ptr,
+    raw_ptr,
+    act_ptr,
+    freq_ptr,
+    inv_ptr,
+    T,
+    stride_xb,
+    stride_sb,
+    stride_rb,
+    stride_ob,
+    CIN: tl.constexpr,
+    N: tl.constexpr,
+    ACT_CHANNELS: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    EMIT_RAW: tl.constexpr,
+    EMIT_ACT: tl.constexpr,
+    F32_DOT: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    # Column tiles of one row tile are neighbours: they share the input tile through L2.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.program_id(2).to(tl.int64)
+    CONTEXT = (TAPS - 1) * DILATION
+    K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
+    col_mask = cols < N
+    x_base = x_ptr + b * stride_xb
+    s_base = state_ptr + b * stride_sb
+    acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+    # One loop over taps x channel tiles, so that the loads are pipelined across taps.
+    for step in range(TAPS * K_TILES):
+        tap = step // K_TILES
+        cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
+        cin_mask = cin < CIN
+        src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
+        if CONTEXT > 0:
+            # One load whose rows point into the state or into x: it feeds tl.dot
+            # directly, so the pipeliner can prefetch it.
+            rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
+        else:
+            rows = x_base + src * CIN
+        a = tl.load(
+            rows[:, None] + cin[None, :],
+            mask=(src < T)[:, None] & cin_mask[None, :],
+            other=0.0,
+        )
+        w = tl.load(
+            w_ptr + (tap * CIN + cin)[:, None] * N + cols[None, :],
+            mask=cin_mask[:, None] & col_mask[None, :],
+            other=0.0,
+        )
+        if F32_DOT:
+            acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, w, acc)
+    if BIAS:
+        acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    row_mask = t < T
+    mask = row_mask[:, None] & col_mask[None, :]
+    out_offsets = b * stride_ob + t[:, None] * N + cols[None, :]
+    if RESIDUAL:
+        res = tl.load(res_ptr + b * stride_rb + t[:, None] * N + cols[None, :], mask=mask)
+        acc += res.to(tl.float32)
+    y = acc.to(raw_ptr.dtype.element_ty)
+    if EMIT_RAW:
+        tl.store(raw_ptr + out_offsets, y, mask=mask)
+    if EMIT_ACT:
+        # From the rounded output, as the eager path activates the stored tensor.
+        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask)
+        tl.store(act_ptr + out_offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
+
+
+def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    if tuple(t.shape) != shape:
+        raise ValueError(f"causal_conv1d: {name} has shape {tuple(t.shape)}, expected {shape}")
+    if t.dtype != dtype:
+        raise ValueError(f"causal_conv1d: {name} is {t.dtype}, expected {dtype} (x's dtype)")
+    # Strides of dimensions of size 1 are never used (and torch leaves them arbitrary).
+    if (shape[-1] > 1 and t.stride(-1) != 1) or (
+        t.dim() == 3 and shape[1] > 1 and t.stride(1) != shape[-1]
+    ):
+        raise ValueError(f"causal_conv1d: {name} must be contiguous per stream")
+
+
+def _empty(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """An output buffer (the tests poison it with NaN to see every element written)."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+def causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    history: torch.Tensor | None = None,
+    *,
+    dilation: int = 1,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    activation: tuple[torch.Tensor, torch.Tensor] | None = None,
+    emit_raw: bool = True,
+    config: ConvConfig | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """y[b, t] = sum_tap cat(history, x)[b, t + tap * dilation] @ weight[tap] (+ bias)
+    (+ residual), accumulated in float32; returns (y, snake(y)) as asked.
+
+    x: [B, T, Cin]; weight: [taps, Cin, N] contiguous; history: [B, (taps-1)*dilation, Cin]
+    (the input samples before x; rows may be strided, each contiguous), required when
+    taps > 1; bias: [N]; residual: [B, T, N]; activation: (frequency, inverse_magnitude),
+    each [C] with N a multiple of C (column j uses channel j % C). The first result is None
+    unless `emit_raw`, the second None without `activation`. All in x's dtype. `config`
+    overrides the table (the benchmark's sweep)."""
+    if weight.dim() != 3 or not weight.is_contiguous():
+        raise ValueError(
+            f"causal_conv1d: weight must be contiguous [taps, Cin, N], got {weight.shape}"
+        )
+    taps, cin, n = weight.shape
+    batch, length = x.shape[0], x.shape[1]
+    x = x.contiguous()
+    _check("x", x, (batch, length, cin), weight.dtype)
+    context = (taps - 1) * dilation
+    if context > 0:
+        if history is None:
+            raise ValueError("causal_conv1d: a kernel wider than one tap needs its history")
+        _check("history", history, (batch, context, cin), x.dtype)
+    if bias is not None:
+        _check("bias", bias, (n,), x.dtype)
+    if residual is not None:
+        _check("residual", residual, (batch, length, n), x.dtype)
+    act_channels = n
+    if activation is not None:
+        frequency, inverse_magnitude = activation
+        act_channels = frequency.shape[0]
+        if n % act_channels:
+            raise ValueError(f"causal_conv1d: {n} columns are not a multiple of {act_channels}")
+        _check("frequency", frequency, (act_channels,), x.dtype)
+        _check("inverse_magnitude", inverse_magnitude, (act_channels,), x.dtype)
+    elif not emit_raw:
+        raise ValueError("causal_conv1d: nothing to emit")
+    raw = _empty((batch, length, n), x) if emit_raw else None
+    act = _empty((batch, length, n), x) if activation is not None else None
+    if batch == 0 or length == 0:
+        return raw, act
+    cfg = config if config is not None else config_for(n, cin, taps)
+    out_any = raw if raw is not None else act
+    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(length, cfg.block_t), batch)
+    # Under the interpreter, bf16 dot operands go in as float32 (see _INTERPRETED).
+    f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
+    _causal_conv_kernel[grid](
+        x,
+        history if history is not None else x,  # unused pointers: any tensor
+        weight,
+        bias if bias is not None else weight,
+        residual if residual is not None else out_any,
+        raw if raw is not None else out_any,
+        act if act is not None else out_any,
+        activation[0] if activation is not None else weight,
+        activation[1] if activation is not None else weight,
+        length,
+        x.stride(0),
+        history.stride(0) if history is not None else 0,
+        residual.stride(0) if residual is not None else 0,
+        out_any.stride(0),
+        CIN=cin,
+        N=n,
+        ACT_CHANNELS=act_channels,
+        TAPS=taps,
+        DILATION=dilation,
+        BIAS=bias is not None,
+        RESIDUAL=residual is not None,
+        EMIT_RAW=emit_raw,
+        EMIT_ACT=activation is not None,
+        F32_DOT=f32_dot,
+        BLOCK_T=cfg.block_t,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return raw, act
