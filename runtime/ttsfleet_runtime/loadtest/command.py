@@ -139,8 +139,8 @@ def write_result(result: dict, out: Path) -> dict:
                 f"ttsfleet loadtest chart {out / RESULT} --out {out / CHART}",
                 file=sys.stderr,
             )
-        except ValueError as exc:
-            print(f"no chart: {exc}", file=sys.stderr)
+        except Exception as exc:  # the JSON is written: a chart failure must not lose it
+            print(f"no chart: {exc!r}", file=sys.stderr)
     return written
 
 
