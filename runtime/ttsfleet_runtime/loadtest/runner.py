@@ -213,6 +213,7 @@ def progress_line(event: str, summary: dict) -> dict:
         **{f"share_{k}": v for k, v in summary["share"].items()},
         "gpu_memory_used_gib": None if used is None else round(used / 2**30, 2),
         "active_streams_max": server.get("active_streams_max"),
+        "queue_depth_mean": server.get("queue_depth_mean"),
     }
     if "passed" in summary:
         line |= {"passed": summary["passed"], "why": summary["why"]}

@@ -180,18 +180,20 @@ async def _over_socket(target: Target, text: str, rec: _Recording) -> None:
         rec.cut = True
 
 
-# The gauges sampled from /metrics during a run, and what each phase keeps of them.
+# The gauges sampled from /metrics during a run; a phase keeps the max and the mean of
+# each (the HPA compares the mean of queue depth and utilisation with its targets).
 _SAMPLED = {
-    metrics.GPU_MEMORY_USED: "gpu_memory_used_bytes_max",
+    metrics.GPU_MEMORY_USED: "gpu_memory_used_bytes",
     metrics.GPU_MEMORY_TOTAL: "gpu_memory_total_bytes",
-    metrics.ACTIVE_STREAMS: "active_streams_max",
-    metrics.QUEUE_DEPTH: "queue_depth_max",
+    metrics.GPU_UTILIZATION: "gpu_utilization",
+    metrics.ACTIVE_STREAMS: "active_streams",
+    metrics.QUEUE_DEPTH: "queue_depth",
 }
 
 
 def parse_metrics(text: str) -> tuple[dict, dict | None]:
-    """The sampled gauges of one /metrics text (summed over GPUs) and the build_info
-    labels (None where absent)."""
+    """The sampled gauges of one /metrics text (summed over GPUs; utilisation is then
+    GPUs' worth) and the build_info labels (None where absent)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: dict = {}
@@ -240,5 +242,6 @@ class MetricsSampler:
         out = {"scrapes": len(inside)}
         for name, key in _SAMPLED.items():
             seen = [values[name] for values in inside if name in values]
-            out[key] = max(seen) if seen else None
+            out[f"{key}_max"] = max(seen) if seen else None
+            out[f"{key}_mean"] = round(sum(seen) / len(seen), 3) if seen else None
         return out
