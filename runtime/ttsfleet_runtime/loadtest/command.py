@@ -199,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = asyncio.run(run_load(config))
+    except ModuleNotFoundError as exc:  # httpx, or websockets for --protocol websocket
+        print(f"loadtest needs {exc.name}: pip install 'ttsfleet[loadtest]'", file=sys.stderr)
+        return 2
     except SetupError as exc:
         print(f"loadtest: {exc}", file=sys.stderr)
         return 2
