@@ -12,12 +12,14 @@ at once, nothing more).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import math
 import os
 import platform
 import random
+import ssl
 import time
 from collections.abc import Callable, Sequence
 
@@ -26,6 +28,10 @@ from .streams import MetricsSampler, Target, request
 
 # The first request of a phase is sent this long after the phase is set up.
 LEAD_S = 0.05
+# Requests spread over this many HTTP clients: httpx's pool scans all its connections on
+# every request event, so one pool holding hundreds of open streams costs the client more
+# CPU than the server's answers (it then sends late and measures itself).
+CLIENT_SHARDS = 64
 
 
 @dataclasses.dataclass
@@ -105,9 +111,9 @@ async def _describe_server(client, config: LoadConfig) -> dict:
 
 
 class _Run:
-    def __init__(self, config: LoadConfig, client, target: Target, sampler: MetricsSampler):
+    def __init__(self, config: LoadConfig, clients, target: Target, sampler: MetricsSampler):
         self.config = config
-        self.client = client
+        self.clients = clients
         self.target = target
         self.sampler = sampler
         self.samples: list[dict] = []
@@ -117,14 +123,13 @@ class _Run:
         texts = [rng.choice(self.config.texts) for _ in times]
         start = time.perf_counter() + LEAD_S
         tasks = []
-        for offset, text in zip(times, texts, strict=True):
+        for index, (offset, text) in enumerate(zip(times, texts, strict=True)):
             scheduled = start + offset
             delay = scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(
-                asyncio.create_task(request(self.client, self.target, text, scheduled, offset))
-            )
+            client = self.clients[index % len(self.clients)]
+            tasks.append(asyncio.create_task(request(client, self.target, text, scheduled, offset)))
         samples = list(await asyncio.gather(*tasks))
         end = time.perf_counter()
         for sample in samples:
@@ -138,7 +143,11 @@ class _Run:
         rng = random.Random(self.config.seed)
         for _ in range(self.config.warmup):
             sample = await request(
-                self.client, self.target, rng.choice(self.config.texts), time.perf_counter(), 0.0
+                self.clients[0],
+                self.target,
+                rng.choice(self.config.texts),
+                time.perf_counter(),
+                0.0,
             )
             if sample["outcome"] == timings.CLIENT_ERROR:
                 raise SetupError(f"the server refused a request: {sample['error']}")
@@ -229,8 +238,17 @@ async def run_load(config: LoadConfig) -> dict:
     config.url = url
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     timeout = httpx.Timeout(config.timeout_s, connect=10.0)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        server = await _describe_server(client, config)
+    # One TLS context for every shard (each would load the CA file); httpx's own where it
+    # has one (0.28), else the system's.
+    tls = getattr(httpx, "create_ssl_context", ssl.create_default_context)()
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(limits=limits, timeout=timeout, verify=tls)
+            )
+            for _ in range(CLIENT_SHARDS)
+        ]
+        server = await _describe_server(clients[0], config)
         target = Target(
             url=url,
             model=server["model"],
@@ -240,8 +258,8 @@ async def run_load(config: LoadConfig) -> dict:
             timeout_s=config.timeout_s,
         )
         metrics_url = url + "/metrics" if config.metrics_url is None else config.metrics_url
-        sampler = MetricsSampler(client, metrics_url, config.metrics_interval_s)
-        run = _Run(config, client, target, sampler)
+        sampler = MetricsSampler(clients[0], metrics_url, config.metrics_interval_s)
+        run = _Run(config, clients, target, sampler)
         await run.warm_up()
         scraping = asyncio.create_task(sampler.run())
         try:
