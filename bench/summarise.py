@@ -5,7 +5,12 @@ Inputs (any but the first may be missing):
   derives them (recomputed here from the raw runs, so the derivation has one home);
 - `faster_qwen3_tts.json` of `bench/peers/bench_faster_qwen3_tts.py`: the peer's numbers
   (derived here; bench/peers/README.md says from which fields);
-- `profile_step.json` of `bench/profile_step.py`: `kernels_per_step_b1`.
+- `profile_step.json` of `bench/profile_step.py`: `kernels_per_step_b1`;
+- `--codec`: `codec_scale.json` of `bench/codec_scale.py` or `codec_bench.json` of
+  `bench/bench_codec.py`: `codec_ms_b128_n8` (one codec for every size: the same value
+  in each), the bf16 decode of 8 frames for 128 streams (graph replay where timed);
+- `--capacity`: `capacity.json` of `bench/capacity.py`: per size its `load` figures
+  (`ttfa_p95_ms_at_10_rps`, `ttfa_p95_ms_at_20_rps`, `knee_rps`, `max_concurrent_streams`).
 
 Speedups compare the peer with us on the same machine in the same run:
 `speedup_ms_per_frame_b1` and `speedup_ttfa_ms_b1` are peer / ours (times faster),
@@ -13,6 +18,7 @@ Speedups compare the peer with us on the same machine in the same run:
 
     PYTHONPATH=runtime python3 bench/summarise.py --ours $OUT/ours.json \\
         --peer $OUT/peers/faster_qwen3_tts.json --profile $OUT/profile_step.json \\
+        --codec $OUT/codec_scale.json --capacity $OUT/capacity.json \\
         --out bench/results/summary.json
 """
 
@@ -57,7 +63,33 @@ def present(d: dict) -> dict:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def summarise(ours: dict, peer: dict | None, profile: dict | None) -> dict:
+def codec_ms_b128_n8(codec: dict | None) -> float | None:
+    """ms of one bf16 codec decode of 8 frames for 128 streams, from either codec benchmark."""
+    if not codec:
+        return None
+    if "codec_ms_b128_n8" in codec:
+        return codec["codec_ms_b128_n8"]
+    for row in codec.get("scale", []):  # codec_scale.py: graphs, bf16, Triton convolutions
+        if row.get("batch") == 128 and row.get("frames") == 8 and "decode_ms" in row:
+            return round(row["decode_ms"], 3)
+    for result in codec.get("results", []):  # bench_codec.py: per dtype, eager and graph
+        if result.get("dtype") != "bfloat16":
+            continue
+        for step in result.get("steps", []):
+            if step.get("batch") == 128 and step.get("frames") == 8:
+                timed = step.get("graph") or step.get("eager") or {}
+                if "median_ms" in timed:
+                    return round(timed["median_ms"], 3)
+    return None
+
+
+def summarise(
+    ours: dict,
+    peer: dict | None,
+    profile: dict | None,
+    codec: dict | None = None,
+    capacity: dict | None = None,
+) -> dict:
     env = ours.get("env", {})
     sizes = {}
     for size, raw in ours.items():
@@ -87,6 +119,13 @@ def summarise(ours: dict, peer: dict | None, profile: dict | None) -> dict:
         elif peer and isinstance(peer.get(size), dict):
             entry[PEER] = dict(error=peer[size].get("error") or peer[size].get("skipped"))
         sizes[size] = entry
+    codec_ms = codec_ms_b128_n8(codec)
+    for size, run in ((capacity or {}).get("sizes") or {}).items():
+        if isinstance(run, dict) and run.get("load"):
+            sizes.setdefault(size, {})["load"] = run["load"]
+    for entry in sizes.values():
+        if codec_ms is not None and "error" not in entry:
+            entry["codec_ms_b128_n8"] = codec_ms
     return dict(
         device=env.get("gpu"),
         date=env.get("date"),
@@ -96,13 +135,24 @@ def summarise(ours: dict, peer: dict | None, profile: dict | None) -> dict:
             "device run. Fields: bench/results/README.md ('Where a number comes from'); "
             "graphs / capture_s: the decode + prefill graphs `ttsfleet serve` captures at start "
             "with its default settings and the seconds that takes; kernels_per_step_b1: GPU "
-            "kernels of one eager decode step at batch 1 (bench/profile_step.py)."
+            "kernels of one eager decode step at batch 1 (bench/profile_step.py); codec_ms_b128_n8: "
+            "one bf16 codec decode of 8 frames for 128 streams; load: `ttsfleet loadtest` over "
+            "HTTP against `ttsfleet serve` (bench/capacity.py, docs/capacity.md)."
         ),
     )
 
 
 def load(path: str | None) -> dict | None:
     return json.loads(Path(path).read_text()) if path else None
+
+
+def load_optional(path: str | None) -> dict | None:
+    """A file the summary can do without: missing or unreadable, it is left out (said so)."""
+    try:
+        return load(path)
+    except (OSError, ValueError) as exc:
+        print(f"leaving out {path}: {exc}", file=sys.stderr)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,12 +165,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
+    ap.add_argument("--codec", help="codec_scale.json or codec_bench.json (codec_ms_b128_n8)")
+    ap.add_argument("--capacity", help="capacity.json of bench/capacity.py (load figures)")
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
     ours: dict = {}
     for path in args.ours:  # sizes from every file; env and the rest from the first
         ours = load(path) | ours
-    summary = summarise(ours, load(args.peer), load(args.profile))
+    summary = summarise(
+        ours,
+        load(args.peer),
+        load(args.profile),
+        load_optional(args.codec),
+        load_optional(args.capacity),
+    )
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
     for size, entry in summary["sizes"].items():
         print(size, json.dumps(entry))

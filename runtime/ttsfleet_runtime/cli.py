@@ -1,5 +1,5 @@
 """The runtime's command line, `ttsfleet-runtime` (or `python -m ttsfleet_runtime`):
-`serve`, `checkpoint`, `bench` and `voices`.
+`serve`, `checkpoint`, `bench`, `loadtest` and `voices`.
 
 The runtime image runs it without the operator installed. In a checkout the operator's
 `ttsfleet` CLI offers the same subcommands (`register(subparsers)`), so `ttsfleet serve`
@@ -147,6 +147,27 @@ def _bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _add_loadtest(subparsers) -> None:
+    p = subparsers.add_parser(
+        "loadtest",
+        help="load a running server: TTFA, underruns and capacity knee per arrival rate",
+        description="Open-loop arrivals (or a burst) against a server's public API, streaming "
+        "over HTTP or WebSocket; writes loadtest.json and loadtest.png into --out. "
+        "`loadtest chart RESULT.json --out X.png` redraws the chart.",
+    )
+    from .loadtest.command import add_arguments, add_chart_action  # argparse only
+
+    add_arguments(p)
+    add_chart_action(p.add_subparsers(dest="loadtest_action"))
+    p.set_defaults(handler=_loadtest)
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    from .loadtest.command import run
+
+    return run(args)
+
+
 def _add_voices(subparsers) -> None:
     p = subparsers.add_parser(
         "voices",
@@ -214,6 +235,7 @@ def register(subparsers) -> None:
     _add_serve(subparsers)
     _add_checkpoint(subparsers)
     _add_bench(subparsers)
+    _add_loadtest(subparsers)
     _add_voices(subparsers)
 
 

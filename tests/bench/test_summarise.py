@@ -115,3 +115,61 @@ def test_without_peer_or_profile_there_are_no_speedups_or_kernel_counts(tmp_path
     assert set(size) == {"ours"}
     assert "kernels_per_step_b1" not in size["ours"] and "graphs" not in size["ours"]
     assert size["ours"]["ms_per_frame_b1"] == 3.0
+
+
+def capacity_run(knee: float) -> dict:
+    """capacity.json of bench/capacity.py: per size its load figures (and more, not copied)."""
+    load = dict(
+        ttfa_p95_ms_at_10_rps=31.5,
+        ttfa_p95_ms_at_20_rps=47.0,
+        knee_rps=knee,
+        max_concurrent_streams=256,
+    )
+    return dict(rates=dict(rates=[], knee_rps=knee), burst=dict(streams=256), load=load)
+
+
+def test_codec_and_load_figures_join_each_size(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    ours["0.6B"] = ours_size([2.0], [9.0])
+    codec = dict(
+        benchmark="codec_scale",
+        scale=[
+            dict(frames=8, batch=64, decode_ms=7.0),
+            dict(frames=8, batch=128, decode_ms=12.3456),
+            dict(frames=1, batch=128, decode_ms=3.0),
+        ],
+    )
+    capacity = dict(sizes={"1.7B": capacity_run(120.0), "0.6B": dict(errors={"rates": "boom"})})
+    sizes = summarise(tmp_path, dict(ours=ours, codec=codec, capacity=capacity))["sizes"]
+    assert sizes["1.7B"]["codec_ms_b128_n8"] == sizes["0.6B"]["codec_ms_b128_n8"] == 12.346
+    assert sizes["1.7B"]["load"] == capacity_run(120.0)["load"]
+    assert "load" not in sizes["0.6B"]  # its capacity run failed: nothing to copy
+
+
+def test_the_codec_figure_comes_from_bench_codec_too_and_missing_files_are_left_out(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    step = dict(batch=128, frames=8, graph=dict(median_ms=20.5), eager=dict(median_ms=70.0))
+    codec = dict(
+        results=[
+            dict(dtype="float32", steps=[dict(step, graph=dict(median_ms=99.0))]),
+            dict(dtype="bfloat16", steps=[dict(batch=128, frames=4), step]),
+        ]
+    )
+    assert (
+        summarise(tmp_path, dict(ours=ours, codec=codec))["sizes"]["1.7B"]["codec_ms_b128_n8"]
+        == 20.5
+    )
+
+    out = tmp_path / "summary.json"
+    (tmp_path / "ours.json").write_text(json.dumps(ours))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--ours", str(tmp_path / "ours.json")]
+        + ["--codec", str(tmp_path / "absent.json"), "--capacity", str(tmp_path / "none.json")]
+        + ["--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "absent.json" in done.stderr
+    size = json.loads(out.read_text())["sizes"]["1.7B"]
+    assert "codec_ms_b128_n8" not in size and "load" not in size
