@@ -169,11 +169,14 @@ class ModelRunner:
         return min(self.prefill_buckets[-1], self.max_len - 1)
 
     def _kv_pool_blocks(self, cfg, memory_share: float, blocks: int | None, block_size: int) -> int:
-        """Usable blocks of the KV pool; refuses a pool that cannot hold
-        `max_batch` short streams, naming the numbers and what to change."""
+        """Usable blocks of the KV pool. One sized from the GPU's free memory must
+        hold `max_batch` streams of MIN_STREAM_SECONDS (or of max_len, if less):
+        else start-up fails naming the numbers and what to change."""
         per_position = bytes_per_position(cfg, self.dtype)
         per_block = per_position * block_size
-        per_stream = stream_blocks(MIN_STREAM_SECONDS, block_size)
+        per_stream = min(
+            stream_blocks(MIN_STREAM_SECONDS, block_size), blocks_for(self.max_len, block_size)
+        )
         # More than every slot at max_len could ever use is never needed.
         cap = self.max_batch * blocks_for(self.max_len, block_size)
         if blocks is not None:
@@ -186,19 +189,19 @@ class ModelRunner:
                 f"{memory_share:g} of the {free / 2**30:.1f} GiB free after the weights "
                 "(--kv-cache-memory)"
             )
+            need = self.max_batch * per_stream
+            if blocks < need:
+                raise ValueError(
+                    f"the KV cache gets {blocks} blocks of {block_size} positions "
+                    f"({blocks * per_block / 2**30:.2f} GiB: {source}) but --max-batch "
+                    f"{self.max_batch} streams of {MIN_STREAM_SECONDS} s need {need} blocks "
+                    f"({need * per_block / 2**30:.2f} GiB): lower --max-batch to "
+                    f"{blocks // per_stream} or raise --kv-cache-memory"
+                )
         else:
             blocks = cap
             source = "every slot at max_len"
-        need = self.max_batch * per_stream
         gib = blocks * per_block / 2**30
-        if blocks < need:
-            raise ValueError(
-                f"the KV cache gets {blocks} blocks of {block_size} positions ({gib:.1f} GiB: "
-                f"{source}) but --max-batch {self.max_batch} streams of "
-                f"{MIN_STREAM_SECONDS} s need {need} blocks "
-                f"({need * per_block / 2**30:.1f} GiB): lower --max-batch to "
-                f"{max(1, blocks // per_stream)} or raise --kv-cache-memory"
-            )
         log.info(
             f"KV cache: {blocks} blocks of {block_size} positions, {gib:.1f} GiB ({source}), "
             f"{per_position // 1024} KiB per position: holds {blocks // per_stream} streams "
