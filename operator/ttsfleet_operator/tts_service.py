@@ -373,6 +373,14 @@ class EngineSpec(SpecModel):
     max_batch: int = Field(
         **RUNTIME_SETTINGS["max_batch"].field_args(), description="Streams decoded together."
     )
+    max_len: int = Field(
+        **RUNTIME_SETTINGS["max_len"].field_args(),
+        description="KV positions one stream may use: its prompt and 12.5 frames a second.",
+    )
+    kv_cache_memory: float = Field(
+        **RUNTIME_SETTINGS["kv_cache_memory"].field_args(),
+        description="Share of the GPU memory free after the weights that the KV cache takes.",
+    )
     max_queue: int = Field(
         **RUNTIME_SETTINGS["max_queue"].field_args(), description="Requests waiting before 429s."
     )

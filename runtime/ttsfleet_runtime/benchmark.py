@@ -103,6 +103,34 @@ async def run_batch(engine, batch: int, frames: int) -> dict:
     )
 
 
+def spread_kv_blocks(runner, batch: int, live_len: int):
+    """Give slots [0, batch) distinct KV blocks for `live_len` positions, interleaved
+    as streams that grow together get them (a timing's rows; the engine's scheduler
+    hands out real streams' blocks). -> the host block table before, for
+    `restore_kv_blocks`."""
+    from .engine.kv_blocks import blocks_for
+
+    cache = runner.cache
+    per_row = blocks_for(live_len, cache.block_size)
+    if batch * per_row > cache.num_blocks - 1:
+        raise ValueError(
+            f"{batch} rows of {live_len} positions need {batch * per_row} KV blocks; "
+            f"the pool has {cache.num_blocks - 1}"
+        )
+    saved = cache.host_table.clone()
+    for slot in range(batch):
+        cache.set_blocks(slot, [1 + j * batch + slot for j in range(per_row)])
+    cache.flush()
+    return saved
+
+
+def restore_kv_blocks(runner, saved) -> None:
+    cache = runner.cache
+    for slot in range(saved.shape[0]):
+        cache.set_blocks(slot, [b for b in saved[slot].tolist() if b])
+    cache.flush()
+
+
 def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     """Replay time of one captured decode step (GPU time, CUDA events)."""
     import torch
@@ -110,9 +138,10 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     runner = engine.runner
     B = runner.bucket(batch)
     graph = runner.graphs.get(B) or runner.capture(B)
-    # Between runs every slot is free: give the rows a live length for the
-    # timing, and take it back after.
+    # Between runs every slot is free: give the rows a live length (and blocks
+    # of their own to read) for the timing, and take them back after.
     saved = runner.state.position.clone()
+    saved_blocks = spread_kv_blocks(runner, batch, live_len)
     runner.state.position[:batch] = live_len - 1
     runner.state.active.zero_()  # replays must not advance real streams
     for _ in range(3):
@@ -125,6 +154,7 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     end.record()
     torch.cuda.synchronize()
     runner.state.position.copy_(saved)
+    restore_kv_blocks(runner, saved_blocks)
     return round(start.elapsed_time(end) / iters, 3)
 
 
@@ -186,7 +216,8 @@ async def bench_size(size: str, args) -> dict:
     r["prompt_tokens"] = len(engine.builder.text_ids(TEXT))
     codec_state = engine.codec.state_bytes_per_stream  # a property of the codec
     r["memory_per_stream_bytes"] = dict(
-        talker_kv=runner.cache.bytes_per_slot(),
+        talker_kv_per_block=runner.cache.bytes_per_block,
+        talker_kv_blocks=runner.cache.num_blocks - 1,
         predictor_kv=runner.predictor_cache.bytes_per_slot(),
         codec_state=codec_state,
     )

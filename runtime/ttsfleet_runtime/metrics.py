@@ -14,6 +14,10 @@ What each metric means, exactly:
 - ttsfleet_gpu_utilization_ratio, ttsfleet_gpu_memory_used_bytes,
   ttsfleet_gpu_memory_total_bytes (gauges, label `gpu` = index): NVML readings,
   present only where an NVIDIA driver is (so clusters without DCGM still scale).
+- ttsfleet_kv_cache_used_bytes, ttsfleet_kv_cache_total_bytes (gauges): the
+  talker's paged KV cache, read from the engine at scrape time: bytes of the
+  blocks streams hold now, and of the whole pool. Memory per stream is used /
+  ttsfleet_active_streams; used near total means new streams wait for memory.
 - ttsfleet_build_info (gauge, 1): labels version, model, variant, size.
 - ttsfleet_requests_total (counter, labels route, code): every finished API
   request by route template and its real outcome as an HTTP status ("101"
@@ -56,6 +60,8 @@ GPU_UTILIZATION = "ttsfleet_gpu_utilization_ratio"  # 0..1, from NVML
 GPU_MEMORY_USED = "ttsfleet_gpu_memory_used_bytes"
 GPU_MEMORY_TOTAL = "ttsfleet_gpu_memory_total_bytes"
 READY = "ttsfleet_ready"  # 1 when the engine admits work
+KV_CACHE_USED = "ttsfleet_kv_cache_used_bytes"  # KV blocks streams hold
+KV_CACHE_TOTAL = "ttsfleet_kv_cache_total_bytes"  # the KV pool
 BUILD_INFO = "ttsfleet_build_info"  # 1, labels: version, model, variant, size
 
 # Counters (exposed with the _total suffix)
@@ -181,6 +187,12 @@ class _EngineCollector:
         yield GaugeMetricFamily(ACTIVE_STREAMS, "Requests generating now", value=stats.active)
         yield GaugeMetricFamily(
             READY, "1 while this pod admits work", value=1 if self._ready() else 0
+        )
+        yield GaugeMetricFamily(
+            KV_CACHE_USED, "KV cache bytes streams hold", value=stats.kv_cache_used_bytes
+        )
+        yield GaugeMetricFamily(
+            KV_CACHE_TOTAL, "KV cache bytes in all", value=stats.kv_cache_total_bytes
         )
         yield CounterMetricFamily(
             _strip_total(FRAMES), "Codec frames generated", value=stats.frames_total

@@ -112,10 +112,21 @@ class ServerSettings:
     )
     # Engine sizing, passed through to the engine. The TTSService CRD takes its
     # spec.engine defaults and bounds from these entries: what a pod gets by default
-    # and what `serve` gets by default are the same. 64 slots of 4608 KV positions of
-    # the 1.7B talker are about 34 GB (bf16): an 80 GB GPU holds them beside the weights.
-    max_batch: int = setting(
-        64, "streams decoded together (KV cache slots)", minimum=1, maximum=1024
+    # and what `serve` gets by default are the same. The talker's KV cache is paged: a
+    # stream holds 112 KiB per position (0.6B and 1.7B, bf16) for the positions it has,
+    # from a pool of `kv_cache_memory` of the GPU memory left after the weights; on an
+    # 80 GB H100 that is ~37 GB, ~330,000 positions: 256 streams of 10 s take ~6 GB.
+    max_batch: int = setting(256, "streams decoded together (batch slots)", minimum=1, maximum=1024)
+    # Positions of one stream: its prompt and frames (12.5 a second of audio). Memory
+    # is taken as a stream grows, so this costs only a table entry per 64 positions.
+    max_len: int = setting(
+        4608, "KV positions one stream may use (prompt + frames)", minimum=256, maximum=65536
+    )
+    kv_cache_memory: float = setting(
+        0.5,
+        "share of the GPU memory free after the weights that the KV cache takes",
+        minimum=0.01,
+        maximum=0.95,
     )
     # Admission always queues first: 0 would refuse every request with 429.
     max_queue: int = setting(256, "waiting requests before 429", minimum=1, maximum=100000)

@@ -125,3 +125,47 @@ def test_one_captured_graph_serves_every_length():
         lengths.copy_(torch.tensor(new))
         graph.replay()
         assert relative_error(out, reference(q, k_cache, v_cache, lengths)) < 1e-2
+
+
+def page_out(cache, lengths, page, seed=0, spare=3):
+    """A slot-major cache [B, K, L, d] as a paged pool [N, K, page, d] with a shuffled block
+    table [B, L / page]: each row's blocks scattered among spare ones; every pool position
+    that holds no live position is NaN."""
+    B, K, L, d = cache.shape
+    width = L // page
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(B * width + spare, generator=g)
+    table = order[: B * width].view(B, width).to(torch.int32)
+    pool = torch.full((B * width + spare, K, page, d), float("nan"), dtype=cache.dtype)
+    pool = pool.to(cache.device)
+    for b in range(B):
+        for i in range(width):
+            live = max(0, min(page, int(lengths[b]) - i * page))
+            pool[table[b, i], :, :live] = cache[b, :, i * page : i * page + live]
+    return pool, table.to(cache.device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_paged_cache_matches_the_slot_major_reference(dtype, group, splits):
+    """Lengths inside the first block, on a boundary and across several blocks."""
+    lengths = (1, 16, 17, 47, 64)
+    q, k_cache, v_cache, lengths = make_case(dtype, group, lengths=lengths, length=64, seed=3)
+    k_pool, table = page_out(k_cache, lengths, page=16, seed=1)
+    v_pool, _ = page_out(v_cache, lengths, page=16, seed=1)
+    out = torch.full(q.shape, float("nan"), dtype=dtype, device=DEVICE)
+
+    decode_attention(q, k_pool, v_pool, lengths, out=out, splits=splits, block_table=table)
+
+    assert torch.isfinite(out).all()
+    assert relative_error(out, reference(q, k_cache, v_cache, lengths)) < TOLERANCE[dtype]
+
+
+def test_paged_cache_rejects_a_block_that_is_not_a_power_of_two():
+    q, k_cache, v_cache, lengths = make_case(torch.float32, 2, lengths=(3, 5, 7), length=24)
+    table = torch.zeros(3, 1, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="power of two"):
+        decode_attention(q, k_cache[:, :, :24], v_cache[:, :, :24], lengths, block_table=table)
+    with pytest.raises(ValueError, match="block_table"):
+        decode_attention(q, k_cache[:, :, :16], v_cache[:, :, :16], lengths, block_table=table[:2])

@@ -91,3 +91,41 @@ def test_rejects_a_projection_that_does_not_match_the_cache():
             qkv[:, :-1], q_weight, k_weight, rope.cos, rope.sin, positions,
             k_all[1][:3], v_all[1][:3], EPS,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_writes_land_in_the_rows_blocks(dtype):
+    """Rows at positions in their first block, at a block's first and last offsets, and
+    several blocks in; a shuffled block table. Only each row's one (block, offset) changes."""
+    page, width = 16, 3
+    heads, qkv, q_weight, k_weight, k_all, v_all, _ = make_case(dtype, group=2, batch=4)
+    B, K, d = qkv.shape[0], k_all.shape[2], k_all.shape[-1]
+    positions = torch.tensor([5, 16, 31, 40], device=DEVICE)
+    g = torch.Generator().manual_seed(4)
+    table = torch.randperm(B * width + 2, generator=g)[: B * width].view(B, width)
+    table = table.to(DEVICE, torch.int32)
+    pool_shape = (B * width + 2, K, page, d)
+    k_pool = torch.randn(pool_shape, generator=g).to(DEVICE, dtype)
+    v_pool = torch.randn(pool_shape, generator=g).to(DEVICE, dtype)
+    rope = RotaryTable(d, theta=1e6, max_positions=page * width).to(DEVICE)
+    # The eager path on slot-major rows, then where each row's write goes in the pool.
+    k_rows = torch.zeros(B, K, page * width, d, dtype=dtype, device=DEVICE)
+    v_rows = torch.zeros_like(k_rows)
+    q_expected = eager(heads, qkv, q_weight, k_weight, rope, positions, k_rows, v_rows)
+    blocks = table[torch.arange(B, device=DEVICE), positions // page].long()
+    k_expected, v_expected = k_pool.clone(), v_pool.clone()
+    rows = torch.arange(B, device=DEVICE)
+    k_expected[blocks, :, positions % page] = k_rows[rows, :, positions]
+    v_expected[blocks, :, positions % page] = v_rows[rows, :, positions]
+
+    q = qk_norm_rope_write(
+        qkv, q_weight, k_weight, rope.cos, rope.sin, positions, k_pool, v_pool, EPS,
+        block_table=table,
+    )  # fmt: skip
+
+    assert relative_error(q, q_expected) < TOLERANCE[dtype]
+    written = torch.zeros(pool_shape, dtype=torch.bool, device=DEVICE)
+    written[blocks, :, positions % page] = True
+    assert torch.equal(k_pool[~written], k_expected[~written])
+    assert torch.equal(v_pool, v_expected)
+    assert relative_error(k_pool[written], k_expected[written]) < TOLERANCE[dtype]

@@ -19,7 +19,14 @@ from ttsfleet_operator.tts_service import EngineSpec
 from ttsfleet_runtime.settings import BY_ENV, SETTINGS, ServerSettings, environment
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINE_SETTINGS = ("max_batch", "max_queue", "cuda_graphs", "first_chunk_frames")
+ENGINE_SETTINGS = (
+    "max_batch",
+    "max_len",
+    "kv_cache_memory",
+    "max_queue",
+    "cuda_graphs",
+    "first_chunk_frames",
+)
 
 
 def engine_environment(service) -> dict[str, str]:
@@ -61,6 +68,8 @@ def test_the_crd_schema_has_the_catalogues_bounds_and_choices():
     schema = crd_engine_schema()
     for name, wire in (
         ("max_batch", "maxBatch"),
+        ("max_len", "maxLen"),
+        ("kv_cache_memory", "kvCacheMemory"),
         ("max_queue", "maxQueue"),
         ("first_chunk_frames", "firstChunkFrames"),
     ):
@@ -91,6 +100,8 @@ def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
         {
             "engine": {
                 "maxBatch": 8,
+                "maxLen": 1024,
+                "kvCacheMemory": 0.3,
                 "maxQueue": 1,
                 "cudaGraphs": False,
                 "dtype": "float32",
@@ -133,6 +144,8 @@ def test_flag_and_variable_names_are_the_published_ones():
         "--max-voices-per-tenant": "TTSFLEET_MAX_VOICES_PER_TENANT",
         "--max-voice-bytes-per-tenant": "TTSFLEET_MAX_VOICE_BYTES_PER_TENANT",
         "--max-batch": "TTSFLEET_MAX_BATCH",
+        "--max-len": "TTSFLEET_MAX_LEN",
+        "--kv-cache-memory": "TTSFLEET_KV_CACHE_MEMORY",
         "--max-queue": "TTSFLEET_MAX_QUEUE",
         "--dtype": "TTSFLEET_DTYPE",
         "--cuda-graphs": "TTSFLEET_CUDA_GRAPHS",
@@ -211,6 +224,8 @@ def test_a_flag_beats_its_variable(monkeypatch):
     [
         ("TTSFLEET_MAX_BATCH", "0", "must be at least 1"),
         ("TTSFLEET_MAX_BATCH", "many", "expected an integer"),
+        ("TTSFLEET_MAX_LEN", "100", "must be at least 256"),
+        ("TTSFLEET_KV_CACHE_MEMORY", "1", "must be at most 0.95"),
         ("TTSFLEET_CUDA_GRAPHS", "yes", "expected on or off"),
         ("TTSFLEET_DTYPE", "int8", "expected one of bfloat16, float16, float32"),
         ("TTSFLEET_PORT", "70000", "must be at most 65535"),
@@ -243,7 +258,7 @@ def test_serve_help_names_each_variable_and_default(capsys):
     for entry in SETTINGS.values():
         if entry.flag is not None:
             assert f"[{entry.env}]" in text, entry.env
-    assert "(default: 64) [TTSFLEET_MAX_BATCH]" in text
+    assert "(default: 256) [TTSFLEET_MAX_BATCH]" in text
 
 
 def test_the_catalogue_imports_only_the_standard_library():

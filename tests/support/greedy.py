@@ -41,6 +41,8 @@ def our_codes(
     prompt = builder.voice(voice, instructions, language)
     ids = builder.text_ids(text)
     embeds = builder.prefill_embeds(model.talker, prompt, ids[0])
+    # The engine's scheduler hands out KV blocks; here slot 0 takes every position's.
+    runner.set_blocks(0, list(range(1, 1 + runner.cache.host_table.shape[1])))
     runner.prefill(0, embeds, params)
     runner.set_text(0, ids[1:] + [model.config.tts_eos_token_id], 0)
     out = []

@@ -50,7 +50,9 @@ def runtime_metric_names() -> set[str]:
     """Every series name the runtime server exposes (GPU gauges included)."""
     from ttsfleet_runtime.metrics import RuntimeMetrics
 
-    stats = types.SimpleNamespace(queue_depth=0, active=0, frames_total=0)
+    stats = types.SimpleNamespace(
+        queue_depth=0, active=0, frames_total=0, kv_cache_used_bytes=0, kv_cache_total_bytes=0
+    )
     return _exposed_names(RuntimeMetrics(lambda: stats, lambda: True, gpu=_OneGpu()).registry)
 
 

@@ -31,6 +31,8 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         "host": "0.0.0.0",
         "port": HTTP_PORT,
         "max_batch": engine.max_batch,
+        "max_len": engine.max_len,
+        "kv_cache_memory": engine.kv_cache_memory,
         "max_queue": engine.max_queue,
         "dtype": engine.dtype,
         "cuda_graphs": engine.cuda_graphs,

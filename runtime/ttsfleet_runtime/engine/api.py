@@ -163,6 +163,10 @@ class EngineStats:
     frames_total: int  # codec frames generated since start
     gpu_memory_used_bytes: int | None = None
     gpu_memory_total_bytes: int | None = None
+    # The talker's paged KV cache: bytes of the blocks streams hold, and of the pool
+    # (per stream: used / active). 0 before the engine has loaded.
+    kv_cache_used_bytes: int = 0
+    kv_cache_total_bytes: int = 0
 
 
 class Engine(Protocol):

@@ -38,6 +38,7 @@ from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecWorker
+from .kv_blocks import KVBlocks
 from .model_runner import ModelRunner, SlotParams
 from .scheduler import Scheduler, StepRules
 from .sequence import Sequence, Status
@@ -65,6 +66,9 @@ class EngineCore:
         max_text_tokens: int,
         capture_all_graphs: bool,
         progress: Callable[[str], None],
+        kv_cache_memory: float,
+        kv_blocks: int | None,
+        kv_block_size: int,
     ):
         self.path = path
         self.config = config
@@ -77,6 +81,9 @@ class EngineCore:
         self.chunk_frames = chunk_frames
         self.max_len = max_len
         self.max_text_tokens = max_text_tokens
+        self.kv_cache_memory = kv_cache_memory
+        self.kv_blocks = kv_blocks
+        self.kv_block_size = kv_block_size
         # False: decode graphs are captured on first use of a bucket (quicker
         # start; the first step of each new bucket pays the capture).
         self.capture_all_graphs = capture_all_graphs
@@ -113,7 +120,12 @@ class EngineCore:
             max_text=self.max_text_tokens,
             device=self.device,
             cuda_graphs=self.cuda_graphs,
+            kv_cache_memory=self.kv_cache_memory,
+            kv_blocks=self.kv_blocks,
+            kv_block_size=self.kv_block_size,
         )
+        cache = self.runner.cache
+        self.scheduler.kv = KVBlocks(cache.num_blocks, cache.block_size)
         say("loading the codec decoder")
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
         decoder = load_speech_tokenizer(self.path / "speech_tokenizer", self.device, codec_dtype)
@@ -227,6 +239,18 @@ class EngineCore:
         for seq in done:
             if seq.slot is not None and self.scheduler.running.get(seq.slot) is None:
                 self.runner.release(seq.slot)
+            # Its slot's row now names none of its blocks (released above, or
+            # rewritten for the sequence that took the slot): they may be reused.
+            with self.lock:
+                self.scheduler.release_kv(seq)
+
+    def _sync_block_tables(self) -> None:
+        """Mirror the scheduler's block assignments into the runner's table
+        (sent to the device once, before the next step)."""
+        with self.lock:
+            changed = self.scheduler.take_kv_changes()
+        for slot, blocks in changed:
+            self.runner.set_blocks(slot, blocks)
 
     @torch.inference_mode()
     def _iteration(self) -> bool:
@@ -235,14 +259,19 @@ class EngineCore:
             for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
                 self._take_text(seq)
             plan = self.scheduler.plan()
+        self._sync_block_tables()  # the prompts' blocks, before the prefills store into them
         for seq in plan.prefill:
             self._prefill(seq)
         with self.lock:
             for seq in list(self.scheduler.running.values()):
                 self._take_text(seq)
             rows, extent, live = self.scheduler.step_rows()
+            starved = self.scheduler.kv_deadlock()
+            if starved is not None:
+                self._end_kv_starved(starved)
+        self._sync_block_tables()  # blocks the step's rows grew into
         if not rows:
-            return bool(plan.prefill)
+            return bool(plan.prefill) or starved is not None
         stepped, codes, nxt = self._step_isolating(rows, extent, live)
         with self.lock:
             outcome = self.scheduler.postprocess(stepped, codes, nxt, self.rules)
@@ -263,6 +292,22 @@ class EngineCore:
                 if not seq.finished:
                     self._finish(seq, "error", _failure("generation failed", exc))
         return True
+
+    def _end_kv_starved(self, seq: Sequence) -> None:
+        """Under the lock: every running stream waits for a KV block and none can
+        finish to free one; end `seq` (the youngest) so the others go on."""
+        kv = self.scheduler.kv
+        message = (
+            f"the KV cache is full: all {len(self.scheduler.kv_stalled)} running streams wait "
+            f"for memory ({kv.total} blocks of {kv.block_size} positions); this one, the "
+            "youngest, was ended so the others can finish (more memory: --kv-cache-memory; "
+            "fewer streams: --max-batch)"
+        )
+        log.error(
+            "KV cache exhausted; ending the youngest stream",
+            extra={"request_id": seq.request_id, "kv_blocks": kv.total, "held": len(seq.kv_blocks)},
+        )
+        self._finish(seq, "error", EngineError(message))
 
     def _take_text(self, seq: Sequence) -> None:
         """Under the lock: commit newly arrived text ids and hand the runner the

@@ -12,6 +12,10 @@ All of it reads and writes per-slot state tensors, so the step is one CUDA
 graph per batch bucket with sampling inside and one device-to-host copy (the
 frame's codes) per step. A graph attends over the whole KV cache, each row
 masked to its own length, so one graph serves every length.
+
+The talker's KV cache is paged (engine/kv_cache.py): a pool of blocks sized
+at start-up from the memory left after the weights (`kv_cache_memory`), and a
+block table the engine fills as streams grow (`set_blocks`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import torch
 
 from ..model.weights import LoadedModel
 from . import fusion
-from .kv_cache import KVCache
+from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks
+from .kv_cache import KVCache, PagedKVCache, bytes_per_position
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,14 @@ class ModelRunner:
         device: str,
         cuda_graphs: bool,
         compile_kernels: bool | None = None,
+        kv_cache_memory: float = 0.5,
+        kv_blocks: int | None = None,
+        kv_block_size: int = BLOCK_POSITIONS,
     ):
+        """`kv_cache_memory`: share of the GPU memory free after the weights that
+        the KV pool may take (capped at what `max_batch` streams of `max_len`
+        positions need); `kv_blocks` sets the pool's usable blocks instead (on
+        the CPU the default is that cap)."""
         self.model = model
         self.talker = model.talker
         self.predictor = model.predictor
@@ -105,8 +117,11 @@ class ModelRunner:
             # Fewer, fused kernels: inside a graph, time goes to the number of
             # kernels (thousands per step), not to launching them.
             fusion.enable()
-        self._check_memory(cfg, max_batch, max_len)
-        self.cache = KVCache.allocate(cfg, max_batch, max_len, self.dtype, self.device)
+        blocks = self._kv_pool_blocks(cfg, kv_cache_memory, kv_blocks, kv_block_size)
+        # One block more than usable: the scratch block (engine/kv_blocks.py).
+        self.cache = PagedKVCache(
+            cfg, max_batch, max_len, blocks + 1, kv_block_size, self.dtype, self.device
+        )
         assert cfg.code_predictor is not None
         self.predictor_cache = KVCache.allocate(
             cfg.code_predictor, max_batch, self.groups, self.dtype, self.device
@@ -153,18 +168,47 @@ class ModelRunner:
         """The longest prompt `prefill` takes (positions); admission refuses longer."""
         return min(self.prefill_buckets[-1], self.max_len - 1)
 
-    def _check_memory(self, cfg, max_batch: int, max_len: int) -> None:
-        """Refuse a KV cache that cannot fit, with the numbers to change."""
-        if self.device.type != "cuda":
-            return
-        per_slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * max_len * cfg.head_dim
-        need = per_slot * max_batch * torch.tensor([], dtype=self.dtype).element_size()
-        free, _ = torch.cuda.mem_get_info(self.device)
-        if need > 0.8 * free:
-            raise ValueError(
-                f"the KV cache needs {need / 2**30:.1f} GiB ({max_batch} slots x {max_len} positions) but "
-                f"{free / 2**30:.1f} GiB are free: lower max_batch or max_len"
+    def _kv_pool_blocks(self, cfg, memory_share: float, blocks: int | None, block_size: int) -> int:
+        """Usable blocks of the KV pool. One sized from the GPU's free memory must
+        hold `max_batch` streams of MIN_STREAM_SECONDS (or of max_len, if less):
+        else start-up fails naming the numbers and what to change."""
+        per_position = bytes_per_position(cfg, self.dtype)
+        per_block = per_position * block_size
+        per_stream = min(
+            stream_blocks(MIN_STREAM_SECONDS, block_size), blocks_for(self.max_len, block_size)
+        )
+        # More than every slot at max_len could ever use is never needed.
+        cap = self.max_batch * blocks_for(self.max_len, block_size)
+        if blocks is not None:
+            source = "kv_blocks"
+        elif self.device.type == "cuda":
+            torch.cuda.empty_cache()  # what loading the weights left cached is free too
+            free, _ = torch.cuda.mem_get_info(self.device)
+            blocks = min(cap, int(memory_share * free) // per_block)
+            source = (
+                f"{memory_share:g} of the {free / 2**30:.1f} GiB free after the weights "
+                "(--kv-cache-memory)"
             )
+            need = self.max_batch * per_stream
+            if blocks < need:
+                raise ValueError(
+                    f"the KV cache gets {blocks} blocks of {block_size} positions "
+                    f"({blocks * per_block / 2**30:.2f} GiB: {source}) but --max-batch "
+                    f"{self.max_batch} streams of {MIN_STREAM_SECONDS} s need {need} blocks "
+                    f"({need * per_block / 2**30:.2f} GiB): lower --max-batch to "
+                    f"{blocks // per_stream} or raise --kv-cache-memory"
+                )
+        else:
+            blocks = cap
+            source = "every slot at max_len"
+        gib = blocks * per_block / 2**30
+        log.info(
+            f"KV cache: {blocks} blocks of {block_size} positions, {gib:.1f} GiB ({source}), "
+            f"{per_position // 1024} KiB per position: holds {blocks // per_stream} streams "
+            f"of {MIN_STREAM_SECONDS} s or {blocks // stream_blocks(60, block_size)} of 60 s",
+            extra={"kv_blocks": blocks, "kv_bytes_per_position": per_position},
+        )
+        return blocks
 
     # ------------------------------------------------------------ per request
     @torch.inference_mode()
@@ -193,8 +237,9 @@ class ModelRunner:
             graph.replay()
         else:
             self._prefill_step(P)
-        self.cache.k[:, slot, :, :T] = self.prefill_cache.k[:, 0, :, :T]
-        self.cache.v[:, slot, :, :T] = self.prefill_cache.v[:, 0, :, :T]
+        self.cache.store_prompt(
+            slot, self.prefill_cache.k[:, 0, :, :T], self.prefill_cache.v[:, 0, :, :T]
+        )
         s.frame[slot] = 0
         s.position[slot] = T
         s.text_len[slot] = 0
@@ -242,9 +287,16 @@ class ModelRunner:
         self.prefill_graphs[P] = graph
         return graph
 
+    def set_blocks(self, slot: int, blocks: list[int]) -> None:
+        """The KV blocks of the stream in `slot` (positions in order); on the
+        device before the next decode step."""
+        self.cache.set_blocks(slot, blocks)
+
     def release(self, slot: int) -> None:
-        """Forget a finished slot: position 0, so the slot may sit as padding in
-        a batch bucket and write only where nothing lives."""
+        """Forget a finished slot: position 0 and no blocks, so the slot may sit
+        as padding in a batch bucket and write only where nothing lives (the
+        scratch block)."""
+        self.cache.set_blocks(slot, [])
         self.state.position[slot] = 0
         self.state.frame[slot] = 0
         self.state.text_len[slot] = 0
@@ -330,13 +382,15 @@ class ModelRunner:
         x = embed_sum + self.talker.text_hidden(text_id)
         position = s.position[rows]
         # Rows outside the batch (free slots) may hold any position: keep their
-        # writes inside the view; occupied rows are below L by construction.
+        # writes inside the table (their rows name only the scratch block);
+        # occupied rows are below L by construction.
         at = position.clamp(max=L - 1)
-        k, v = self.cache.rows(0, B, L)
-        hidden = self.talker.decode(x, at, k, v)
+        table = self.cache.table(B, L)
+        hidden = self.talker.decode(x, at, self.cache.k, self.cache.v, table)
         nxt = self._sample_first_code(self.talker.logits(hidden), rows, frame + 1)
         # Commit only the active rows; the others keep their state (their KV
-        # write landed past their live length and is overwritten later).
+        # write landed past their live length, in a block of theirs that is
+        # overwritten later or in the scratch block).
         act = s.active[rows]
         s.out_codes[rows] = frame_codes
         s.out_next[rows] = nxt
@@ -363,6 +417,7 @@ class ModelRunner:
         if live_len > self.max_len:
             raise ValueError("KV cache full")
         s = self.state
+        self.cache.flush()
         s.active.zero_()
         s.active[:batch] = torch.tensor(active, device=self.device)
         if self.use_graphs:

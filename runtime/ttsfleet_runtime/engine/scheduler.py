@@ -16,6 +16,16 @@ newcomer (time to first audio) is worth more than one step of the others;
 a cap on prefills per step keeps a burst of arrivals from stalling everyone.
 A running stream whose next long-text piece is due goes before newcomers: its
 listener is already waiting.
+
+KV memory (`kv`, engine/kv_blocks.py): a newcomer is admitted to a slot only
+when the blocks for its prompt are free beyond a watermark (else it and
+everyone behind it wait: arrival order is kept); a running row takes one more
+block before the step that writes its first position in it, and when none is
+free it stalls (stays in its slot, not stepped) until blocks come back. When
+every occupied row is stalled that way, no one can finish and free a block:
+`kv_deadlock` names the youngest, which the engine ends with an error.
+Blocks come back when the engine releases a finished sequence (`release_kv`),
+after its slot's device row no longer names them.
 """
 
 from __future__ import annotations
@@ -27,12 +37,15 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from .api import FinishReason
+from .kv_blocks import KVBlocks
 from .sequence import Sequence
 
 
 class Schedulable(Protocol):
     slot: int | None
     position: int  # next KV position to write
+    prompt_len: int  # positions its (next) prefill writes
+    kv_blocks: list[int]  # KV blocks held, in position order
 
     @property
     def finished(self) -> bool: ...
@@ -88,8 +101,18 @@ class StepOutcome:
 
 
 class Scheduler(Generic[S]):
-    def __init__(self, max_batch: int, max_queue: int, max_prefills_per_step: int = 4):
+    def __init__(
+        self,
+        max_batch: int,
+        max_queue: int,
+        max_prefills_per_step: int = 4,
+        kv: KVBlocks | None = None,
+    ):
         self.max_batch = max_batch
+        # KV blocks; None: memory is not accounted (the engine sets it at load).
+        self.kv = kv
+        self.kv_stalled: list[S] = []  # running rows the last step_rows left without a block
+        self._kv_changed: dict[int, S] = {}  # slot -> sequence whose blocks changed
         self.max_queue = max_queue
         self.max_prefills_per_step = max_prefills_per_step
         self.waiting: collections.deque[S] = collections.deque()
@@ -111,31 +134,86 @@ class Scheduler(Generic[S]):
 
     def plan(self) -> Plan[S]:
         prefill: list[S] = []
-        while self.refill and len(prefill) < self.max_prefills_per_step:
-            prefill.append(self.refill.popleft())
+        for seq in list(self.refill):
+            if len(prefill) >= self.max_prefills_per_step:
+                break
+            # Its blocks fit to the new prompt: usually some come back.
+            if self._fit_kv(seq, seq.prompt_len):
+                self.refill.remove(seq)
+                prefill.append(seq)
         free = sorted(set(range(self.max_batch)) - set(self.running))
         for seq in list(self.waiting):
             if not free or len(prefill) >= self.max_prefills_per_step:
                 break
             if not seq.ready_for_prefill:
                 continue  # its text has not arrived; later arrivals may go first
+            if self.kv is not None:
+                if not self.kv.can_admit(seq.prompt_len):
+                    break  # too few free blocks: wait for them, in arrival order
+                self.kv.fit(seq.kv_blocks, seq.prompt_len)
             self.waiting.remove(seq)
             # Lowest free slot: keeps the batch a short prefix of the slots.
             seq.slot = free.pop(0)
             self.running[seq.slot] = seq
+            self._kv_changed[seq.slot] = seq
             prefill.append(seq)
         return Plan(prefill=prefill)
 
+    def _fit_kv(self, seq: S, positions: int, grow_only: bool = False) -> bool:
+        """Give `seq` the blocks for `positions` (False: too few are free)."""
+        if self.kv is None:
+            return True
+        before = len(seq.kv_blocks)
+        fit = self.kv.grow if grow_only else self.kv.fit
+        if not fit(seq.kv_blocks, positions):
+            return False
+        if len(seq.kv_blocks) != before:
+            self._kv_changed[seq.slot] = seq
+        return True
+
+    def take_kv_changes(self) -> list[tuple[int, list[int]]]:
+        """(slot, blocks) of every slot whose blocks changed since the last call,
+        for the engine to mirror into the device block table."""
+        changed, self._kv_changed = self._kv_changed, {}
+        return [(slot, list(seq.kv_blocks)) for slot, seq in changed.items()]
+
+    def release_kv(self, seq: S) -> None:
+        """Return a finished sequence's blocks; call only once its slot's device
+        row no longer names them (released, or taken by another sequence)."""
+        if self.kv is not None:
+            self.kv.release(seq.kv_blocks)
+
+    def kv_deadlock(self) -> S | None:
+        """After step_rows: when every occupied row is stalled for want of a KV
+        block, nobody can finish and give one back; the youngest of them is the
+        one to end (the others have more of their audio out)."""
+        occupied = [seq for seq in self.running.values() if not seq.finished]
+        if occupied and len(self.kv_stalled) == len(occupied):
+            return self.kv_stalled[-1]  # `running` keeps the order slots were taken
+        return None
+
     def step_rows(self) -> tuple[list[S], int, int]:
         """The decode step's shape: (the rows it advances, the batch extent,
-        the live KV length). Stalled rows stay in the batch and write past
-        their live length, so they count for the KV length too."""
+        the live KV length). The rows are the runnable ones that hold (or now
+        get) the KV block of the position they write; the others are stalled
+        (`kv_stalled`: for want of a block). Stalled rows stay in the batch and
+        write past their live length, so they count for the KV length too."""
         occupied = [seq for seq in self.running.values() if not seq.finished]
+        self.kv_stalled = []
         if not occupied:
             return [], 0, 0
         extent = max(seq.slot for seq in occupied) + 1
         live = max(seq.position + 1 for seq in occupied)
-        return [seq for seq in occupied if seq.runnable], extent, live
+        rows = []
+        for seq in occupied:
+            if not seq.runnable:
+                continue
+            # The step writes position `position`: its block must be the row's own.
+            if self._fit_kv(seq, seq.position + 1, grow_only=True):
+                rows.append(seq)
+            else:
+                self.kv_stalled.append(seq)
+        return rows, extent, live
 
     def postprocess(
         self, stepped: list[Sequence], codes: np.ndarray, nxt: np.ndarray, rules: StepRules

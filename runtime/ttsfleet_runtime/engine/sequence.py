@@ -102,6 +102,8 @@ class Sequence:
         self.t_admitted: float | None = None
         self.awaiting_prefill = True  # the current piece is not in its slot yet
         self.position = 0  # next talker position (host copy)
+        self.prompt_len = 0  # positions of its prompt (each piece's is as long)
+        self.kv_blocks: list[int] = []  # KV blocks it holds (engine/kv_blocks.py)
         self.frames = 0  # frames generated, all pieces
         self.piece_frames = 0  # frames generated for the current piece
         self.text_sent = 0  # trailing text ids of the piece handed to the runner

@@ -30,6 +30,7 @@ from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
 from .api import EngineStats, EngineStopped, InvalidRequest, ModelInfo, QueueFull, SynthesisRequest
 from .engine_core import SAMPLE_RATE, EngineCore
+from .kv_blocks import BLOCK_POSITIONS
 from .scheduler import QueueFullError
 from .sequence import Sequence, TextFeed
 from .stream import EngineStream
@@ -48,17 +49,20 @@ class TTSEngine:
         device: str = "cpu",
         *,
         revision: str | None = None,
-        max_batch: int = 64,
+        max_batch: int = 256,
         max_queue: int = 256,
         cuda_graphs: bool = True,
         dtype: str = "bfloat16",
         first_chunk_frames: int = 2,
         chunk_frames: int = 8,
-        max_len: int = 4608,  # KV positions per slot: prompt + up to ~6 min of audio
+        max_len: int = 4608,  # KV positions per stream: prompt + up to ~6 min of audio
         max_text_tokens: int = 1024,
         piece_tokens: int = 256,  # a long text's pieces: about a minute of speech each
         capture_all_graphs: bool = True,
         progress: Callable[[str], None] | None = None,
+        kv_cache_memory: float = 0.5,  # share of the GPU memory free after the weights
+        kv_blocks: int | None = None,  # the KV pool's blocks instead (tests)
+        kv_block_size: int = BLOCK_POSITIONS,
     ):
         if not 1 <= piece_tokens <= max_text_tokens:
             raise ValueError(f"piece_tokens must be in [1, max_text_tokens={max_text_tokens}]")
@@ -99,6 +103,9 @@ class TTSEngine:
             max_text_tokens=max_text_tokens,
             capture_all_graphs=capture_all_graphs,
             progress=progress or (lambda msg: log.info(msg)),
+            kv_cache_memory=kv_cache_memory,
+            kv_blocks=kv_blocks,
+            kv_block_size=kv_block_size,
         )
 
     @classmethod
@@ -171,7 +178,7 @@ class TTSEngine:
             raise InvalidRequest(str(e), param=e.param) from e
         except InvalidText as e:
             raise InvalidRequest(f"instructions: {e}", param="instructions") from e
-        self._check_prompt_fits(voice)
+        prompt_len = self._check_prompt_fits(voice)
         if isinstance(request.text, str):
             try:
                 pieces = split_text(
@@ -189,6 +196,7 @@ class TTSEngine:
         stream = EngineStream(request_id, loop, self._cancel)
         seed = params.seed if params.seed is not None else secrets.randbits(31)
         seq = Sequence(request_id, params, seed, voice, text, stream, later_pieces=later)
+        seq.prompt_len = prompt_len
         stream.seq = seq
         self._admit(lambda: self.core.scheduler.admit(seq))
         if not isinstance(request.text, str):
@@ -208,7 +216,8 @@ class TTSEngine:
             except QueueFullError as e:
                 raise QueueFull(str(e), e.retry_after_s) from e
 
-    def _check_prompt_fits(self, voice) -> None:
+    def _check_prompt_fits(self, voice) -> int:
+        """The prompt's positions; InvalidRequest when a prefill cannot take them."""
         length, limit = self.builder.prompt_length(voice), self.core.runner.max_prompt
         if length > limit:
             raise InvalidRequest(
@@ -217,6 +226,7 @@ class TTSEngine:
                 f"{length - limit} tokens or more",
                 param="instructions",
             )
+        return length
 
     async def _pump_text(self, seq: Sequence, deltas: AsyncIterator[str]) -> None:
         try:
@@ -236,6 +246,9 @@ class TTSEngine:
     def stats(self) -> EngineStats:
         with self.core.lock:
             waiting, active = len(self.core.scheduler.waiting), len(self.core.scheduler.running)
+            kv = self.core.scheduler.kv
+            kv_used, kv_total = (kv.used, kv.total) if kv is not None else (0, 0)
+        block_bytes = self.core.runner.cache.bytes_per_block if self.core.runner else 0
         used = total = None
         if self.device.startswith("cuda") and torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
@@ -248,6 +261,8 @@ class TTSEngine:
             frames_total=self.core.frames_total,
             gpu_memory_used_bytes=used,
             gpu_memory_total_bytes=total,
+            kv_cache_used_bytes=kv_used * block_bytes,
+            kv_cache_total_bytes=kv_total * block_bytes,
         )
 
 

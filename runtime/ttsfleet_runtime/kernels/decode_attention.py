@@ -1,4 +1,5 @@
-"""Decode attention: one query per row over a slot-major KV cache, lengths read on the GPU.
+"""Decode attention: one query per row over a paged or slot-major KV cache, lengths read on
+the GPU.
 
 Why a kernel of our own: the engine used SDPA with an additive mask over a fixed-length
 view, so each (batch, length) bucket needed its own CUDA graph, and cuDNN ran a prefill
@@ -6,8 +7,14 @@ flash kernel with one live query row per tile. Here each row's length is loaded 
 device memory and bounds the loop over key blocks, so one captured graph per batch size
 serves every KV length, and no positions past a row's length are read.
 
-Layout: q [B, H, d]; k_cache, v_cache [B, K, L, d] (any strides, e.g. `cache.k[layer][:B]`);
-lengths [B] int64, row b attends to positions 0..lengths[b]-1 (>= 1).
+Layout: q [B, H, d]; lengths [B] int64, row b attends to positions 0..lengths[b]-1 (>= 1).
+Two cache layouts, one kernel (PAGED is a compile-time switch):
+- slot-major: k_cache, v_cache [B, K, L, d] (any strides, e.g. the code predictor's
+  `cache.k[layer][:B]`): row b's position p at [b, :, p];
+- paged: k_cache, v_cache are a pool of blocks [N, K, PAGE, d] and block_table [B, W]
+  int32 names row b's blocks: position p lives in block block_table[b, p // PAGE] at
+  offset p % PAGE (engine/kv_cache.py). The key tile never straddles a block (it is at
+  most PAGE, both powers of two), so the indirection is one scalar load per tile.
 
 One program handles one (row, KV head): the H/K query heads of that group are the rows
 of one tl.dot tile (padded to 16), so each key/value block is loaded once for the group.
@@ -15,8 +22,9 @@ Softmax and accumulation are float32 (online softmax in base 2).
 
 Split-KV (flash-decoding): when B*K programs cannot fill the GPU, each (row, KV head)
 is cut into `splits` programs, chosen from the shapes (B, K, L) only so the grid is the
-same for every replay of a graph. Split s covers its share of the row's live length,
-computed in the kernel (chunks rounded to the key block): short rows leave the last
+same for every replay of a graph (paged: L = W * PAGE). Split s covers its share of the
+row's live length, computed in the kernel (chunks rounded to the key tile, and paged to
+whole blocks): short rows leave the last
 splits empty, which write an empty partial (max -inf, sum 0). A second kernel merges the
 partial (max, sum, accumulator) triples. With one split the first kernel writes the
 output and there is no merge.
@@ -51,6 +59,7 @@ def _decode_attention_kernel(
     k_ptr,
     v_ptr,
     lengths_ptr,
+    table_ptr,
     out_ptr,
     part_m_ptr,
     part_l_ptr,
@@ -66,10 +75,13 @@ def _decode_attention_kernel(
     stride_vh,
     stride_vl,
     stride_vd,
+    stride_tb,
     stride_ob,
     stride_oh,
     stride_od,
     scale_log2e,
+    PAGED: tl.constexpr,
+    PAGE: tl.constexpr,
     KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -102,12 +114,17 @@ def _decode_attention_kernel(
         start = 0
         stop = length
     else:
-        chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        # Chunks of whole key tiles; paged, of whole blocks (PAGE is a multiple of the tile).
+        unit = PAGE if PAGED else BLOCK_N
+        chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), unit) * unit
         start = split * chunk
         stop = tl.minimum(start + chunk, length)
 
-    k_base = k_ptr + b * stride_kb + kh * stride_kh + offs_d[None, :] * stride_kd
-    v_base = v_ptr + b * stride_vb + kh * stride_vh + offs_d[None, :] * stride_vd
+    k_head = k_ptr + kh * stride_kh + offs_d[None, :] * stride_kd
+    v_head = v_ptr + kh * stride_vh + offs_d[None, :] * stride_vd
+    if not PAGED:
+        k_base = k_head + b * stride_kb
+        v_base = v_head + b * stride_vb
     m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
@@ -115,6 +132,12 @@ def _decode_attention_kernel(
         pos = n0 + offs_n
         n_mask = pos < stop
         kv_mask = n_mask[:, None] & d_mask[None, :]
+        if PAGED:
+            # The tile lies inside one block: where that block is, then offsets in it.
+            block = tl.load(table_ptr + b * stride_tb + n0 // PAGE).to(tl.int64)
+            k_base = k_head + block * stride_kb
+            v_base = v_head + block * stride_vb
+            pos = n0 % PAGE + offs_n
         k = tl.load(k_base + pos[:, None] * stride_kl, mask=kv_mask, other=0.0).to(DOT_TYPE)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2e
         s = tl.where(n_mask[None, :], s, float("-inf"))
@@ -210,13 +233,24 @@ def decode_attention(
     scale: float | None = None,
     out: torch.Tensor | None = None,
     splits: int | None = None,
+    block_table: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Attention of one query per row: q [B, H, d] over k_cache/v_cache [B, K, L, d] up to
-    lengths[b] (int64 [B], each >= 1) -> [B, H, d] in q's dtype (written into `out` if
-    given). `splits` overrides the split-KV count (tests, benchmarks); by default it is
-    chosen from the shapes. Graph-safe: no sync, allocations depend on shapes only."""
+    """Attention of one query per row: q [B, H, d] over k_cache/v_cache up to lengths[b]
+    (int64 [B], each >= 1) -> [B, H, d] in q's dtype (written into `out` if given).
+    Caches [B, K, L, d]; or, with `block_table` [B, W] int32, pools [N, K, PAGE, d] read
+    through the table (PAGE a power of two >= 16; L = W * PAGE). `splits` overrides the
+    split-KV count (tests, benchmarks); by default it is chosen from the shapes.
+    Graph-safe: no sync, allocations depend on shapes only."""
     B, H, d = q.shape
     Bk, K, L, dk = k_cache.shape
+    paged = block_table is not None
+    if paged:
+        page = L
+        if block_table.dim() != 2 or block_table.shape[0] != B:
+            raise ValueError(f"block_table must be [{B}, W], got {tuple(block_table.shape)}")
+        if page < _MIN_DOT or page & (page - 1):
+            raise ValueError(f"a block holds a power of two >= {_MIN_DOT} positions, got {page}")
+        Bk, L = B, block_table.shape[1] * page
     if (Bk, dk) != (B, d) or v_cache.shape != k_cache.shape or H % K:
         raise ValueError(f"shapes q {tuple(q.shape)} k {tuple(k_cache.shape)}")
     if lengths.shape != (B,):
@@ -231,6 +265,8 @@ def decode_attention(
     dot_type = tl.float32 if _INTERPRETED else _DOT_TYPES[q.dtype]
     fp32 = q.dtype == torch.float32
     block_n = max(_MIN_DOT, min(32 if fp32 else 64, triton.next_power_of_2(L)))
+    if paged:
+        block_n = min(block_n, page)
     block_d = triton.next_power_of_2(d)
     if splits > 1:
         part_m = torch.empty((B, H, splits), dtype=torch.float32, device=q.device)
@@ -243,6 +279,7 @@ def decode_attention(
         k_cache,
         v_cache,
         lengths,
+        block_table if paged else lengths,  # unused when not paged
         out,
         part_m,
         part_l,
@@ -250,8 +287,11 @@ def decode_attention(
         *q.stride(),
         *k_cache.stride(),
         *v_cache.stride(),
+        block_table.stride(0) if paged else 0,
         *out.stride(),
         scale * 1.4426950408889634,  # log2(e): the kernel works in base 2
+        PAGED=paged,
+        PAGE=page if paged else 1,
         KV_HEADS=K,
         GROUP=group,
         HEAD_DIM=d,

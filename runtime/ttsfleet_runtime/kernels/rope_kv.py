@@ -8,6 +8,9 @@ output once and writes q (normed, roped), k (normed, roped) and v (as is) where 
 Layout: qkv [B, (H + 2K) * d], q heads first, then k heads, then v heads, each head's d
 values contiguous. positions [B] int64: each row's RoPE position and its cache write index.
 cos/sin [max_positions, d] float32 (emb = cat(freqs, freqs), rotate_half convention).
+The caches are slot-major [B, K, L, d], or a paged pool [N, K, PAGE, d] with a block table
+[B, W] int32: position p of row b lives in block table[b, p // PAGE] at offset p % PAGE
+(the layout of kernels/decode_attention.py and engine/kv_cache.py).
 
 Numerics follow the eager path (`rms_norm_eager`, then `apply_rope`): x * rsqrt(mean(x^2)
 + eps) in float32, cast to the input dtype, times the weight (rounded to the dtype), then
@@ -33,6 +36,7 @@ def _qk_norm_rope_write_kernel(
     cos_ptr,
     sin_ptr,
     positions_ptr,
+    table_ptr,
     k_cache_ptr,
     v_cache_ptr,
     q_out_ptr,
@@ -43,6 +47,7 @@ def _qk_norm_rope_write_kernel(
     stride_sin_p,
     stride_sin_d,
     stride_pos,
+    stride_tb,
     stride_kb,
     stride_kh,
     stride_kl,
@@ -55,6 +60,8 @@ def _qk_norm_rope_write_kernel(
     stride_qh,
     stride_qd,
     eps,
+    PAGED: tl.constexpr,
+    PAGE: tl.constexpr,
     HEADS: tl.constexpr,
     KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -95,15 +102,29 @@ def _qk_norm_rope_write_kernel(
         tl.store(q_out_ptr + b * stride_qb + head * stride_qh + offs * stride_qd, roped, mask=mask)
     else:
         kh = head - HEADS
+        if PAGED:
+            cache_row = tl.load(table_ptr + b * stride_tb + pos // PAGE).to(tl.int64)
+            at = pos % PAGE
+        else:
+            cache_row = b
+            at = pos
         tl.store(
-            k_cache_ptr + b * stride_kb + kh * stride_kh + pos * stride_kl + offs * stride_kd,
+            k_cache_ptr
+            + cache_row * stride_kb
+            + kh * stride_kh
+            + at * stride_kl
+            + offs * stride_kd,
             roped.to(k_cache_ptr.dtype.element_ty),
             mask=mask,
         )
         v_row = qkv_ptr + b * stride_xb + ((HEADS + KV_HEADS + kh) * HEAD_DIM) * stride_xn
         v = tl.load(v_row + offs * stride_xn, mask=mask, other=0.0)
         tl.store(
-            v_cache_ptr + b * stride_vb + kh * stride_vh + pos * stride_vl + offs * stride_vd,
+            v_cache_ptr
+            + cache_row * stride_vb
+            + kh * stride_vh
+            + at * stride_vl
+            + offs * stride_vd,
             v.to(v_cache_ptr.dtype.element_ty),
             mask=mask,
         )
@@ -119,12 +140,18 @@ def qk_norm_rope_write(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     eps: float,
+    block_table: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """qkv [B, (H + 2K) * d] -> q [B, H, d] (normed, roped, contiguous); writes the normed,
     roped k and the raw v of row b into k_cache/v_cache [B, K, L, d] (any strides) at
-    position positions[b]. cos/sin: float32 tables [max_positions, d]. Graph-safe."""
-    B, K, _, d = k_cache.shape
+    position positions[b], or with `block_table` [B, W] int32 into the pools
+    [N, K, PAGE, d] through it. cos/sin: float32 tables [max_positions, d]. Graph-safe."""
+    paged = block_table is not None
+    rows, K, page, d = k_cache.shape
+    B = qkv.shape[0] if paged else rows
     H = qkv.shape[1] // d - 2 * K
+    if paged and (block_table.dim() != 2 or block_table.shape[0] != B):
+        raise ValueError(f"block_table must be [{B}, W], got {tuple(block_table.shape)}")
     if qkv.dim() != 2 or qkv.shape[0] != B or H <= 0 or qkv.shape[1] != (H + 2 * K) * d:
         raise ValueError(f"qkv {tuple(qkv.shape)} does not match k_cache {tuple(k_cache.shape)}")
     if v_cache.shape != k_cache.shape or positions.shape != (B,) or cos.shape[1] != d:
@@ -139,6 +166,7 @@ def qk_norm_rope_write(
         cos,
         sin,
         positions,
+        block_table if paged else positions,  # unused when not paged
         k_cache,
         v_cache,
         q,
@@ -146,10 +174,13 @@ def qk_norm_rope_write(
         *cos.stride(),
         *sin.stride(),
         positions.stride(0),
+        block_table.stride(0) if paged else 0,
         *k_cache.stride(),
         *v_cache.stride(),
         *q.stride(),
         eps,
+        PAGED=paged,
+        PAGE=page if paged else 1,
         HEADS=H,
         KV_HEADS=K,
         HEAD_DIM=d,

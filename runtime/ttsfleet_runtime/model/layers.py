@@ -9,7 +9,10 @@ Two paths:
   attention over the fresh keys;
 - decode: one new position per row at `positions[b]`; each row attends to
   cache positions 0..positions[b], whatever the length of the cache view, so
-  one captured graph serves every length.
+  one captured graph serves every length. The decode cache is slot-major
+  [B, K, L, d] (the code predictor's), or a pool of blocks [N, K, PAGE, d] read
+  through a block table [B, W] (the talker's: engine/kv_cache.py): position p
+  of row b lives in block table[b, p // PAGE] at offset p % PAGE.
 
 The decode path is six calls per layer of three operations (below), each with an
 eager torch definition here. `engine/fusion.py` rebinds them on the GPU to
@@ -108,27 +111,51 @@ def linear_eager(
     return y if residual is None else residual + y
 
 
-def qk_norm_rope_write_eager(qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, eps):
+def cache_index(positions, block_table, page: int):
+    """Where positions [B] of rows 0..B-1 live: (cache rows, offsets) for a
+    slot-major cache (block_table None) or a paged pool of `page`-long blocks."""
+    if block_table is None:
+        return torch.arange(positions.shape[0], device=positions.device), positions
+    blocks = block_table.gather(1, (positions // page)[:, None])[:, 0].long()
+    return blocks, positions % page
+
+
+def gather_pages(pool: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """A pool of blocks [N, K, PAGE, d] read through block_table [B, W] -> the rows'
+    caches [B, K, W * PAGE, d] (a copy)."""
+    B, W = block_table.shape
+    _, K, page, d = pool.shape
+    rows = pool[block_table.reshape(-1).long()].view(B, W, K, page, d)
+    return rows.transpose(1, 2).reshape(B, K, W * page, d)
+
+
+def qk_norm_rope_write_eager(
+    qkv, q_weight, k_weight, cos, sin, positions, k_cache, v_cache, eps, block_table=None
+):
     """qkv [B, (H + 2K) * d] of one position per row -> q [B, H, d] normed and
     rotated; k (normed, rotated) and v are written into the caches
-    [B, K, L, d] at positions [B]. cos/sin: float32 tables [positions, d]."""
+    [B, K, L, d] at positions [B] (or the pools [N, K, PAGE, d] through
+    `block_table` [B, W]). cos/sin: float32 tables [positions, d]."""
     B = qkv.shape[0]
-    K, d = k_cache.shape[1], k_cache.shape[3]
+    K, page, d = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     H = qkv.shape[1] // d - 2 * K
     q, k, v = qkv.split([H * d, K * d, K * d], dim=-1)
     c = cos[positions].to(qkv.dtype)[:, None, None]  # [B, 1, 1, d]
     s = sin[positions].to(qkv.dtype)[:, None, None]
     q, k = qk_norm_rope(q.view(B, 1, H, d), k.view(B, 1, K, d), q_weight, k_weight, c, s, eps)
-    rows = torch.arange(B, device=qkv.device)
-    k_cache[rows, :, positions] = k[:, :, 0]
-    v_cache[rows, :, positions] = v.view(B, K, d)
+    rows, at = cache_index(positions, block_table, page)
+    k_cache[rows, :, at] = k[:, :, 0]
+    v_cache[rows, :, at] = v.view(B, K, d)
     return q[:, :, 0]
 
 
-def decode_attention_eager(q, k_cache, v_cache, lengths):
-    """q [B, H, d], caches [B, K, L, d] -> [B, H, d]; row b attends to cache
-    positions 0..lengths[b]-1. GQA: the query heads sharing one KV head become
-    that head's query rows, so no key/value copy is made."""
+def decode_attention_eager(q, k_cache, v_cache, lengths, block_table=None):
+    """q [B, H, d], caches [B, K, L, d] (or pools [N, K, PAGE, d] read through
+    `block_table` [B, W]) -> [B, H, d]; row b attends to cache positions
+    0..lengths[b]-1. GQA: the query heads sharing one KV head become that
+    head's query rows, so no key/value copy is made."""
+    if block_table is not None:
+        k_cache, v_cache = gather_pages(k_cache, block_table), gather_pages(v_cache, block_table)
     B, H, d = q.shape
     K, L = k_cache.shape[1], k_cache.shape[2]
     mask = decode_mask(lengths - 1, L, q.dtype)
@@ -183,16 +210,28 @@ class DecoderLayer(nn.Module):
         )
         return self._output_and_mlp(x, out.transpose(1, 2).reshape(B, T, H * d))
 
-    def decode(self, x, positions, lengths, cos, sin, k_cache, v_cache) -> torch.Tensor:
+    def decode(
+        self, x, positions, lengths, cos, sin, k_cache, v_cache, block_table=None
+    ) -> torch.Tensor:
         """x [B, hidden], one new position per row at positions [B]; lengths =
-        positions + 1 (computed once per stack, not once per layer)."""
+        positions + 1 (computed once per stack, not once per layer). The caches
+        are slot-major, or paged pools read through `block_table`."""
         B = x.shape[0]
         eps = self.eps
         qkv = linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
         q = qk_norm_rope_write(
-            qkv, self.q_norm, self.k_norm, cos, sin, positions, k_cache, v_cache, eps
+            qkv,
+            self.q_norm,
+            self.k_norm,
+            cos,
+            sin,
+            positions,
+            k_cache,
+            v_cache,
+            eps,
+            block_table=block_table,
         )
-        attn = decode_attention(q, k_cache, v_cache, lengths)
+        attn = decode_attention(q, k_cache, v_cache, lengths, block_table=block_table)
         return self._output_and_mlp(x, attn.reshape(B, -1))
 
     def _output_and_mlp(self, x, attn) -> torch.Tensor:
@@ -220,13 +259,14 @@ class DecoderStack(nn.Module):
             x = layer.prefill(x, cos, sin, k_cache[i], v_cache[i])
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
 
-    def decode(self, x, positions, k_cache, v_cache) -> torch.Tensor:
+    def decode(self, x, positions, k_cache, v_cache, block_table=None) -> torch.Tensor:
         """x [B, hidden], row b at position positions[b] (its cache holds
-        0..positions[b]-1) -> hidden states [B, hidden]."""
+        0..positions[b]-1) -> hidden states [B, hidden]. Caches [layers, ...]:
+        slot-major, or paged pools read through `block_table` [B, W]."""
         cos, sin = self.rope.cos, self.rope.sin
         lengths = positions + 1
         for i, layer in enumerate(self.layers):
-            x = layer.decode(x, positions, lengths, cos, sin, k_cache[i], v_cache[i])
+            x = layer.decode(x, positions, lengths, cos, sin, k_cache[i], v_cache[i], block_table)
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
 
 

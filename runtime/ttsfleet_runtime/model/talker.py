@@ -40,9 +40,10 @@ class Talker(nn.Module):
         (after the final norm) [B, T, hidden]."""
         return self.stack.prefill(x, k_cache, v_cache)
 
-    def decode(self, x, positions, k_cache, v_cache) -> torch.Tensor:
-        """x [B, hidden], one position per row -> hidden states [B, hidden]."""
-        return self.stack.decode(x, positions, k_cache, v_cache)
+    def decode(self, x, positions, k_cache, v_cache, block_table=None) -> torch.Tensor:
+        """x [B, hidden], one position per row -> hidden states [B, hidden]; the
+        caches are paged pools read through `block_table` (engine/kv_cache.py)."""
+        return self.stack.decode(x, positions, k_cache, v_cache, block_table)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return layers.linear(hidden, self.codec_head)

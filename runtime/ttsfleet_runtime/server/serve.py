@@ -56,6 +56,8 @@ def build_engine(settings: ServerSettings):
         revision=settings.model_revision,
         first_chunk_frames=settings.first_chunk_frames,
         max_batch=settings.max_batch,
+        max_len=settings.max_len,
+        kv_cache_memory=settings.kv_cache_memory,
         max_queue=settings.max_queue,
         dtype=dtype,
         cuda_graphs=settings.cuda_graphs,

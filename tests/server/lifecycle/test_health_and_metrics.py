@@ -60,6 +60,8 @@ def test_the_contract_names_are_exported(server):
         metrics.QUEUE_DEPTH,
         metrics.ACTIVE_STREAMS,
         metrics.READY,
+        metrics.KV_CACHE_USED,
+        metrics.KV_CACHE_TOTAL,
         metrics.BUILD_INFO,
         metrics.REQUESTS,
         metrics.TIME_TO_FIRST_AUDIO + "_bucket",
