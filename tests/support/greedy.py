@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ttsfleet_runtime.engine.model_runner import ModelRunner, SlotParams
+from ttsfleet_runtime.engine.model_runner import ModelRunner, Prompt, SlotParams
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model
@@ -41,7 +41,7 @@ def our_codes(
     prompt = builder.voice(voice, instructions, language)
     ids = builder.text_ids(text)
     embeds = builder.prefill_embeds(model.talker, prompt, ids[0])
-    runner.prefill(0, embeds, params)
+    runner.prefill([Prompt(0, embeds, params)])
     runner.set_text(0, ids[1:] + [model.config.tts_eos_token_id], 0)
     out = []
     position = embeds.shape[0]

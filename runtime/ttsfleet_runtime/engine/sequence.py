@@ -85,11 +85,14 @@ class Sequence:
         text: TextFeed,
         stream,
         later_pieces: list[str] | None = None,
+        *,
+        prompt_length: int,
     ):
         self.request_id = request_id
         self.params = params
         self.seed = seed
         self.voice = voice  # the model's VoicePrompt
+        self.prompt_length = prompt_length  # positions each piece's prefill takes
         self.text = text  # the piece being spoken
         self.later_pieces = list(later_pieces or ())  # whole-text pieces still to speak
         self.piece = 0  # index of the piece being spoken

@@ -171,7 +171,7 @@ class TTSEngine:
             raise InvalidRequest(str(e), param=e.param) from e
         except InvalidText as e:
             raise InvalidRequest(f"instructions: {e}", param="instructions") from e
-        self._check_prompt_fits(voice)
+        prompt_length = self._check_prompt_fits(voice)
         if isinstance(request.text, str):
             try:
                 pieces = split_text(
@@ -188,7 +188,16 @@ class TTSEngine:
         request_id = request.request_id or uuid.uuid4().hex
         stream = EngineStream(request_id, loop, self._cancel)
         seed = params.seed if params.seed is not None else secrets.randbits(31)
-        seq = Sequence(request_id, params, seed, voice, text, stream, later_pieces=later)
+        seq = Sequence(
+            request_id,
+            params,
+            seed,
+            voice,
+            text,
+            stream,
+            later_pieces=later,
+            prompt_length=prompt_length,
+        )
         stream.seq = seq
         self._admit(lambda: self.core.scheduler.admit(seq))
         if not isinstance(request.text, str):
@@ -208,7 +217,8 @@ class TTSEngine:
             except QueueFullError as e:
                 raise QueueFull(str(e), e.retry_after_s) from e
 
-    def _check_prompt_fits(self, voice) -> None:
+    def _check_prompt_fits(self, voice) -> int:
+        """-> the prompt's length, or InvalidRequest when it is too long."""
         length, limit = self.builder.prompt_length(voice), self.core.runner.max_prompt
         if length > limit:
             raise InvalidRequest(
@@ -217,6 +227,7 @@ class TTSEngine:
                 f"{length - limit} tokens or more",
                 param="instructions",
             )
+        return length
 
     async def _pump_text(self, seq: Sequence, deltas: AsyncIterator[str]) -> None:
         try:
@@ -246,6 +257,9 @@ class TTSEngine:
             max_batch=self.max_batch,
             max_queue=self.max_queue,
             frames_total=self.core.frames_total,
+            min_lead_s=self.core.min_lead_s,
+            underrun_steps_total=self.core.underrun_steps,
+            prefill_deferred_total=self.core.prefill_deferred,
             gpu_memory_used_bytes=used,
             gpu_memory_total_bytes=total,
         )
