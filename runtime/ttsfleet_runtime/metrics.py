@@ -36,6 +36,15 @@ What each metric means, exactly:
   only, so no client can push a canary into rollback.
 - ttsfleet_audio_seconds_total (counter): seconds of audio sent to clients.
 - ttsfleet_frames_total (counter): codec frames the engine generated (engine count).
+- ttsfleet_stream_lead_min_seconds (gauge): the smallest lead over playback
+  among the streams playing at the engine's last step: audio handed out minus
+  seconds since the stream's first chunk (playback starts at the first byte).
+  Absent while no stream plays. Near 0: streams are about to stall.
+- ttsfleet_underrun_steps_total (counter): engine steps at which some playing
+  stream's lead was below 0 (its listener had run out of audio).
+- ttsfleet_prefill_deferred_total (counter): iterations whose prefill the
+  engine cut short to keep a running stream ahead of playback (newcomers
+  waited a step so the others would not stall).
 - ttsfleet_time_to_first_audio_seconds (histogram): request received -> first
   audio chunk ready to send (streamed responses send it at that moment; a
   whole-file response is sent when the last chunk is ready).
@@ -63,12 +72,15 @@ READY = "ttsfleet_ready"  # 1 when the engine admits work
 KV_CACHE_USED = "ttsfleet_kv_cache_used_bytes"  # KV blocks streams hold
 KV_CACHE_TOTAL = "ttsfleet_kv_cache_total_bytes"  # the KV pool
 BUILD_INFO = "ttsfleet_build_info"  # 1, labels: version, model, variant, size
+STREAM_LEAD_MIN = "ttsfleet_stream_lead_min_seconds"  # least audio ahead of playback
 
 # Counters (exposed with the _total suffix)
 REQUESTS = "ttsfleet_requests_total"  # labels: route, code
 ERRORS = "ttsfleet_errors_total"  # label: type (one of the three groups below)
 AUDIO_SECONDS = "ttsfleet_audio_seconds_total"  # audio produced
 FRAMES = "ttsfleet_frames_total"  # codec frames produced
+UNDERRUN_STEPS = "ttsfleet_underrun_steps_total"  # steps with a playing stream out of audio
+PREFILL_DEFERRED = "ttsfleet_prefill_deferred_total"  # prefills held back for running streams
 AUTH_KEYS_RELOAD_ERRORS = (
     "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 )
@@ -196,6 +208,22 @@ class _EngineCollector:
         )
         yield CounterMetricFamily(
             _strip_total(FRAMES), "Codec frames generated", value=stats.frames_total
+        )
+        if stats.min_lead_s is not None:
+            yield GaugeMetricFamily(
+                STREAM_LEAD_MIN,
+                "Smallest lead over playback among playing streams (seconds)",
+                value=stats.min_lead_s,
+            )
+        yield CounterMetricFamily(
+            _strip_total(UNDERRUN_STEPS),
+            "Engine steps with a playing stream out of audio",
+            value=stats.underrun_steps_total,
+        )
+        yield CounterMetricFamily(
+            _strip_total(PREFILL_DEFERRED),
+            "Prefills held back to keep running streams ahead of playback",
+            value=stats.prefill_deferred_total,
         )
         readings = self._gpu.read() if self._gpu is not None else []
         if readings:

@@ -114,11 +114,13 @@ async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
     engine = await make_engine(max_batch=4)
     real_prefill = engine.runner.prefill
 
-    def prefill_failing_for_the_victim(slot, embeds, params):
+    def prefill_failing_for_the_victim(prompts):
+        # The victim's packed call fails, then its own one-prompt retry; the
+        # others' retries succeed.
         seq = running_victim(engine)
-        if seq is not None and slot == seq.slot:
+        if seq is not None and any(prompt.slot == seq.slot for prompt in prompts):
             raise RuntimeError("injected prefill fault")
-        return real_prefill(slot, embeds, params)
+        return real_prefill(prompts)
 
     victim = await assert_only_the_victim_fails(
         engine, (engine.runner, "prefill", prefill_failing_for_the_victim)

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from ttsfleet_runtime.engine.api import SamplingParams
-from ttsfleet_runtime.engine.scheduler import QueueFullError, Scheduler, StepRules
+from ttsfleet_runtime.engine.scheduler import (
+    GUARDED_PREFILL_TOKENS,
+    LEAD_GUARD_S,
+    QueueFullError,
+    Scheduler,
+    StepRules,
+)
 from ttsfleet_runtime.engine.sequence import Sequence, Status, TextFeed
 
 
@@ -21,10 +27,16 @@ class Seq:
     slot: int | None = None
     position: int = 0
     finished: bool = False
+    prompt_length: int = 10
+
+
+def make(max_batch: int, max_queue: int, prompts: int = 64, tokens: int = 1024) -> Scheduler:
+    """A scheduler whose packed prefill takes `prompts` prompts of `tokens` positions."""
+    return Scheduler(max_batch, max_queue, max_prefill_prompts=prompts, max_prefill_tokens=tokens)
 
 
 def test_admission_beyond_the_queue_bound_is_refused_with_a_hint():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     s.admit(Seq("a"))
     s.admit(Seq("b"))
     with pytest.raises(QueueFullError) as e:
@@ -34,7 +46,7 @@ def test_admission_beyond_the_queue_bound_is_refused_with_a_hint():
 
 
 def test_waiting_requests_take_the_lowest_free_slots_in_arrival_order():
-    s = Scheduler(max_batch=3, max_queue=8)
+    s = make(max_batch=3, max_queue=8)
     seqs = [Seq(n) for n in "abcd"]
     for q in seqs:
         s.admit(q)
@@ -48,7 +60,7 @@ def test_waiting_requests_take_the_lowest_free_slots_in_arrival_order():
 
 
 def test_a_request_still_waiting_for_text_lets_later_ones_pass():
-    s = Scheduler(max_batch=1, max_queue=8)
+    s = make(max_batch=1, max_queue=8)
     silent, ready = Seq("silent", ready_for_prefill=False), Seq("ready")
     s.admit(silent)
     s.admit(ready)
@@ -56,17 +68,54 @@ def test_a_request_still_waiting_for_text_lets_later_ones_pass():
     assert list(s.waiting) == [silent]
 
 
-def test_prefills_per_step_are_capped_so_running_streams_keep_pace():
-    s = Scheduler(max_batch=8, max_queue=8, max_prefills_per_step=2)
+def test_everything_ready_is_prefilled_together_up_to_the_call_limits():
+    s = make(max_batch=16, max_queue=16, prompts=3, tokens=1024)
     for n in "abcde":
         s.admit(Seq(n))
-    assert len(s.plan().prefill) == 2
-    assert len(s.plan().prefill) == 2
+    assert [q.name for q in s.plan().prefill] == ["a", "b", "c"]
+    assert [q.name for q in s.plan().prefill] == ["d", "e"]
+    s = make(max_batch=16, max_queue=16, prompts=64, tokens=100)
+    for n, length in zip("abcd", (40, 40, 30, 10), strict=True):
+        s.admit(Seq(n, prompt_length=length))
+    # c does not fit beside a and b: it waits, and d (which would fit) does not overtake it.
+    assert [q.name for q in s.plan().prefill] == ["a", "b"]
+    assert [q.name for q in s.plan().prefill] == ["c", "d"]
     assert s.batch_extent == 4
 
 
+def test_a_next_piece_goes_first_and_newcomers_wait_while_one_does_not_fit():
+    s = make(max_batch=4, max_queue=8, prompts=2)
+    pieces = [Seq(n, slot=i) for i, n in enumerate("pqr")]
+    for q in pieces:
+        s.running[q.slot] = q
+        s.refill.append(q)
+    s.admit(Seq("new"))
+    assert [q.name for q in s.plan().prefill] == ["p", "q"]
+    assert [q.name for q in s.plan().prefill] == ["r", "new"]
+
+
+def test_a_stream_about_to_run_dry_limits_the_prefill_so_the_step_comes_sooner():
+    def burst():
+        s = make(max_batch=64, max_queue=64)
+        for i in range(20):
+            s.admit(Seq(f"n{i}", prompt_length=10))
+        return s
+
+    relaxed = burst().plan(spare_s=LEAD_GUARD_S + 0.5)
+    assert len(relaxed.prefill) == 20 and not relaxed.deferred
+    assert len(burst().plan(spare_s=None).prefill) == 20  # nobody playing yet
+    guarded = burst().plan(spare_s=LEAD_GUARD_S / 2)
+    assert len(guarded.prefill) == GUARDED_PREFILL_TOKENS // 10 and guarded.deferred
+    # Even under the guard one prompt goes, however long: nobody waits forever.
+    s = make(max_batch=4, max_queue=4)
+    s.admit(Seq("long", prompt_length=GUARDED_PREFILL_TOKENS * 4))
+    s.admit(Seq("next"))
+    plan = s.plan(spare_s=-1.0)
+    assert [q.name for q in plan.prefill] == ["long"] and plan.deferred
+
+
 def test_removing_a_waiting_request_frees_no_slot():
-    s = Scheduler(max_batch=1, max_queue=8)
+    s = make(max_batch=1, max_queue=8)
     q = Seq("a")
     s.admit(q)
     assert s.remove(q) is None and not s.waiting
@@ -86,6 +135,7 @@ def running(slot: int, max_frames: int = 50, later_pieces=(), position: int = 10
         text=TextFeed(str.split, "some words"),
         stream=None,
         later_pieces=list(later_pieces),
+        prompt_length=10,
     )
     seq.slot, seq.position, seq.awaiting_prefill = slot, position, False
     seq.text_final = True  # all its text is in the runner
@@ -103,7 +153,7 @@ def step(scheduler, seqs, nxt_by_slot=None, rules=RULES):
 
 
 def test_frames_become_chunks_of_first_chunk_then_chunk_frames():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     seq = running(0)
     sizes = []
     for _ in range(8):
@@ -113,7 +163,7 @@ def test_frames_become_chunks_of_first_chunk_then_chunk_frames():
 
 
 def test_eos_ends_the_sequence_with_its_pending_frames_as_the_last_chunk():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     seq = running(1)
     step(s, [seq])
     out = step(s, [seq], {1: EOS})
@@ -122,7 +172,7 @@ def test_eos_ends_the_sequence_with_its_pending_frames_as_the_last_chunk():
 
 
 def test_max_frames_and_a_full_kv_cache_end_with_length():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     by_frames, by_cache = running(0, max_frames=1), running(1, position=RULES.max_len - 2)
     out = step(s, [by_frames, by_cache])
     assert out.finished == [(by_frames, "length"), (by_cache, "length")]
@@ -130,7 +180,7 @@ def test_max_frames_and_a_full_kv_cache_end_with_length():
 
 
 def test_eos_with_text_left_moves_to_the_next_piece_in_the_same_slot():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     seq = running(0, later_pieces=["second piece", "third"])
     step(s, [seq])
     out = step(s, [seq], {0: EOS})
@@ -143,7 +193,7 @@ def test_eos_with_text_left_moves_to_the_next_piece_in_the_same_slot():
 
 
 def test_the_request_frame_budget_spans_its_pieces():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     seq = running(0, max_frames=2, later_pieces=["more text"])
     step(s, [seq])
     out = step(s, [seq], {0: EOS})
@@ -151,7 +201,7 @@ def test_the_request_frame_budget_spans_its_pieces():
 
 
 def test_a_sequence_cancelled_during_the_step_is_left_alone():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     seq = running(0)
     seq.status = Status.FINISHED
     out = step(s, [seq])
@@ -159,7 +209,7 @@ def test_a_sequence_cancelled_during_the_step_is_left_alone():
 
 
 def test_step_rows_are_the_runnable_ones_and_the_kv_length_covers_all():
-    s = Scheduler(max_batch=4, max_queue=2)
+    s = make(max_batch=4, max_queue=2)
     a, b = running(0, position=5), running(2, position=30)
     b.text = TextFeed(str.split)  # streamed text, nothing handed over yet: stalled
     b.text_final = False
@@ -169,7 +219,7 @@ def test_step_rows_are_the_runnable_ones_and_the_kv_length_covers_all():
 
 
 def test_a_row_whose_bookkeeping_raises_is_reported_and_the_others_go_on():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     broken, fine = running(0), running(1)
     broken.pending = None  # appending to it raises
     out = step(s, [broken, fine])
@@ -178,7 +228,7 @@ def test_a_row_whose_bookkeeping_raises_is_reported_and_the_others_go_on():
 
 
 def test_a_sequence_cancelled_between_pieces_is_not_prefilled_again():
-    s = Scheduler(max_batch=2, max_queue=2)
+    s = make(max_batch=2, max_queue=2)
     seq = running(0, later_pieces=["next piece"])
     s.running[0] = seq
     step(s, [seq], {0: EOS})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ttsfleet_runtime.engine.model_runner import ModelRunner, SlotParams
+from ttsfleet_runtime.engine.model_runner import ModelRunner, Prompt, SlotParams
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model
@@ -43,7 +43,7 @@ def our_codes(
     embeds = builder.prefill_embeds(model.talker, prompt, ids[0])
     # The engine's scheduler hands out KV blocks; here slot 0 takes every position's.
     runner.set_blocks(0, list(range(1, 1 + runner.cache.host_table.shape[1])))
-    runner.prefill(0, embeds, params)
+    runner.prefill([Prompt(0, embeds, params)])
     runner.set_text(0, ids[1:] + [model.config.tts_eos_token_id], 0)
     out = []
     position = embeds.shape[0]

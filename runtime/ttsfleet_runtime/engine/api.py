@@ -161,6 +161,11 @@ class EngineStats:
     max_batch: int
     max_queue: int
     frames_total: int  # codec frames generated since start
+    # Playing streams' lead over playback (audio delivered - seconds since their
+    # first chunk) at the last step: the smallest; None while nobody plays.
+    min_lead_s: float | None = None
+    underrun_steps_total: int = 0  # steps at which some playing stream's lead was below 0
+    prefill_deferred_total: int = 0  # iterations whose prefill the lead guard cut short
     gpu_memory_used_bytes: int | None = None
     gpu_memory_total_bytes: int | None = None
     # The talker's paged KV cache: bytes of the blocks streams hold, and of the pool

@@ -39,13 +39,14 @@ from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecWorker
 from .kv_blocks import KVBlocks
-from .model_runner import ModelRunner, SlotParams
+from .model_runner import PREFILL_PROMPTS, ModelRunner, Prompt, SlotParams, prefill_buckets
 from .scheduler import Scheduler, StepRules
 from .sequence import Sequence, Status
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
+FRAME_S = 0.08  # audio per frame (12.5 Hz)
 
 
 class EngineCore:
@@ -88,7 +89,12 @@ class EngineCore:
         # start; the first step of each new bucket pays the capture).
         self.capture_all_graphs = capture_all_graphs
         self.progress = progress
-        self.scheduler: Scheduler[Sequence] = Scheduler(max_batch, max_queue)
+        self.scheduler: Scheduler[Sequence] = Scheduler(
+            max_batch,
+            max_queue,
+            max_prefill_prompts=PREFILL_PROMPTS,
+            max_prefill_tokens=prefill_buckets(max_len)[-1],
+        )
         self.rules = StepRules(
             eos_id=config.talker.codec_eos_token_id,
             max_len=max_len,
@@ -101,6 +107,11 @@ class EngineCore:
         self._stopping = False
         self._to_release: list[Sequence] = []  # finished; their batch slots to reset
         self.frames_total = 0
+        # Running streams' lead over playback (see `_leads`), for the stats.
+        self.min_lead_s: float | None = None
+        self.underrun_steps = 0
+        self.prefill_deferred = 0
+        self.step_s = 0.0  # recent decode step time (moving average)
         self.model: LoadedModel | None = None
         self.runner: ModelRunner | None = None
         self.codec: StreamingCodec | None = None
@@ -258,10 +269,11 @@ class EngineCore:
         with self.lock:
             for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
                 self._take_text(seq)
-            plan = self.scheduler.plan()
+            spare_s = self._sample_leads(time.monotonic())
+            plan = self.scheduler.plan(spare_s)
+            self.prefill_deferred += plan.deferred
         self._sync_block_tables()  # the prompts' blocks, before the prefills store into them
-        for seq in plan.prefill:
-            self._prefill(seq)
+        self._prefill(plan.prefill)
         with self.lock:
             for seq in list(self.scheduler.running.values()):
                 self._take_text(seq)
@@ -272,7 +284,10 @@ class EngineCore:
         self._sync_block_tables()  # blocks the step's rows grew into
         if not rows:
             return bool(plan.prefill) or starved is not None
+        t_step = time.monotonic()
         stepped, codes, nxt = self._step_isolating(rows, extent, live)
+        elapsed = time.monotonic() - t_step
+        self.step_s = elapsed if not self.step_s else 0.8 * self.step_s + 0.2 * elapsed
         with self.lock:
             outcome = self.scheduler.postprocess(stepped, codes, nxt, self.rules)
             self.frames_total += outcome.frames
@@ -308,6 +323,28 @@ class EngineCore:
             extra={"request_id": seq.request_id, "kv_blocks": kv.total, "held": len(seq.kv_blocks)},
         )
         self._finish(seq, "error", EngineError(message))
+
+    def _sample_leads(self, now: float) -> float | None:
+        """Under the lock: each playing stream's lead over playback, as its
+        listener hears it: audio delivered - seconds since its first chunk
+        (playback starts at the first byte). Records the smallest (an underrun
+        when below 0) and returns the least spare time (None: nobody plays):
+        the lead left once the stream's next chunk is made, if it still needs
+        frames for it, at the recent decode step time per frame."""
+        least_lead = least_spare = None
+        for seq in self.scheduler.running.values():
+            stream = seq.stream
+            if stream.first_audio_at is None or seq.finished:
+                continue
+            lead = stream.frames_delivered * FRAME_S - (now - stream.first_audio_at)
+            in_flight = seq.frames - len(seq.pending) > stream.frames_delivered
+            missing = 0 if in_flight else max(0, self.chunk_frames - len(seq.pending))
+            spare = lead - missing * self.step_s
+            least_lead = lead if least_lead is None else min(least_lead, lead)
+            least_spare = spare if least_spare is None else min(least_spare, spare)
+        self.min_lead_s = least_lead
+        self.underrun_steps += least_lead is not None and least_lead < 0
+        return least_spare
 
     def _take_text(self, seq: Sequence) -> None:
         """Under the lock: commit newly arrived text ids and hand the runner the
@@ -359,48 +396,81 @@ class EngineCore:
             seq.text_sent += len(new)
         seq.text_final = seq.text.closed
 
-    def _prefill(self, seq: Sequence) -> None:
-        """Prefill `seq`'s current piece into its slot; a failure ends `seq` alone."""
-        if seq.t_admitted is None:
-            seq.t_admitted = time.monotonic()  # it holds a batch slot from here
-        if seq.finished:
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """Prefill the planned sequences' current pieces into their slots in one
+        packed call. A failure ends only the sequences that cause it: building
+        a prompt fails its sequence alone, and a failed packed call is retried
+        one prompt at a time (each call rewrites its slots' whole state)."""
+        prompts: list[tuple[Sequence, Prompt]] = []
+        for seq in seqs:
+            if seq.t_admitted is None:
+                seq.t_admitted = time.monotonic()  # it holds a batch slot from here
+            if seq.finished:
+                continue
+            if not seq.text.ids:  # the text stream ended empty
+                with self.lock:
+                    if not seq.finished:
+                        self._finish(seq, "eos")
+                continue
+            try:
+                prompts.append((seq, self._prompt(seq)))
+            except Exception as exc:
+                self._prefill_failed(seq, exc)
+        if not prompts:
             return
-        if not seq.text.ids:  # the text stream ended empty
-            with self.lock:
-                if not seq.finished:
-                    self._finish(seq, "eos")
-            return
-        p = seq.params
         try:
-            embeds = self.builder.prefill_embeds(self.model.talker, seq.voice, seq.text.ids[0])
-            # min_frames counts the whole request: later pieces owe what is left.
-            min_frames = max(0, p.min_frames - seq.frames)
-            params = SlotParams(
-                p.temperature,
-                p.top_k,
-                p.top_p,
-                p.repetition_penalty,
-                p.subtalker_temperature,
-                p.subtalker_top_k,
-                p.subtalker_top_p,
-                seq.piece_seed,
-                min_frames,
-            )
-            self.runner.prefill(seq.slot, embeds, params)
+            self.runner.prefill([prompt for _, prompt in prompts])
+            done = prompts
         except Exception as exc:
-            log.exception(
-                "prefill failed; ending the request", extra={"request_id": seq.request_id}
+            if len(prompts) == 1:
+                self._prefill_failed(prompts[0][0], exc)
+                return
+            log.warning(
+                "packed prefill failed; prefilling its requests one by one",
+                extra={"prompts": len(prompts), "error": repr(exc)},
             )
+            done = []
+            for seq, prompt in prompts:
+                try:
+                    self.runner.prefill([prompt])
+                    done.append((seq, prompt))
+                except Exception as exc_one:
+                    self._prefill_failed(seq, exc_one)
+        for seq, prompt in done:
+            seq.position = prompt.embeds.shape[0]
             with self.lock:
                 if not seq.finished:
-                    self._finish(seq, "error", _failure("prefill failed", exc))
-            return
-        seq.position = embeds.shape[0]
+                    seq.status = Status.RUNNING
+                    seq.awaiting_prefill = False
+                    self._take_text(seq)
+
+    def _prompt(self, seq: Sequence) -> Prompt:
+        p = seq.params
+        embeds = self.builder.prefill_embeds(self.model.talker, seq.voice, seq.text.ids[0])
+        # min_frames counts the whole request: later pieces owe what is left.
+        min_frames = max(0, p.min_frames - seq.frames)
+        params = SlotParams(
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.repetition_penalty,
+            p.subtalker_temperature,
+            p.subtalker_top_k,
+            p.subtalker_top_p,
+            seq.piece_seed,
+            min_frames,
+        )
+        return Prompt(seq.slot, embeds, params)
+
+    def _prefill_failed(self, seq: Sequence, exc: Exception) -> None:
+        log.error(
+            "prefill failed; ending the request",
+            exc_info=exc,
+            extra={"request_id": seq.request_id},
+        )
         with self.lock:
             if not seq.finished:
-                seq.status = Status.RUNNING
-                seq.awaiting_prefill = False
-                self._take_text(seq)
+                self._finish(seq, "error", _failure("prefill failed", exc))
 
     def _step(self, rows: list[Sequence], extent: int, live: int) -> tuple[np.ndarray, np.ndarray]:
         """One decode step advancing `rows` -> (frame codes [extent, groups],

@@ -51,6 +51,13 @@ class KVCache:
         n = self.length if length is None else length
         return self.k[:, start:stop, :, :n], self.v[:, start:stop, :, :n]
 
+    def store_prompt(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Keys and values [layers, kv_heads, T, head_dim] of a prompt prefilled
+        elsewhere become positions [0, T) of `slot`."""
+        T = k.shape[2]
+        self.k[:, slot, :, :T] = k
+        self.v[:, slot, :, :T] = v
+
     def bytes_per_slot(self) -> int:
         return 2 * self.k[:, 0].numel() * self.k.element_size()
 

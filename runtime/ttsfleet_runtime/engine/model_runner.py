@@ -1,5 +1,6 @@
-"""Runs the model on the device: prefill of one request into its slot, and the
-decode step of the running batch, eager or replayed from CUDA graphs.
+"""Runs the model on the device: the packed prefill of the requests admitted
+together into their slots, and the decode step of the running batch, eager or
+replayed from CUDA graphs.
 
 One decode step turns every running row's pending first code into a whole
 frame and predicts the next frame's first code:
@@ -36,6 +37,17 @@ log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
+# Prompts one packed prefill takes: the rows its graph samples and commits
+# (unused rows write a scratch state row). 64: a burst as large as the default
+# server's whole batch (--max-batch 64) is prefilled in one call; sampling 64
+# rows instead of a few costs next to nothing beside the prompts' positions.
+PREFILL_PROMPTS = 64
+
+
+def prefill_buckets(max_len: int) -> tuple[int, ...]:
+    """The packed prefill's lengths (one graph each) for slots of `max_len`
+    positions; the largest is the most prompt positions one call takes."""
+    return tuple(n for n in PREFILL_BUCKETS if n < max_len) or (max_len - 1,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +63,16 @@ class SlotParams:
     subtalker_top_p: float
     seed: int
     min_frames: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+    """One prompt of a packed prefill: its slot, its input [T, hidden] and the
+    request's sampling parameters."""
+
+    slot: int
+    embeds: torch.Tensor
+    params: SlotParams
 
 
 class SlotState:
@@ -126,8 +148,10 @@ class ModelRunner:
         self.predictor_cache = KVCache.allocate(
             cfg.code_predictor, max_batch, self.groups, self.dtype, self.device
         )
+        # One row past the batch slots: the packed prefill's unused rows write there.
+        self.scratch_row = max_batch
         self.state = SlotState(
-            max_batch,
+            max_batch + 1,
             cfg.hidden_size,
             cfg.vocab_size,
             self.groups,
@@ -147,15 +171,8 @@ class ModelRunner:
         self.batch_buckets = tuple(b for b in BATCH_BUCKETS if b < max_batch) + (max_batch,)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.graph_pool = None
-        self.prefill_buckets = tuple(n for n in PREFILL_BUCKETS if n < max_len) or (max_len - 1,)
-        self.prefill_cache = KVCache.allocate(
-            cfg, 1, self.prefill_buckets[-1], self.dtype, self.device
-        )
-        self.prefill_embeds = torch.zeros(
-            self.prefill_buckets[-1], cfg.hidden_size, dtype=self.dtype, device=self.device
-        )
-        self.prefill_len = torch.ones(1, dtype=torch.int64, device=self.device)
-        self.prefill_slot = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self.prefill_buckets = prefill_buckets(max_len)
+        self._allocate_prefill(cfg)
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # Predictor step g writes position g of its 16-long cache, every row alike.
         self.predictor_positions = [
@@ -210,70 +227,134 @@ class ModelRunner:
         )
         return blocks
 
-    # ------------------------------------------------------------ per request
-    @torch.inference_mode()
-    def prefill(self, slot: int, embeds: torch.Tensor, params: SlotParams) -> None:
-        """Run the prompt [T, hidden] into `slot`, sample its first code.
+    # ------------------------------------------------------------ prefill
+    def _allocate_prefill(self, cfg) -> None:
+        """The packed prefill's inputs, read by its graphs: prompts back to back
+        (embeddings, position within the prompt, prompt index), then one row
+        per prompt (where its last position is, its slot and sampling)."""
+        P, N = self.prefill_buckets[-1], PREFILL_PROMPTS
+        zeros = lambda *shape, dtype=torch.int64: torch.zeros(  # noqa: E731
+            *shape, dtype=dtype, device=self.device
+        )
+        # Scratch keys/values of the packed prompts, copied into their slots after.
+        kv = (cfg.num_hidden_layers, 1, cfg.num_key_value_heads, P, cfg.head_dim)
+        self.prefill_k = zeros(*kv, dtype=self.dtype)
+        self.prefill_v = zeros(*kv, dtype=self.dtype)
+        self.prefill_embeds = zeros(P, cfg.hidden_size, dtype=self.dtype)
+        self.prefill_positions = zeros(2, P)  # [position in its prompt, prompt index]
+        self.prefill_ints = zeros(len(_PROMPT_INTS), N)
+        self.prefill_floats = zeros(len(_PROMPT_FLOATS), N, dtype=torch.float32)
+        # Until a call fills them, every row is unused: captures write the scratch row.
+        self.prefill_ints[_PROMPT_INTS.index("slot")] = self.scratch_row
 
-        The prompt is padded to a length bucket and run into a one-row scratch
-        cache (one CUDA graph per bucket: a prefill is ~400 kernels, too many to
-        launch one by one when the first audio is due in milliseconds); causal
-        attention keeps the padding from touching the real positions. Then the
-        prompt's keys and values are copied into the slot."""
-        s = self.state
-        T = embeds.shape[0]
-        if self.max_prompt < T:
+    @torch.inference_mode()
+    def prefill(self, prompts: list[Prompt]) -> None:
+        """Run `prompts` into their slots in one call and sample each one's
+        first code.
+
+        The prompts go back to back into one sequence padded to a length
+        bucket (one CUDA graph per bucket: a prefill is ~400 kernels, too many
+        to launch one by one when the first audio is due in milliseconds),
+        each attending only to itself, positions restarting at 0. Each
+        prompt's last hidden state gives its first code, sampled with its own
+        seed and draw counter 0: the codes are those of one call per prompt.
+        Then each prompt's keys and values go into its slot."""
+        if not prompts:
+            return
+        N = PREFILL_PROMPTS
+        lengths = [p.embeds.shape[0] for p in prompts]
+        total = sum(lengths)
+        if len(prompts) > N or total > self.max_prompt:
             raise ValueError(
-                f"prompt of {T} positions exceeds the prefill limit ({self.max_prompt})"
+                f"{len(prompts)} prompts of {total} positions exceed the prefill limit "
+                f"({N} prompts, {self.max_prompt} positions)"
             )
-        self._set_params(slot, params)
-        P = next(n for n in self.prefill_buckets if n >= T)
-        self.prefill_embeds[:T] = embeds.to(self.dtype)
-        self.prefill_embeds[T:P] = 0
-        self.prefill_len.fill_(T)
-        self.prefill_slot.fill_(slot)
+        P = next(n for n in self.prefill_buckets if n >= total)
+        starts = [sum(lengths[:i]) for i in range(len(prompts))]
+        self.prefill_embeds[:total] = torch.cat([p.embeds for p in prompts]).to(self.dtype)
+        self.prefill_embeds[total:P] = 0
+        # Padding is a prompt of its own (index N): it sees only itself.
+        positions = [t for T in lengths for t in range(T)] + [0] * (P - total)
+        segments = [i for i, T in enumerate(lengths) for _ in range(T)] + [N] * (P - total)
+        self.prefill_positions[:, :P] = torch.tensor([positions, segments])
+        ints = torch.zeros(len(_PROMPT_INTS), N, dtype=torch.int64)
+        floats = torch.ones(len(_PROMPT_FLOATS), N, dtype=torch.float32)
+        ints[_PROMPT_INTS.index("slot")] = self.scratch_row
+        n = len(prompts)
+        rows = zip(prompts, starts, lengths, strict=True)
+        ints[:, :n] = torch.tensor([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
+        floats[:, :n] = torch.tensor([_prompt_floats(p.params) for p in prompts]).T
+        self.prefill_ints.copy_(ints)
+        self.prefill_floats.copy_(floats)
         if self.use_graphs:
             graph = self.prefill_graphs.get(P) or self._capture_prefill(P)
             graph.replay()
         else:
             self._prefill_step(P)
-        self.cache.store_prompt(
-            slot, self.prefill_cache.k[:, 0, :, :T], self.prefill_cache.v[:, 0, :, :T]
-        )
-        s.frame[slot] = 0
-        s.position[slot] = T
-        s.text_len[slot] = 0
+        for p, start, T in zip(prompts, starts, lengths, strict=True):
+            self.cache.store_prompt(
+                p.slot,
+                self.prefill_k[:, 0, :, start : start + T],
+                self.prefill_v[:, 0, :, start : start + T],
+            )
 
     def _prefill_step(self, P: int) -> None:
-        """Prefill of the padded prompt in `prefill_embeds[:P]`; tensor ops only."""
+        """The packed prefill of `prefill_embeds[:P]`; tensor ops only. Each
+        prompt's row commits its slot's state: first code, hidden state,
+        position, sampling parameters (unused rows: the scratch row)."""
         s = self.state
-        k, v = self.prefill_cache.rows(0, 1, P)
-        hidden = self.talker.prefill(self.prefill_embeds[:P][None], k, v)[0]
-        last = hidden.index_select(0, self.prefill_len - 1)  # [1, hidden]
-        slot = self.prefill_slot
-        frame = torch.zeros(1, dtype=torch.int64, device=self.device)
-        pick = lambda t: t.index_select(0, slot)  # noqa: E731
-        nothing_seen = torch.zeros(1, self.cfg.vocab_size, dtype=torch.bool, device=self.device)
+        ints = dict(zip(_PROMPT_INTS, self.prefill_ints, strict=True))
+        floats = dict(zip(_PROMPT_FLOATS, self.prefill_floats, strict=True))
+        positions, segments = self.prefill_positions[:, :P]
+        hidden = self.talker.prefill(
+            self.prefill_embeds[:P][None],
+            self.prefill_k[:, :, :, :P],
+            self.prefill_v[:, :, :, :P],
+            positions,
+            segments,
+        )[0]
+        last = hidden.index_select(0, ints["last"])  # [N, hidden]
+        frame = torch.zeros_like(ints["last"])
+        nothing_seen = torch.zeros(
+            frame.shape[0], self.cfg.vocab_size, dtype=torch.bool, device=self.device
+        )
         code = fusion.sample(
             self.talker.logits(last),
-            pick(s.temperature),
-            pick(s.top_k),
-            pick(s.top_p),
-            pick(s.seed),
+            floats["temperature"],
+            ints["top_k"],
+            floats["top_p"],
+            ints["seed"],
             frame,
             seen=nothing_seen,
-            penalty=pick(s.repetition_penalty),
+            penalty=floats["repetition_penalty"],
             suppressed=self.suppressed,
             eos_only=self.eos_only,
-            too_early=frame < pick(s.min_frames),
+            too_early=frame < ints["min_frames"],
         )
-        s.hidden.index_copy_(0, slot, last)
-        s.code0.index_copy_(0, slot, code)
-        s.seen.index_copy_(0, slot, nothing_seen.scatter(1, code[:, None], True))
+        commit = dict(
+            hidden=last,
+            code0=code,
+            seen=nothing_seen.scatter(1, code[:, None], True),
+            frame=frame,
+            position=ints["length"],
+            text_len=frame,
+            temperature=floats["temperature"],
+            top_k=ints["top_k"],
+            top_p=floats["top_p"],
+            repetition_penalty=floats["repetition_penalty"],
+            sub_temperature=floats["sub_temperature"],
+            sub_top_k=ints["sub_top_k"],
+            sub_top_p=floats["sub_top_p"],
+            seed=ints["seed"],
+            min_frames=ints["min_frames"],
+        )
+        for name, value in commit.items():
+            getattr(s, name).index_copy_(0, ints["slot"], value)
 
     def _capture_prefill(self, P: int) -> torch.cuda.CUDAGraph:
-        # Warm-up and capture write only the slot being prefilled (about to be
-        # overwritten by the replay) and the scratch cache.
+        # Warm-up and capture write only the rows' slots (at start-up the
+        # scratch row; on first use the slots being prefilled, which the
+        # replay then overwrites) and the scratch keys/values.
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -310,19 +391,6 @@ class ModelRunner:
                 ids, device=self.device
             )
         self.state.text_len[slot] = start + len(ids)
-
-    def _set_params(self, slot: int, p: SlotParams) -> None:
-        s = self.state
-        s.temperature[slot] = p.temperature
-        s.top_k[slot] = p.top_k
-        s.top_p[slot] = p.top_p
-        s.repetition_penalty[slot] = p.repetition_penalty
-        s.sub_temperature[slot] = p.subtalker_temperature
-        s.sub_top_k[slot] = p.subtalker_top_k
-        s.sub_top_p[slot] = p.subtalker_top_p
-        s.seed[slot] = p.seed
-        # The reference never ends before 2 frames (min_new_tokens=2).
-        s.min_frames[slot] = max(2, p.min_frames)
 
     def _sample_first_code(
         self, logits: torch.Tensor, rows: slice, frame: torch.Tensor
@@ -480,3 +548,40 @@ class ModelRunner:
             },
         )
         return seconds
+
+
+# The packed prefill's per-prompt rows (`prefill_ints`, `prefill_floats`).
+_PROMPT_INTS = ("last", "slot", "length", "top_k", "sub_top_k", "seed", "min_frames")
+_PROMPT_FLOATS = (
+    "temperature",
+    "top_p",
+    "repetition_penalty",
+    "sub_temperature",
+    "sub_top_p",
+)
+
+
+def _prompt_ints(prompt: Prompt, last: int, length: int) -> list[int]:
+    q = prompt.params
+    # The reference never ends before 2 frames (min_new_tokens=2).
+    row = dict(
+        last=last,
+        slot=prompt.slot,
+        length=length,
+        top_k=q.top_k,
+        sub_top_k=q.subtalker_top_k,
+        seed=q.seed,
+        min_frames=max(2, q.min_frames),
+    )
+    return [row[name] for name in _PROMPT_INTS]
+
+
+def _prompt_floats(q: SlotParams) -> list[float]:
+    row = dict(
+        temperature=q.temperature,
+        top_p=q.top_p,
+        repetition_penalty=q.repetition_penalty,
+        sub_temperature=q.subtalker_temperature,
+        sub_top_p=q.subtalker_top_p,
+    )
+    return [row[name] for name in _PROMPT_FLOATS]

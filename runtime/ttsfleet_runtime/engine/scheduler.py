@@ -12,10 +12,19 @@ sequences to finish) and does no I/O itself.
 
 Order: new requests first. Every running stream needs only one frame per
 80 ms of audio while a decode step takes a few milliseconds, so prefilling a
-newcomer (time to first audio) is worth more than one step of the others;
-a cap on prefills per step keeps a burst of arrivals from stalling everyone.
-A running stream whose next long-text piece is due goes before newcomers: its
-listener is already waiting.
+newcomer (time to first audio) is worth more than one step of the others:
+each iteration prefills everything ready, in one packed call (the runner's
+limits: prompts per call, positions per call), then steps. A running stream
+whose next long-text piece is due goes before newcomers: its listener is
+already waiting. Waiting requests go in arrival order; the first that does not
+fit waits for the next iteration (no later, shorter one overtakes it).
+
+Running streams are protected by their lead over playback. The engine tells
+`plan` the least time any playing stream can still wait for its next frames
+before its listener runs out of audio (`spare_s`); below `LEAD_GUARD_S` the
+iteration prefills at most `GUARDED_PREFILL_TOKENS` positions, so the decode
+step comes sooner. At least one prompt is always taken: newcomers never wait
+forever behind an overloaded batch.
 
 KV memory (`kv`, engine/kv_blocks.py): a newcomer is admitted to a slot only
 when the blocks for its prompt are free beyond a watermark (else it and
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
@@ -40,11 +50,22 @@ from .api import FinishReason
 from .kv_blocks import KVBlocks
 from .sequence import Sequence
 
+# The guard's threshold: a playing stream with less spare time than this
+# could underrun if the decode step waited for a full packed prefill (up to
+# 1,024 positions: tens of ms for the 1.7B on an H100, bench/prefill_burst.py)
+# and the step itself. A stream that has just started has its first chunk's
+# 160 ms ahead (2 frames), so a burst's first members do not throttle the rest
+# of it; the guard fires when the engine falls behind real time.
+LEAD_GUARD_S = 0.1
+# Positions one guarded iteration prefills: the smallest buckets, a prefill
+# about as long as a decode step, still several typical (~10-position) prompts.
+GUARDED_PREFILL_TOKENS = 64
+
 
 class Schedulable(Protocol):
     slot: int | None
     position: int  # next KV position to write
-    prompt_len: int  # positions its (next) prefill writes
+    prompt_length: int  # positions its (next) prefill writes
     kv_blocks: list[int]  # KV blocks held, in position order
 
     @property
@@ -69,6 +90,7 @@ class QueueFullError(Exception):
 @dataclasses.dataclass
 class Plan(Generic[S]):
     prefill: list[S]  # prefill before the step: admitted to a slot now, or a next piece
+    deferred: bool = False  # the lead guard left a prompt for later that would have fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +127,8 @@ class Scheduler(Generic[S]):
         self,
         max_batch: int,
         max_queue: int,
-        max_prefills_per_step: int = 4,
+        max_prefill_prompts: int,
+        max_prefill_tokens: int,
         kv: KVBlocks | None = None,
     ):
         self.max_batch = max_batch
@@ -114,7 +137,9 @@ class Scheduler(Generic[S]):
         self.kv_stalled: list[S] = []  # running rows the last step_rows left without a block
         self._kv_changed: dict[int, S] = {}  # slot -> sequence whose blocks changed
         self.max_queue = max_queue
-        self.max_prefills_per_step = max_prefills_per_step
+        # One packed prefill call's limits (the runner's).
+        self.max_prefill_prompts = max_prefill_prompts
+        self.max_prefill_tokens = max_prefill_tokens
         self.waiting: collections.deque[S] = collections.deque()
         self.running: dict[int, S] = {}  # slot -> sequence
         self.refill: collections.deque[S] = collections.deque()  # running, next piece due
@@ -132,32 +157,61 @@ class Scheduler(Generic[S]):
         self.check_room()
         self.waiting.append(seq)
 
-    def plan(self) -> Plan[S]:
-        prefill: list[S] = []
-        for seq in list(self.refill):
-            if len(prefill) >= self.max_prefills_per_step:
-                break
-            # Its blocks fit to the new prompt: usually some come back.
-            if self._fit_kv(seq, seq.prompt_len):
-                self.refill.remove(seq)
-                prefill.append(seq)
+    def plan(self, spare_s: float | None = None) -> Plan[S]:
+        """The sequences to prefill before the next step, in one packed call.
+        `spare_s`: the least time any playing stream can wait for its next
+        frames before its listener runs dry (None: nobody is playing)."""
+        guarded = spare_s is not None and spare_s < LEAD_GUARD_S
+        budget = self.max_prefill_tokens
+        if guarded:
+            budget = min(budget, GUARDED_PREFILL_TOKENS)
+        plan: Plan[S] = Plan(prefill=[])
+        tokens = 0
+
+        def take(seq: S, blocks_fit: Callable[[S], bool]) -> bool:
+            nonlocal tokens
+            if plan.prefill and (
+                len(plan.prefill) >= self.max_prefill_prompts or tokens + seq.prompt_length > budget
+            ):
+                plan.deferred = guarded and (
+                    len(plan.prefill) < self.max_prefill_prompts
+                    and tokens + seq.prompt_length <= self.max_prefill_tokens
+                )
+                return False
+            if not blocks_fit(seq):
+                return False  # too few free KV blocks: wait for them, in order
+            plan.prefill.append(seq)
+            tokens += seq.prompt_length
+            return True
+
+        # A next piece's blocks fit to its new prompt: usually some come back.
+        while self.refill and take(self.refill[0], lambda q: self._fit_kv(q, q.prompt_length)):
+            self.refill.popleft()
+        if self.refill:
+            return plan  # a next piece did not fit: no newcomer overtakes it
         free = sorted(set(range(self.max_batch)) - set(self.running))
         for seq in list(self.waiting):
-            if not free or len(prefill) >= self.max_prefills_per_step:
+            if not free:
                 break
             if not seq.ready_for_prefill:
                 continue  # its text has not arrived; later arrivals may go first
-            if self.kv is not None:
-                if not self.kv.can_admit(seq.prompt_len):
-                    break  # too few free blocks: wait for them, in arrival order
-                self.kv.fit(seq.kv_blocks, seq.prompt_len)
+            if not take(seq, self._admit_kv):
+                break
             self.waiting.remove(seq)
             # Lowest free slot: keeps the batch a short prefix of the slots.
             seq.slot = free.pop(0)
             self.running[seq.slot] = seq
             self._kv_changed[seq.slot] = seq
-            prefill.append(seq)
-        return Plan(prefill=prefill)
+        return plan
+
+    def _admit_kv(self, seq: S) -> bool:
+        """Blocks for a newcomer's prompt, if they are free beyond the watermark."""
+        if self.kv is None:
+            return True
+        if not self.kv.can_admit(seq.prompt_length):
+            return False
+        self.kv.fit(seq.kv_blocks, seq.prompt_length)
+        return True
 
     def _fit_kv(self, seq: S, positions: int, grow_only: bool = False) -> bool:
         """Give `seq` the blocks for `positions` (False: too few are free)."""

@@ -85,11 +85,14 @@ class Sequence:
         text: TextFeed,
         stream,
         later_pieces: list[str] | None = None,
+        *,
+        prompt_length: int,
     ):
         self.request_id = request_id
         self.params = params
         self.seed = seed
         self.voice = voice  # the model's VoicePrompt
+        self.prompt_length = prompt_length  # positions each piece's prefill takes
         self.text = text  # the piece being spoken
         self.later_pieces = list(later_pieces or ())  # whole-text pieces still to speak
         self.piece = 0  # index of the piece being spoken
@@ -102,7 +105,6 @@ class Sequence:
         self.t_admitted: float | None = None
         self.awaiting_prefill = True  # the current piece is not in its slot yet
         self.position = 0  # next talker position (host copy)
-        self.prompt_len = 0  # positions of its prompt (each piece's is as long)
         self.kv_blocks: list[int] = []  # KV blocks it holds (engine/kv_blocks.py)
         self.frames = 0  # frames generated, all pieces
         self.piece_frames = 0  # frames generated for the current piece

@@ -28,6 +28,10 @@ class EngineStream:
         # Run on the caller's loop when the stream ends (e.g. stop the task
         # feeding the sequence's streamed text).
         self.on_end: list[Callable[[], object]] = []
+        # Playback, as the listener sees it (the engine's lead over it): when
+        # the first chunk was handed out and how many frames have been since.
+        self.first_audio_at: float | None = None
+        self.frames_delivered = 0
 
     def __aiter__(self) -> AsyncIterator[AudioChunk]:
         return self._iterate()
@@ -53,6 +57,9 @@ class EngineStream:
 
     # Called from the engine and codec threads.
     def deliver(self, chunk: AudioChunk) -> None:
+        if self.first_audio_at is None:
+            self.first_audio_at = chunk.t_emitted
+        self.frames_delivered += chunk.frames
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
         except RuntimeError:  # the caller's loop is closed: nobody is listening

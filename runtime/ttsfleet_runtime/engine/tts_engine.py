@@ -178,7 +178,7 @@ class TTSEngine:
             raise InvalidRequest(str(e), param=e.param) from e
         except InvalidText as e:
             raise InvalidRequest(f"instructions: {e}", param="instructions") from e
-        prompt_len = self._check_prompt_fits(voice)
+        prompt_length = self._check_prompt_fits(voice)
         if isinstance(request.text, str):
             try:
                 pieces = split_text(
@@ -195,8 +195,16 @@ class TTSEngine:
         request_id = request.request_id or uuid.uuid4().hex
         stream = EngineStream(request_id, loop, self._cancel)
         seed = params.seed if params.seed is not None else secrets.randbits(31)
-        seq = Sequence(request_id, params, seed, voice, text, stream, later_pieces=later)
-        seq.prompt_len = prompt_len
+        seq = Sequence(
+            request_id,
+            params,
+            seed,
+            voice,
+            text,
+            stream,
+            later_pieces=later,
+            prompt_length=prompt_length,
+        )
         stream.seq = seq
         self._admit(lambda: self.core.scheduler.admit(seq))
         if not isinstance(request.text, str):
@@ -259,6 +267,9 @@ class TTSEngine:
             max_batch=self.max_batch,
             max_queue=self.max_queue,
             frames_total=self.core.frames_total,
+            min_lead_s=self.core.min_lead_s,
+            underrun_steps_total=self.core.underrun_steps,
+            prefill_deferred_total=self.core.prefill_deferred,
             gpu_memory_used_bytes=used,
             gpu_memory_total_bytes=total,
             kv_cache_used_bytes=kv_used * block_bytes,

@@ -6,7 +6,10 @@ static per batch so a whole decode step can be captured in a CUDA graph.
 
 Two paths:
 - prefill: every row starts at position 0 and writes T positions; causal
-  attention over the fresh keys;
+  attention over the fresh keys. Packed (the engine's batched prefill): one
+  row holds several prompts back to back, `positions` restart at 0 for each
+  and `segments` name each position's prompt, so a position attends only to
+  the earlier positions of its own prompt (block-diagonal causal mask);
 - decode: one new position per row at `positions[b]`; each row attends to
   cache positions 0..positions[b], whatever the length of the cache view, so
   one captured graph serves every length. The decode cache is slot-major
@@ -72,13 +75,22 @@ class RotaryTable(nn.Module):
         self.register_buffer("sin", emb.sin(), persistent=False)
         self._cast: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def prefix(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positions 0..length-1, the same for every row (prefill): views of a
-        table cast once per dtype."""
+    def _table(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The table cast once per dtype."""
         if dtype not in self._cast:
             self._cast[dtype] = (self.cos.to(dtype), self.sin.to(dtype))
-        cos, sin = self._cast[dtype]
+        return self._cast[dtype]
+
+    def prefix(self, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions 0..length-1, the same for every row (prefill): views."""
+        cos, sin = self._table(dtype)
         return cos[:length][None, None], sin[:length][None, None]
+
+    def at(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions [T] (a packed prefill's, restarting per prompt), shaped
+        like `prefix`'s: [1, 1, T, d]."""
+        cos, sin = self._table(dtype)
+        return cos[positions][None, None], sin[positions][None, None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -190,9 +202,10 @@ class DecoderLayer(nn.Module):
         self.input_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.post_attention_norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
 
-    def prefill(self, x, cos, sin, k_cache, v_cache) -> torch.Tensor:
+    def prefill(self, x, cos, sin, k_cache, v_cache, mask=None) -> torch.Tensor:
         """x [B, T, hidden] at positions 0..T-1; keys and values of those
-        positions land in k_cache/v_cache [B, K, L, d]."""
+        positions land in k_cache/v_cache [B, K, L, d]. `mask` (bool [1, 1, T,
+        T], True = may attend) replaces plain causal attention (packed prompts)."""
         B, T, _ = x.shape
         d, H, K = self.head_dim, self.heads, self.kv_heads
         eps = self.eps
@@ -206,7 +219,11 @@ class DecoderLayer(nn.Module):
         v_cache[:, :, :T] = v
         group = H // K
         out = F.scaled_dot_product_attention(
-            q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=True
+            q,
+            k.repeat_interleave(group, dim=1),
+            v.repeat_interleave(group, dim=1),
+            attn_mask=mask,
+            is_causal=mask is None,
         )
         return self._output_and_mlp(x, out.transpose(1, 2).reshape(B, T, H * d))
 
@@ -252,11 +269,18 @@ class DecoderStack(nn.Module):
         self.norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.rope = RotaryTable(c.head_dim, c.rope_theta, max_positions)
 
-    def prefill(self, x, k_cache, v_cache) -> torch.Tensor:
-        """x [B, T, hidden] at positions 0..T-1 -> hidden states [B, T, hidden]."""
-        cos, sin = self.rope.prefix(x.shape[1], x.dtype)
+    def prefill(self, x, k_cache, v_cache, positions=None, segments=None) -> torch.Tensor:
+        """x [B, T, hidden] at positions 0..T-1 -> hidden states [B, T, hidden].
+        Packed prompts: `positions` [T] (restarting at 0 per prompt) and
+        `segments` [T] (which prompt each position belongs to; contiguous)."""
+        mask = None
+        if positions is None:
+            cos, sin = self.rope.prefix(x.shape[1], x.dtype)
+        else:
+            cos, sin = self.rope.at(positions, x.dtype)
+            mask = packed_causal_mask(segments)
         for i, layer in enumerate(self.layers):
-            x = layer.prefill(x, cos, sin, k_cache[i], v_cache[i])
+            x = layer.prefill(x, cos, sin, k_cache[i], v_cache[i], mask)
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
 
     def decode(self, x, positions, k_cache, v_cache, block_table=None) -> torch.Tensor:
@@ -268,6 +292,15 @@ class DecoderStack(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer.decode(x, positions, lengths, cos, sin, k_cache[i], v_cache[i], block_table)
         return rms_norm(x, self.norm, self.config.rms_norm_eps)
+
+
+def packed_causal_mask(segments: torch.Tensor) -> torch.Tensor:
+    """Bool mask [1, 1, T, T] for prompts packed back to back, `segments` [T]
+    naming each position's prompt: a position sees itself and the earlier
+    positions of its own prompt. Tensor ops only (built inside a graph)."""
+    index = torch.arange(segments.shape[0], device=segments.device)
+    causal = index[None, :] <= index[:, None]
+    return (causal & (segments[None, :] == segments[:, None]))[None, None]
 
 
 def decode_mask(positions: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:

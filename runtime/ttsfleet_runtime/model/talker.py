@@ -35,10 +35,11 @@ class Talker(nn.Module):
     def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.codec_embedding)
 
-    def prefill(self, x, k_cache, v_cache) -> torch.Tensor:
-        """x [B, T, hidden] at positions 0..T-1 -> last-layer hidden states
-        (after the final norm) [B, T, hidden]."""
-        return self.stack.prefill(x, k_cache, v_cache)
+    def prefill(self, x, k_cache, v_cache, positions=None, segments=None) -> torch.Tensor:
+        """x [B, T, hidden] at positions 0..T-1 (or packed prompts: see
+        `DecoderStack.prefill`) -> last-layer hidden states (after the final
+        norm) [B, T, hidden]."""
+        return self.stack.prefill(x, k_cache, v_cache, positions, segments)
 
     def decode(self, x, positions, k_cache, v_cache, block_table=None) -> torch.Tensor:
         """x [B, hidden], one position per row -> hidden states [B, hidden]; the
