@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .conv1d import _snake
+
 _TILE_ELEMENTS = 4096  # per program: 32 per thread with 4 warps
 
 
@@ -49,12 +51,7 @@ def _snake_epilogue_kernel(
         tl.store(raw_ptr + offsets, y, mask=mask)
     if EMIT_ACT:
         # From the rounded sum, as the eager path activates the stored tensor.
-        channels = cols % ACT_CHANNELS
-        freq = tl.load(freq_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
-        inv = tl.load(inv_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
-        yf = y.to(tl.float32)
-        s = tl.sin(yf * freq[None, :])
-        act = yf + inv[None, :] * s * s
+        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask)
         tl.store(act_ptr + offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
 
 
