@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""The streaming codec at batch scale on a GPU: graph replay per (batch bucket, frames).
+"""The streaming codec at batch scale on a GPU, per convolution route: graph replay per
+(batch bucket, frames).
 
 Writes a real-size random speech tokenizer (official layout, as bench_codec.py does) unless
---tokenizer is given, loads it in bf16 with the convolutions on the Triton kernel
-(codec.convs.use_kernels) and measures:
-  1. correctness on the GPU first: streamed bf16 kernel audio (chunks 1, 2, 8, ...) of a few
+--tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
+"triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
+channels-last + the fused epilogue, "routed" = per `route_for`, what use_kernels() runs;
+"eager" = the torch reference path, for comparison) measures:
+  1. correctness on the GPU first: streamed bf16 audio (chunks 1, 2, 8, ...) of a few
      streams vs the float32 eager (torch) offline decode: SNR dB and max |error| of the
-     PCM; the same for bf16 eager (what bf16 alone costs), and kernel graph == kernel eager;
-  2. per frame count n: capture of every batch bucket (largest first, one pool) with its
-     seconds and the peak memory it took; then per bucket B the replay time of a decode
-     call (codec.decode: index/codes upload, graph, output copy; CUDA events, median) and
-     audio seconds produced per second;
-  3. for comparison, the eager torch path (cuDNN) graphed at a few (B, n).
+     PCM (bf16 eager too: what bf16 alone costs), and graph replay == eager on the route;
+  2. per convolution call of the decoder at (B=1, n=1) and (B=32, n=2): Triton kernel vs
+     cuDNN (each call with its real epilogue and history, graphed: do_bench_cudagraph), and
+     the TRITON_MAX_ROWS table for codec/convs.py those numbers suggest;
+  3. per route and frame count n: capture of every batch bucket (largest first, one pool)
+     with its seconds and the peak memory it took; then per bucket B the replay time of a
+     decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
+     median) and audio seconds produced per second.
 Writes --out/codec_scale.json after every section (machine, versions, raw samples), prints
-a table last, and skips what would start after --budget-s.
+tables last, and skips what would start after --budget-s.
 
-    PYTHONPATH=runtime python3 bench/codec_scale.py --out $OUT --budget-s 200
+    PYTHONPATH=runtime python3 bench/codec_scale.py --out $OUT --budget-s 230
 """
 
 from __future__ import annotations
@@ -59,111 +64,210 @@ def stream(codec: StreamingCodec, codes: torch.Tensor) -> torch.Tensor:
     return torch.cat(pieces, dim=1)
 
 
-def correctness(folder: Path, args, report: dict) -> None:
+def correctness(folder: Path, args, report: dict, t0: float) -> None:
     device = torch.device("cuda")
     gen = torch.Generator().manual_seed(0)
     codes = torch.randint(0, 2048, (args.check_streams, args.check_frames, 16), generator=gen)
     codes = codes.to(device)
     out = report.setdefault("correctness", {})
+    out_routes = out.setdefault("routes", {})
     convs.use_eager()
     reference = load_speech_tokenizer(folder, device=device, dtype=torch.float32)
     offline = reference.decode(codes)
     del reference
+    out["reference_rms"] = offline.pow(2).mean().sqrt().item()
     decoder = load_speech_tokenizer(folder, device=device, dtype=torch.bfloat16)
-    bf16_eager = stream(StreamingCodec(decoder, args.check_streams, device), codes)
-    convs.use_kernels()
-    kernel = stream(StreamingCodec(decoder, args.check_streams, device), codes)
-    graphed_codec = StreamingCodec(decoder, args.check_streams, device)
-    graphed_codec.capture([args.check_streams], [1, 2, 8])
-    graphed = stream(graphed_codec, codes)
-    for name, got in (("bf16_eager", bf16_eager), ("bf16_kernel", kernel)):
-        out[name] = {
+
+    def compare(got: torch.Tensor) -> dict:
+        return {
             "snr_db": snr_db(offline, got),
             "max_abs_error": (got - offline).abs().max().item(),
             "finite": bool(torch.isfinite(got).all().item()),
         }
-    out["kernel_graph_vs_eager_max_abs"] = (graphed - kernel).abs().max().item()
-    out["reference_rms"] = offline.pow(2).mean().sqrt().item()
+
+    out["bf16_eager"] = compare(stream(StreamingCodec(decoder, args.check_streams, device), codes))
+    for route in args.routes:
+        if time.monotonic() - t0 > args.budget_s:
+            report.setdefault("skipped", []).append(f"correctness {route}")
+            continue
+        entry = out_routes.setdefault(route, {})
+        try:
+            convs.use(route)
+            eager = stream(StreamingCodec(decoder, args.check_streams, device), codes)
+            graphed_codec = StreamingCodec(decoder, args.check_streams, device)
+            graphed_codec.capture([args.check_streams], [1, 2, 8])
+            graphed = stream(graphed_codec, codes)
+            entry.update(compare(eager))
+            entry["graph_vs_eager_max_abs"] = (graphed - eager).abs().max().item()
+        except Exception:
+            entry["error"] = traceback.format_exc(limit=4)
+        finally:
+            convs.use_eager()
+        print(f"correctness {route}: {json.dumps(entry)}", flush=True)
 
 
-def scale(decoder, args, report: dict, t0: float) -> None:
+def scale(decoder, route: str, args, report: dict, t0: float) -> None:
     device = torch.device("cuda")
     gen = torch.Generator().manual_seed(1)
     top = max(args.batches)
     rows = report.setdefault("scale", [])
-    for frames in args.frames:
-        if time.monotonic() - t0 > args.budget_s:
-            report.setdefault("skipped", []).append(f"scale n={frames}")
-            continue
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        codec = StreamingCodec(decoder, top, device)
-        slots = [codec.open() for _ in range(top)]
-        t_capture = time.perf_counter()
-        codec.capture(args.batches, [frames])
-        capture_s = time.perf_counter() - t_capture
-        peak = torch.cuda.max_memory_allocated() - before
-        codes = torch.randint(0, 2048, (top, frames, 16), generator=gen).to(device)
-        for batch in sorted(args.batches):
-            row = {
-                "frames": frames,
-                "batch": batch,
-                "capture_s_all_buckets": capture_s,
-                "peak_bytes_all_buckets": peak,
-                "state_bytes": codec.state_bytes_per_stream * top,
-            }
-            try:
-                chunk = codes[:batch]
-                used = slots[:batch]
-                for _ in range(3):
-                    codec.decode(used, chunk)
-                samples = timed(lambda: codec.decode(used, chunk), args.iters)  # noqa: B023
-                graph = codec._graphs[(batch, frames)].graph
-                replay = timed(graph.replay, args.iters)
-                row["decode_ms"] = statistics.median(samples)
-                row["replay_ms"] = statistics.median(replay)
-                row["decode_samples_ms"] = [round(s, 4) for s in samples]
-                row["audio_s_per_s"] = batch * frames * SECONDS_PER_FRAME / (row["decode_ms"] / 1e3)
-            except Exception as exc:
-                row["error"] = repr(exc)[:400]
-            rows.append(row)
-            print(
-                json.dumps({k: v for k, v in row.items() if k != "decode_samples_ms"}), flush=True
-            )
-        codec = None  # frees its graphs and their pool
-    torch.cuda.empty_cache()
-
-
-def eager_baseline(decoder, args, report: dict, t0: float) -> None:
-    """The torch (cuDNN) path on the same layout, graphed, for comparison."""
-    device = torch.device("cuda")
-    rows = report.setdefault("eager_torch", [])
-    convs.use_eager()
+    convs.use(route)
     try:
-        for batch, frames in ((1, 1), (32, 8), (128, 8)):
+        for frames in args.frames:
             if time.monotonic() - t0 > args.budget_s:
-                report.setdefault("skipped", []).append(f"eager b={batch} n={frames}")
+                report.setdefault("skipped", []).append(f"scale {route} n={frames}")
                 continue
-            row = {"batch": batch, "frames": frames}
-            try:
-                codec = StreamingCodec(decoder, batch, device)
-                slots = [codec.open() for _ in range(batch)]
-                codec.capture([batch], [frames])
-                codes = torch.randint(0, 2048, (batch, frames, 16), device=device)
-                for _ in range(3):
-                    codec.decode(slots, codes)
-                row["decode_ms"] = statistics.median(
-                    timed(lambda: codec.decode(slots, codes), args.iters)  # noqa: B023
-                )
-                codec = None  # frees its graphs and their pool
-            except Exception as exc:
-                row["error"] = repr(exc)[:400]
-            rows.append(row)
+            torch.cuda.synchronize()
             torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            codec = StreamingCodec(decoder, top, device)
+            slots = [codec.open() for _ in range(top)]
+            t_capture = time.perf_counter()
+            codec.capture(args.batches, [frames])
+            capture_s = time.perf_counter() - t_capture
+            peak = torch.cuda.max_memory_allocated() - before
+            codes = torch.randint(0, 2048, (top, frames, 16), generator=gen).to(device)
+            for batch in sorted(args.batches):
+                row = {
+                    "route": route,
+                    "frames": frames,
+                    "batch": batch,
+                    "capture_s_all_buckets": capture_s,
+                    "peak_bytes_all_buckets": peak,
+                    "state_bytes": codec.state_bytes_per_stream * top,
+                }
+                try:
+                    chunk = codes[:batch]
+                    used = slots[:batch]
+                    for _ in range(3):
+                        codec.decode(used, chunk)
+                    samples = timed(lambda: codec.decode(used, chunk), args.iters)  # noqa: B023
+                    graph = codec._graphs[(batch, frames)].graph
+                    replay = timed(graph.replay, args.iters)
+                    row["decode_ms"] = statistics.median(samples)
+                    row["replay_ms"] = statistics.median(replay)
+                    row["decode_samples_ms"] = [round(s, 4) for s in samples]
+                    seconds = batch * frames * SECONDS_PER_FRAME
+                    row["audio_s_per_s"] = seconds / (row["decode_ms"] / 1e3)
+                except Exception as exc:
+                    row["error"] = repr(exc)[:400]
+                rows.append(row)
+                shown = {k: v for k, v in row.items() if k != "decode_samples_ms"}
+                print(json.dumps(shown), flush=True)
+            codec = None  # frees its graphs and their pool
     finally:
-        convs.use_kernels()
+        convs.use_eager()
+        torch.cuda.empty_cache()
+
+
+def record_calls(decoder, batch: int, frames: int) -> list[dict]:
+    """Every dense convolution call of one decoder step at (batch, frames): the layer, its
+    input shape and epilogue (the step runs on the eager path while recorded)."""
+    names = {id(m): name for name, m in decoder.named_modules()}
+    calls = []
+
+    def recorder(layer, x, state, *, residual=None, activation=None, emit_raw=True):
+        calls.append(
+            {
+                "layer": layer,
+                "name": names.get(id(layer), "?"),
+                "shape": tuple(x.shape),
+                "residual": residual is not None,
+                "activation": activation,
+                "emit_raw": emit_raw,
+            }
+        )
+        return convs.conv_eager(
+            layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw
+        )
+
+    codes = torch.randint(0, 2048, (batch, frames, 16), device=decoder._device())
+    convs.conv = recorder  # one step, then back to the reference
+    try:
+        with torch.inference_mode():
+            decoder.step(codes, decoder.initial_state(batch))
+    finally:
+        convs.use_eager()
+    return calls
+
+
+def time_call(fn, call: dict, x: torch.Tensor, residual: torch.Tensor | None) -> float:
+    """Median ms of one recorded convolution call on a route, replayed in a CUDA graph."""
+    layer = call["layer"]
+    state = {}
+    if layer.context:
+        state[layer.state_key] = x.new_zeros(x.shape[0], layer.context, x.shape[2])
+
+    def run():
+        fn(
+            layer,
+            x,
+            state,
+            residual=residual,
+            activation=call["activation"],
+            emit_raw=call["emit_raw"],
+        )
+
+    with torch.inference_mode():
+        run()  # compiles, and lets cuDNN pick its algorithm, outside the graph
+        torch.cuda.synchronize()
+        return triton.testing.do_bench_cudagraph(run, rep=20, return_mode="median")
+
+
+def per_layer(decoder, args, report: dict, t0: float) -> None:
+    """Triton kernel vs cuDNN on every distinct convolution call at small rows, graphed."""
+    rows = report.setdefault("per_layer", [])
+    dtype, device = decoder._dtype(), decoder._device()
+    for batch, frames in ((1, 1), (32, 2)):
+        seen = set()
+        for call in record_calls(decoder, batch, frames):
+            layer = call["layer"]
+            key = tuple(layer.kernel_weight.shape[::-1])  # (N, Cin, taps), TRITON_MAX_ROWS's
+            dedupe = (key, call["shape"], call["residual"], call["activation"] is not None)
+            if dedupe in seen:
+                continue
+            seen.add(dedupe)
+            if time.monotonic() - t0 > args.budget_s:
+                report.setdefault("skipped", []).append(f"per_layer {call['name']} b={batch}")
+                continue
+            b, length, cin = call["shape"]
+            row = {
+                "batch": batch,
+                "frames": frames,
+                "layer": call["name"],
+                "key": list(key),
+                "rows": b * length,
+                "residual": call["residual"],
+                "activation": call["activation"] is not None,
+                "emit_raw": call["emit_raw"],
+            }
+            x = torch.randn(b, length, cin, device=device).to(dtype)
+            cout = layer.kernel_weight.shape[2] // layer.upsampling
+            residual = (
+                torch.randn(b, length * layer.upsampling, cout, device=device).to(dtype)
+                if call["residual"]
+                else None
+            )
+            for route, fn in (("triton", convs.conv_kernel), ("cudnn", convs.conv_cudnn)):
+                try:
+                    row[f"{route}_ms"] = time_call(fn, call, x, residual)
+                except Exception as exc:
+                    row[f"{route}_error"] = repr(exc)[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+
+def suggested_table(rows: list[dict]) -> dict[tuple[int, int, int], int]:
+    """TRITON_MAX_ROWS from the per-layer numbers: per shape, the most rows at which the
+    Triton kernel was faster than cuDNN (shapes where it never was are left out)."""
+    table: dict[tuple[int, int, int], int] = {}
+    for row in rows:
+        triton_ms, cudnn_ms = row.get("triton_ms"), row.get("cudnn_ms")
+        if triton_ms is not None and cudnn_ms is not None and triton_ms < cudnn_ms:
+            key = tuple(row["key"])
+            table[key] = max(table.get(key, 0), row["rows"])
+    return table
 
 
 def main() -> None:
@@ -175,8 +279,15 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--check-streams", type=int, default=4)
     parser.add_argument("--check-frames", type=int, default=24)
-    parser.add_argument("--budget-s", type=float, default=200.0)
-    parser.add_argument("--no-eager", action="store_true", help="skip the cuDNN baseline")
+    parser.add_argument("--budget-s", type=float, default=230.0)
+    parser.add_argument(
+        "--routes",
+        nargs="+",
+        default=["triton", "cudnn", "routed"],
+        choices=sorted(convs.ROUTES),
+        help="convolution routes to measure (eager: the torch reference path)",
+    )
+    parser.add_argument("--no-per-layer", action="store_true", help="skip section 3")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -208,20 +319,18 @@ def main() -> None:
         folder = write_random_speech_tokenizer(
             Path(tempfile.mkdtemp()) / "speech_tokenizer", "real"
         )
-    sections = [("correctness", lambda: correctness(folder, args, report))]
+    sections = [("correctness", lambda: correctness(folder, args, report, t0))]
     decoder = None
 
     def load():
         nonlocal decoder
-        convs.use_kernels()
         decoder = load_speech_tokenizer(folder, device="cuda", dtype=torch.bfloat16)
 
-    sections += [
-        ("load", load),
-        ("scale", lambda: scale(decoder, args, report, t0)),
-    ]
-    if not args.no_eager:
-        sections.append(("eager_torch", lambda: eager_baseline(decoder, args, report, t0)))
+    sections.append(("load", load))
+    if not args.no_per_layer:
+        sections.append(("per_layer", lambda: per_layer(decoder, args, report, t0)))
+    for route in args.routes:
+        sections.append((f"scale {route}", lambda r=route: scale(decoder, r, args, report, t0)))
     for name, run in sections:
         t_section = time.monotonic()
         try:
@@ -233,19 +342,31 @@ def main() -> None:
         save()
 
     print("\ncorrectness:", json.dumps(report.get("correctness")))
+    per_layer_rows = report.get("per_layer", [])
+    if per_layer_rows:
+        print(f"\n{'B':>3} {'n':>2} {'layer':34} {'rows':>6} {'triton ms':>10} {'cuDNN ms':>9}")
+        for row in per_layer_rows:
+            fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else "-"  # noqa: E731
+            print(
+                f"{row['batch']:>3} {row['frames']:>2} {row['layer'][:34]:34} {row['rows']:>6} "
+                f"{fmt(row.get('triton_ms')):>10} {fmt(row.get('cudnn_ms')):>9}"
+            )
+        table = suggested_table(per_layer_rows)
+        report["suggested_triton_max_rows"] = {str(k): v for k, v in table.items()}
+        save()
+        print("suggested codec/convs.py TRITON_MAX_ROWS =", table)
     print(
-        f"{'frames':>6} {'batch':>6} {'decode ms':>10} {'replay ms':>10} {'audio-s/s':>10} "
-        f"{'capture s':>10} {'peak GiB':>9}"
+        f"\n{'route':>7} {'frames':>6} {'batch':>6} {'decode ms':>10} {'replay ms':>10} "
+        f"{'audio-s/s':>10} {'capture s':>10} {'peak GiB':>9}"
     )
     for row in report.get("scale", []):
         print(
-            f"{row['frames']:>6} {row['batch']:>6} {row.get('decode_ms', float('nan')):>10.3f} "
+            f"{row['route']:>7} {row['frames']:>6} {row['batch']:>6} "
+            f"{row.get('decode_ms', float('nan')):>10.3f} "
             f"{row.get('replay_ms', float('nan')):>10.3f} "
             f"{row.get('audio_s_per_s', float('nan')):>10.0f} "
             f"{row['capture_s_all_buckets']:>10.1f} {row['peak_bytes_all_buckets'] / 2**30:>9.2f}"
         )
-    for row in report.get("eager_torch", []):
-        print(f"eager torch b={row['batch']} n={row['frames']}: {row.get('decode_ms', row)}")
     print("wrote", path)
 
 

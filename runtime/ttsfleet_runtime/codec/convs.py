@@ -12,14 +12,17 @@ the GPU kernels read a sample's channels as one contiguous row, with no transpos
 
 Every convolution goes through `conv(layer, x, state, ...)`, which also adds the residual
 and applies the activation that the *next* convolution's input needs (SnakeBeta), so the
-GPU computes each activation once, in the producing kernel's epilogue. `conv` is
-`conv_eager` (torch, the reference; CPU and the parity tests) until `use_kernels()` rebinds
-it to the Triton implicit-GEMM kernel (`kernels/conv1d.py`); `use_eager()` puts it back.
-Both keep the same state: the tail of each convolution's (activated) input.
+GPU computes each activation once, right after the convolution. `conv` is `conv_eager`
+(torch, the reference; CPU and the parity tests) until `use_kernels()` rebinds it to
+`conv_routed`, which sends each convolution, by its shape and rows (`route_for`), to
+cuDNN on channels-last tensors with a fused epilogue kernel (`conv_cudnn`,
+kernels/conv_epilogue.py) or to the Triton implicit-GEMM kernel with the epilogue inside
+(`conv_kernel`, kernels/conv1d.py); `use_eager()` puts it back. All keep the same state:
+the tail of each convolution's (activated) input.
 
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
-`dwconv`, `pwconv1`, ...) so its safetensors load as they are; the layouts the kernel
-reads are derived from them whenever they are loaded.
+`dwconv`, `pwconv1`, ...) so its safetensors load as they are; the layouts the kernels
+read are derived from them whenever they are loaded.
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ class Stateful(nn.Module):
         return full
 
 
+def _channels_last_weight(kernel_weight: torch.Tensor) -> torch.Tensor:
+    """[taps, Cin, N] -> the conv2d weight [N, Cin, 1, taps] in channels_last memory."""
+    w = kernel_weight.permute(2, 1, 0).unsqueeze(2)
+    return w.contiguous(memory_format=torch.channels_last)
+
+
 class CausalConv1d(Stateful):
     """Stride-1 conv that sees only the past: left context of (kernel-1)*dilation."""
 
@@ -82,9 +91,11 @@ class CausalConv1d(Stateful):
         self.dilation = dilation
         self.context = (kernel_size - 1) * dilation
         self.upsampling = 1
-        # The kernel's layout [taps, Cin, Cout] (dense convolutions only, else None).
+        # The Triton kernel's layout [taps, Cin, Cout] and cuDNN's channels-last
+        # [Cout, Cin, 1, taps] (dense convolutions only, else None).
         self.register_buffer("kernel_weight", None, persistent=False)
         self.register_buffer("kernel_bias", None, persistent=False)
+        self.register_buffer("cudnn_weight", None, persistent=False)
         self.derive_kernel_layout()
         self.register_load_state_dict_post_hook(lambda module, _: module.derive_kernel_layout())
 
@@ -93,6 +104,7 @@ class CausalConv1d(Stateful):
         if self.conv.groups == 1:
             self.kernel_weight = self.conv.weight.detach().permute(2, 1, 0).contiguous()
             self.kernel_bias = self.conv.bias.detach().clone()
+            self.cudnn_weight = _channels_last_weight(self.kernel_weight)
 
     def torch_forward(self, full: torch.Tensor) -> torch.Tensor:
         """The convolution of history-prefixed input [B, context + T, Cin] -> [B, T, Cout]."""
@@ -117,9 +129,11 @@ class CausalTransposeConv1d(Stateful):
         self.upsampling = stride
         self.dilation = 1
         self.context = kernel_size // stride - 1  # input samples of overlap: 0 or 1
-        # The kernel's layout [taps, Cin, stride * Cout].
+        # The kernel's layout [taps, Cin, stride * Cout], and cuDNN's channels-last
+        # [stride * Cout, Cin, 1, taps] of it.
         self.register_buffer("kernel_weight", None, persistent=False)
         self.register_buffer("kernel_bias", None, persistent=False)
+        self.register_buffer("cudnn_weight", None, persistent=False)
         self.derive_kernel_layout()
         self.register_load_state_dict_post_hook(lambda module, _: module.derive_kernel_layout())
 
@@ -133,6 +147,7 @@ class CausalTransposeConv1d(Stateful):
             [tap.permute(0, 2, 1).reshape(cin, -1) for tap in taps]
         ).contiguous()
         self.kernel_bias = self.conv.bias.detach().repeat(s)
+        self.cudnn_weight = _channels_last_weight(self.kernel_weight)
 
     def torch_forward(self, full: torch.Tensor) -> torch.Tensor:
         n_out = (full.shape[1] - self.context) * self.stride
@@ -171,6 +186,18 @@ class SnakeBeta(nn.Module):
 ConvLayer = CausalConv1d | CausalTransposeConv1d
 
 
+def _epilogue_torch(
+    y: torch.Tensor,
+    residual: torch.Tensor | None,
+    activation: SnakeBeta | None,
+    emit_raw: bool,
+) -> ConvOut:
+    """(y + residual if emit_raw, activation(y + residual) if an activation is given)."""
+    if residual is not None:
+        y = residual + y
+    return (y if emit_raw else None), (activation(y) if activation is not None else None)
+
+
 def conv_eager(
     layer: ConvLayer,
     x: torch.Tensor,
@@ -183,9 +210,7 @@ def conv_eager(
     """layer(x) with its history (+ residual): (the output if `emit_raw`, activation(output)
     if an activation is given). x: [B, T, Cin] -> [B, T * upsampling, Cout]."""
     y = layer.torch_forward(layer._with_history(x, state))
-    if residual is not None:
-        y = residual + y
-    return (y if emit_raw else None), (activation(y) if activation is not None else None)
+    return _epilogue_torch(y, residual, activation, emit_raw)
 
 
 def conv_kernel(
@@ -222,20 +247,95 @@ def conv_kernel(
     )
 
 
-# Every dense convolution of the decoder calls this name; use_kernels() rebinds it.
+def conv_cudnn(
+    layer: ConvLayer,
+    x: torch.Tensor,
+    state: State,
+    *,
+    residual: torch.Tensor | None = None,
+    activation: SnakeBeta | None = None,
+    emit_raw: bool = True,
+) -> ConvOut:
+    """conv_eager on cuDNN without leaving channels-last: the history-prefixed input
+    [B, L, Cin] is an NCHW tensor [B, Cin, 1, L] with channels_last strides (a view), the
+    weight channels_last [N, Cin, 1, taps] (a transposed convolution as its 2-tap/1-tap
+    form), so cuDNN writes [B, 1, T, N] = [B, T, N] rows, which are [B, T * s, Cout]. The
+    residual and activation follow in one fused kernel on a GPU (kernels/conv_epilogue.py),
+    in torch on a CPU."""
+    full = layer._with_history(x, state)
+    y = torch.nn.functional.conv2d(
+        full.unsqueeze(1).permute(0, 3, 1, 2),
+        layer.cudnn_weight,
+        layer.kernel_bias,
+        dilation=(1, layer.dilation),
+    )
+    batch, length = x.shape[0], x.shape[1] * layer.upsampling
+    out_channels = layer.cudnn_weight.shape[0] // layer.upsampling
+    # A view when cuDNN kept channels_last (it does for these shapes: tests/codec).
+    y = y.permute(0, 2, 3, 1).reshape(batch, length, out_channels)
+    if not y.is_cuda:
+        return _epilogue_torch(y, residual, activation, emit_raw)
+    from ..kernels.conv_epilogue import snake_epilogue
+
+    return snake_epilogue(
+        y,
+        residual,
+        (activation.frequency, activation.inverse_magnitude) if activation else None,
+        emit_raw,
+    )
+
+
+# Where the Triton kernel beat cuDNN: (N, Cin, taps) of the kernel layout -> the largest
+# number of input rows (streams x input samples) at which it did. Larger inputs, and
+# shapes not listed, go to cuDNN. Measured by bench/codec_scale.py ("routes" section, which
+# prints this table). At 128 streams x 8 frames cuDNN won every shape of the decoder by
+# 1.4-8x on the H100 (bench/results kernel_conv1d.json); nothing is listed until a
+# measurement at small rows says the Triton kernel wins there.
+TRITON_MAX_ROWS: dict[tuple[int, int, int], int] = {}
+
+
+def route_for(layer: ConvLayer, rows: int) -> str:
+    """The route ("triton" or "cudnn") of this layer at this many input rows (B * T): a
+    Python decision on shapes, made once when a CUDA graph is captured."""
+    limit = TRITON_MAX_ROWS.get(tuple(layer.kernel_weight.shape[::-1]), 0)
+    return "triton" if rows <= limit else "cudnn"
+
+
+def conv_routed(
+    layer: ConvLayer,
+    x: torch.Tensor,
+    state: State,
+    *,
+    residual: torch.Tensor | None = None,
+    activation: SnakeBeta | None = None,
+    emit_raw: bool = True,
+) -> ConvOut:
+    """conv_kernel or conv_cudnn, as `route_for` decides."""
+    chosen = conv_kernel if route_for(layer, x.shape[0] * x.shape[1]) == "triton" else conv_cudnn
+    return chosen(layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw)
+
+
+ROUTES = {"eager": conv_eager, "triton": conv_kernel, "cudnn": conv_cudnn, "routed": conv_routed}
+
+# Every dense convolution of the decoder calls this name; use() rebinds it.
 conv = conv_eager
 
 
-def use_kernels() -> None:
-    """Run the decoder's dense convolutions on the Triton kernel (GPU, or the interpreter)."""
+def use(route: str) -> None:
+    """Bind every dense convolution of the decoder to one route of `ROUTES` (the
+    benchmark compares them; "routed" is what a GPU runs)."""
     global conv
-    conv = conv_kernel
+    conv = ROUTES[route]
+
+
+def use_kernels() -> None:
+    """The GPU path: each convolution on cuDNN or the Triton kernel, per `route_for`."""
+    use("routed")
 
 
 def use_eager() -> None:
     """Undo use_kernels(): torch convolutions (the reference)."""
-    global conv
-    conv = conv_eager
+    use("eager")
 
 
 class ConvNeXtBlock(nn.Module):
