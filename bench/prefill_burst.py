@@ -111,8 +111,13 @@ def prefill_ms(engine, iters: int = 20) -> dict:
     cases = [(1, "single")] + [
         (min(PREFILL_PROMPTS, runner.max_batch, max(1, P // T)), P) for P in runner.prefill_buckets
     ]
+    from ttsfleet_runtime.engine.kv_blocks import blocks_for
+
+    per_prompt = blocks_for(T, runner.cache.block_size)
     for k, label in cases:
         prompts = [Prompt(slot, embeds, params) for slot in range(k)]
+        for slot in range(k):  # blocks of their own, as the scheduler would give
+            runner.set_blocks(slot, [1 + slot * per_prompt + j for j in range(per_prompt)])
         for _ in range(3):
             runner.prefill(prompts)
         samples = []

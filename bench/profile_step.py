@@ -201,7 +201,7 @@ def decode_section(runner, B: int, args) -> dict:
     slot_fields = {f.name for f in dataclasses.fields(SlotParams)}
     defaults = {k: v for k, v in dataclasses.asdict(SamplingParams()).items() if k in slot_fields}
     for slot in range(B):
-        runner._set_params(slot, SlotParams(**(defaults | dict(seed=slot, min_frames=0))))
+        runner.set_sampling(slot, SlotParams(**(defaults | dict(seed=slot, min_frames=0))))
     from ttsfleet_runtime.benchmark import spread_kv_blocks
 
     spread_kv_blocks(runner, B, args.kv_len + 1)  # each row reads blocks of its own

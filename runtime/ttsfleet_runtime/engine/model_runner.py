@@ -373,6 +373,15 @@ class ModelRunner:
         device before the next decode step."""
         self.cache.set_blocks(slot, blocks)
 
+    def set_sampling(self, slot: int, params: SlotParams) -> None:
+        """Write `slot`'s sampling parameters as a prefill commits them: for tools
+        that time a decode step over rows they did not prefill."""
+        ints = dict(zip(_PROMPT_INTS, _prompt_ints(Prompt(slot, None, params), 0, 0), strict=True))
+        floats = dict(zip(_PROMPT_FLOATS, _prompt_floats(params), strict=True))
+        for name, value in (ints | floats).items():
+            if hasattr(self.state, name):
+                getattr(self.state, name)[slot] = value
+
     def release(self, slot: int) -> None:
         """Forget a finished slot: position 0 and no blocks, so the slot may sit
         as padding in a batch bucket and write only where nothing lives (the
