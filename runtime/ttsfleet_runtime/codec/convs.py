@@ -323,14 +323,22 @@ conv = conv_eager
 
 def use(route: str) -> None:
     """Bind every dense convolution of the decoder to one route of `ROUTES` (the
-    benchmark compares them; "routed" is what a GPU runs)."""
+    benchmark compares them; `use_kernels` binds the server's)."""
     global conv
     conv = ROUTES[route]
 
 
+# The route a GPU server runs. Alone (bench/codec_scale.py, H100) cuDNN channels-last
+# decodes 2-4x faster than the Triton kernel at every batch; inside the server under
+# load (bench/capacity.py, same H100, 2026-11-23) the cuDNN route delivered 38 audio-s/s
+# at 20 requests/s where the Triton route delivered 152 at 40/s. Until that is
+# explained, the server runs the route that serves best end to end.
+SERVER_ROUTE = "triton"
+
+
 def use_kernels() -> None:
-    """The GPU path: each convolution on cuDNN or the Triton kernel, per `route_for`."""
-    use("routed")
+    """The GPU path: the convolutions on `SERVER_ROUTE`."""
+    use(SERVER_ROUTE)
 
 
 def use_eager() -> None:
