@@ -155,6 +155,17 @@ def load_optional(path: str | None) -> dict | None:
         return None
 
 
+def merge_capacity(runs: list[dict | None]) -> dict | None:
+    """capacity.json files of one device run split by size, as one (sizes from every file)."""
+    runs = [run for run in runs if run]
+    if not runs:
+        return None
+    sizes: dict = {}
+    for run in runs:
+        sizes |= run.get("sizes") or {}
+    return runs[0] | {"sizes": sizes}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -166,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
     ap.add_argument("--codec", help="codec_scale.json or codec_bench.json (codec_ms_b128_n8)")
-    ap.add_argument("--capacity", help="capacity.json of bench/capacity.py (load figures)")
+    ap.add_argument(
+        "--capacity",
+        action="append",
+        default=[],
+        help="capacity.json of bench/capacity.py (load figures; again for a run split by size)",
+    )
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
     ours: dict = {}
@@ -177,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         load(args.peer),
         load(args.profile),
         load_optional(args.codec),
-        load_optional(args.capacity),
+        merge_capacity([load_optional(path) for path in args.capacity]),
     )
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
     for size, entry in summary["sizes"].items():
