@@ -14,7 +14,8 @@ Every convolution goes through `conv(layer, x, state, ...)`, which also adds the
 and applies the activation that the *next* convolution's input needs (SnakeBeta), so the
 GPU computes each activation once, right after the convolution. `conv` is `conv_eager`
 (torch, the reference; CPU and the parity tests) until `use_kernels()` rebinds it to
-`SERVER_ROUTE` (`use(route)`: "routed" sends each convolution, by its shape and rows (`route_for`), to
+`SERVER_ROUTE`. Of the routes (`use(route)`), "routed" sends each convolution, by its shape and
+rows (`route_for`), to
 cuDNN on channels-last tensors with a fused epilogue kernel (`conv_cudnn`,
 kernels/conv_epilogue.py) or to the Triton implicit-GEMM kernel with the epilogue inside
 (`conv_kernel`, kernels/conv1d.py); `use_eager()` puts it back. All keep the same state:
