@@ -27,29 +27,10 @@ from pathlib import Path
 
 import torch
 
+from ttsfleet_runtime.benchmark import SECONDS_PER_FRAME, timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
-
-SECONDS_PER_FRAME = 0.08
-
-
-def timed(fn, iters: int) -> list[float]:
-    """Milliseconds per call: a CUDA-event pair per call on the GPU, a clock on the CPU."""
-    samples = []
-    for _ in range(iters):
-        if not torch.cuda.is_available():
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return samples
 
 
 def summary(samples: list[float]) -> dict:

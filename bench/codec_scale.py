@@ -38,8 +38,8 @@ from pathlib import Path
 
 import torch
 import triton
-from bench_codec import SECONDS_PER_FRAME, timed  # this folder (the script's own)
 
+from ttsfleet_runtime.benchmark import SECONDS_PER_FRAME, timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec

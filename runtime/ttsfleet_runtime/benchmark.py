@@ -37,6 +37,29 @@ TEXT = (
 )
 
 
+SECONDS_PER_FRAME = 0.08  # audio of one codec frame (12.5 Hz)
+
+
+def timed(fn, iters: int) -> list[float]:
+    """Milliseconds per call: a CUDA-event pair per call on the GPU, a clock on the CPU."""
+    import torch
+
+    samples = []
+    for _ in range(iters):
+        if not torch.cuda.is_available():
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+            continue
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return samples
+
+
 def log(*a):
     print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
 

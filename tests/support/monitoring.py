@@ -51,7 +51,14 @@ def runtime_metric_names() -> set[str]:
     from ttsfleet_runtime.metrics import RuntimeMetrics
 
     stats = types.SimpleNamespace(
-        queue_depth=0, active=0, frames_total=0, kv_cache_used_bytes=0, kv_cache_total_bytes=0
+        queue_depth=0,
+        active=0,
+        frames_total=0,
+        kv_cache_used_bytes=0,
+        kv_cache_total_bytes=0,
+        min_lead_s=0.5,  # a stream is playing: the lead gauge is exposed
+        underrun_steps_total=0,
+        prefill_deferred_total=0,
     )
     return _exposed_names(RuntimeMetrics(lambda: stats, lambda: True, gpu=_OneGpu()).registry)
 
