@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from ttsfleet_runtime.benchmark import timed
 from ttsfleet_runtime.kernels.linear import LinearConfig, linear, m_bucket
 from ttsfleet_runtime.model.layers import rms_norm_eager, silu_mul_eager
 
@@ -256,15 +257,7 @@ class Timer:
                 call(i)
         graph.replay()
         torch.cuda.synchronize()
-        samples = []
-        for _ in range(REPLAYS):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3 / calls)
+        samples = [ms * 1e3 / calls for ms in timed(graph.replay, REPLAYS)]
         del graph
         return statistics.median(samples), [round(s, 3) for s in samples]
 

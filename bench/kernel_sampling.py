@@ -32,6 +32,7 @@ import traceback
 import torch
 import triton
 
+from ttsfleet_runtime.benchmark import timed
 from ttsfleet_runtime.engine import sampling as ref
 from ttsfleet_runtime.kernels import sampling as kern
 
@@ -159,15 +160,7 @@ def capture(fn, calls: int):
 
 def time_replays(graph, reps: int) -> list[float]:
     """Microseconds per sampling call, one sample per replay."""
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / CALLS_PER_GRAPH)
-    return samples
+    return [ms * 1000.0 / CALLS_PER_GRAPH for ms in timed(graph.replay, reps)]
 
 
 def variants(compiled_sample, compiled_logits):

@@ -146,7 +146,7 @@ def kernel_check(runner, live_len: int) -> dict:
 
 
 def step_section(runner, batch: int, live_len: int, replays: int) -> dict:
-    from ttsfleet_runtime.benchmark import restore_kv_blocks, spread_kv_blocks
+    from ttsfleet_runtime.benchmark import restore_kv_blocks, spread_kv_blocks, timed
 
     B = runner.bucket(batch)
     t = time.time()
@@ -159,15 +159,7 @@ def step_section(runner, batch: int, live_len: int, replays: int) -> dict:
         runner.state.active.zero_()  # replays advance nothing
         for _ in range(5):
             graph.replay()
-        samples = []
-        for _ in range(replays):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(round(start.elapsed_time(end), 4))
+        samples = [round(ms, 4) for ms in timed(graph.replay, replays)]
     finally:
         runner.state.position.copy_(saved_position)
         restore_kv_blocks(runner, saved_blocks)

@@ -40,7 +40,7 @@ import traceback
 
 import torch
 
-from ttsfleet_runtime.benchmark import TEXT, checkpoint_path, request
+from ttsfleet_runtime.benchmark import TEXT, checkpoint_path, request, timed
 from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 from ttsfleet_runtime.engine import scheduler as scheduler_module
 from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
@@ -120,20 +120,7 @@ def prefill_ms(engine, iters: int = 20) -> dict:
             runner.set_blocks(slot, [1 + slot * per_prompt + j for j in range(per_prompt)])
         for _ in range(3):
             runner.prefill(prompts)
-        samples = []
-        for _ in range(iters):
-            if torch.cuda.is_available():
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                runner.prefill(prompts)
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end))
-            else:
-                t = time.perf_counter()
-                runner.prefill(prompts)
-                samples.append((time.perf_counter() - t) * 1e3)
+        samples = timed(lambda prompts=prompts: runner.prefill(prompts), iters)
         for slot in range(k):
             runner.release(slot)
         out["by_bucket"][str(label)] = dict(
