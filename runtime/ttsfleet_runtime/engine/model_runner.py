@@ -338,15 +338,8 @@ class ModelRunner:
             frame=frame,
             position=ints["length"],
             text_len=frame,
-            temperature=floats["temperature"],
-            top_k=ints["top_k"],
-            top_p=floats["top_p"],
-            repetition_penalty=floats["repetition_penalty"],
-            sub_temperature=floats["sub_temperature"],
-            sub_top_k=ints["sub_top_k"],
-            sub_top_p=floats["sub_top_p"],
-            seed=ints["seed"],
-            min_frames=ints["min_frames"],
+            **{name: ints[name] for name in _SAMPLING_INTS},
+            **floats,
         )
         for name, value in commit.items():
             getattr(s, name).index_copy_(0, ints["slot"], value)
@@ -378,9 +371,10 @@ class ModelRunner:
         that time a decode step over rows they did not prefill."""
         ints = dict(zip(_PROMPT_INTS, _prompt_ints(Prompt(slot, None, params), 0, 0), strict=True))
         floats = dict(zip(_PROMPT_FLOATS, _prompt_floats(params), strict=True))
-        for name, value in (ints | floats).items():
-            if hasattr(self.state, name):
-                getattr(self.state, name)[slot] = value
+        for name in _SAMPLING_INTS:
+            getattr(self.state, name)[slot] = ints[name]
+        for name, value in floats.items():
+            getattr(self.state, name)[slot] = value
 
     def release(self, slot: int) -> None:
         """Forget a finished slot: position 0 and no blocks, so the slot may sit
@@ -560,7 +554,9 @@ class ModelRunner:
 
 
 # The packed prefill's per-prompt rows (`prefill_ints`, `prefill_floats`).
-_PROMPT_INTS = ("last", "slot", "length", "top_k", "sub_top_k", "seed", "min_frames")
+# A prompt's sampling parameters, each also a SlotState field the prefill commits.
+_SAMPLING_INTS = ("top_k", "sub_top_k", "seed", "min_frames")
+_PROMPT_INTS = ("last", "slot", "length", *_SAMPLING_INTS)
 _PROMPT_FLOATS = (
     "temperature",
     "top_p",
