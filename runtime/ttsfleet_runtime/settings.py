@@ -100,6 +100,18 @@ class ServerSettings:
     voices_dir: Path | None = setting(
         None, "where uploaded voices live (a PVC); unset disables uploads"
     )
+    # One voice store shared by every replica of a TTSService (Redis); unset: voices_dir
+    # on this pod. A URL may carry a password, so it comes from the environment only.
+    voice_store_url: str | None = setting(
+        None,
+        "shared voice store, redis://[:password@]host:port/db or rediss://; unset: voices_dir",
+        flag=None,
+    )
+    # Uploaded voices are erased everywhere (audio, prompt, consent, caches) this many
+    # days after upload; 0 keeps them until deleted.
+    voice_retention_days: float = setting(
+        30.0, "days an uploaded voice is kept; 0 keeps voices until deleted", minimum=0
+    )
     # With auth disabled every caller is one tenant ("anonymous") that could list and
     # erase every voice: uploads stay off then unless this says otherwise.
     anonymous_voices: bool = setting(

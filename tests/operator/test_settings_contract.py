@@ -84,8 +84,9 @@ def test_the_crd_schema_has_the_catalogues_bounds_and_choices():
 
 def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
     args = parse_serve(monkeypatch, {}, "--model", "/m")
-    assert {name: getattr(args, name) for name in SETTINGS if name != "api_keys"} == {
-        name: getattr(ServerSettings(model="/m"), name) for name in SETTINGS if name != "api_keys"
+    flagged = [name for name, entry in SETTINGS.items() if entry.flag is not None]
+    assert {name: getattr(args, name) for name in flagged} == {
+        name: getattr(ServerSettings(model="/m"), name) for name in flagged
     }
 
 
@@ -129,47 +130,49 @@ def test_every_configmap_variable_is_a_catalogue_setting_that_serve_reads_back(
 
 def test_flag_and_variable_names_are_the_published_ones():
     # Pods, charts and users' scripts name these: rename only with a migration.
-    assert {entry.flag: entry.env for entry in SETTINGS.values()} == {
-        "--model": "TTSFLEET_MODEL",
-        "--model-revision": "TTSFLEET_MODEL_REVISION",
-        "--device": "TTSFLEET_DEVICE",
-        "--host": "TTSFLEET_HOST",
-        "--port": "TTSFLEET_PORT",
-        "--served-model-name": "TTSFLEET_SERVED_MODEL_NAME",
-        "--api-keys-file": "TTSFLEET_API_KEYS_FILE",
-        None: "TTSFLEET_API_KEYS",  # environment only: keys stay off the command line
-        "--auth": "TTSFLEET_AUTH",
-        "--voices-dir": "TTSFLEET_VOICES_DIR",
-        "--anonymous-voices": "TTSFLEET_ANONYMOUS_VOICES",
-        "--max-voices-per-tenant": "TTSFLEET_MAX_VOICES_PER_TENANT",
-        "--max-voice-bytes-per-tenant": "TTSFLEET_MAX_VOICE_BYTES_PER_TENANT",
-        "--max-batch": "TTSFLEET_MAX_BATCH",
-        "--max-len": "TTSFLEET_MAX_LEN",
-        "--kv-cache-memory": "TTSFLEET_KV_CACHE_MEMORY",
-        "--max-queue": "TTSFLEET_MAX_QUEUE",
-        "--dtype": "TTSFLEET_DTYPE",
-        "--cuda-graphs": "TTSFLEET_CUDA_GRAPHS",
-        "--first-chunk-frames": "TTSFLEET_FIRST_CHUNK_FRAMES",
-        "--max-audio-seconds": "TTSFLEET_MAX_AUDIO_SECONDS",
-        "--drain-timeout": "TTSFLEET_DRAIN_TIMEOUT",
-        "--rate-limit": "TTSFLEET_RATE_LIMIT",
-        "--rate-limit-burst": "TTSFLEET_RATE_LIMIT_BURST",
-        "--max-body-bytes": "TTSFLEET_MAX_BODY_BYTES",
-        "--max-input-chars": "TTSFLEET_MAX_INPUT_CHARS",
-        "--max-voice-upload-bytes": "TTSFLEET_MAX_VOICE_UPLOAD_BYTES",
-        "--min-voice-seconds": "TTSFLEET_MIN_VOICE_SECONDS",
-        "--max-voice-seconds": "TTSFLEET_MAX_VOICE_SECONDS",
-        "--ws-config-timeout": "TTSFLEET_WS_CONFIG_TIMEOUT",
-        "--ws-idle-timeout": "TTSFLEET_WS_IDLE_TIMEOUT",
-        "--ws-text-stall": "TTSFLEET_WS_TEXT_STALL",
-        "--ws-max-sessions-per-key": "TTSFLEET_WS_MAX_SESSIONS_PER_KEY",
-        "--auth-failure-rate": "TTSFLEET_AUTH_FAILURE_RATE",
-        "--auth-failure-burst": "TTSFLEET_AUTH_FAILURE_BURST",
-        "--http-header-timeout": "TTSFLEET_HTTP_HEADER_TIMEOUT",
-        "--http-body-timeout": "TTSFLEET_HTTP_BODY_TIMEOUT",
-        "--http-keep-alive": "TTSFLEET_HTTP_KEEP_ALIVE",
-        "--max-header-bytes": "TTSFLEET_MAX_HEADER_BYTES",
-        "--log-level": "TTSFLEET_LOG_LEVEL",
+    assert {entry.env: entry.flag for entry in SETTINGS.values()} == {
+        "TTSFLEET_MODEL": "--model",
+        "TTSFLEET_MODEL_REVISION": "--model-revision",
+        "TTSFLEET_DEVICE": "--device",
+        "TTSFLEET_HOST": "--host",
+        "TTSFLEET_PORT": "--port",
+        "TTSFLEET_SERVED_MODEL_NAME": "--served-model-name",
+        "TTSFLEET_API_KEYS_FILE": "--api-keys-file",
+        "TTSFLEET_API_KEYS": None,  # environment only: keys stay off the command line
+        "TTSFLEET_AUTH": "--auth",
+        "TTSFLEET_VOICES_DIR": "--voices-dir",
+        "TTSFLEET_VOICE_STORE_URL": None,  # environment only: the URL may hold a password
+        "TTSFLEET_VOICE_RETENTION_DAYS": "--voice-retention-days",
+        "TTSFLEET_ANONYMOUS_VOICES": "--anonymous-voices",
+        "TTSFLEET_MAX_VOICES_PER_TENANT": "--max-voices-per-tenant",
+        "TTSFLEET_MAX_VOICE_BYTES_PER_TENANT": "--max-voice-bytes-per-tenant",
+        "TTSFLEET_MAX_BATCH": "--max-batch",
+        "TTSFLEET_MAX_LEN": "--max-len",
+        "TTSFLEET_KV_CACHE_MEMORY": "--kv-cache-memory",
+        "TTSFLEET_MAX_QUEUE": "--max-queue",
+        "TTSFLEET_DTYPE": "--dtype",
+        "TTSFLEET_CUDA_GRAPHS": "--cuda-graphs",
+        "TTSFLEET_FIRST_CHUNK_FRAMES": "--first-chunk-frames",
+        "TTSFLEET_MAX_AUDIO_SECONDS": "--max-audio-seconds",
+        "TTSFLEET_DRAIN_TIMEOUT": "--drain-timeout",
+        "TTSFLEET_RATE_LIMIT": "--rate-limit",
+        "TTSFLEET_RATE_LIMIT_BURST": "--rate-limit-burst",
+        "TTSFLEET_MAX_BODY_BYTES": "--max-body-bytes",
+        "TTSFLEET_MAX_INPUT_CHARS": "--max-input-chars",
+        "TTSFLEET_MAX_VOICE_UPLOAD_BYTES": "--max-voice-upload-bytes",
+        "TTSFLEET_MIN_VOICE_SECONDS": "--min-voice-seconds",
+        "TTSFLEET_MAX_VOICE_SECONDS": "--max-voice-seconds",
+        "TTSFLEET_WS_CONFIG_TIMEOUT": "--ws-config-timeout",
+        "TTSFLEET_WS_IDLE_TIMEOUT": "--ws-idle-timeout",
+        "TTSFLEET_WS_TEXT_STALL": "--ws-text-stall",
+        "TTSFLEET_WS_MAX_SESSIONS_PER_KEY": "--ws-max-sessions-per-key",
+        "TTSFLEET_AUTH_FAILURE_RATE": "--auth-failure-rate",
+        "TTSFLEET_AUTH_FAILURE_BURST": "--auth-failure-burst",
+        "TTSFLEET_HTTP_HEADER_TIMEOUT": "--http-header-timeout",
+        "TTSFLEET_HTTP_BODY_TIMEOUT": "--http-body-timeout",
+        "TTSFLEET_HTTP_KEEP_ALIVE": "--http-keep-alive",
+        "TTSFLEET_MAX_HEADER_BYTES": "--max-header-bytes",
+        "TTSFLEET_LOG_LEVEL": "--log-level",
     }
 
 

@@ -11,6 +11,7 @@ understands) is raised and nothing is held.
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
@@ -85,6 +86,53 @@ class SamplingParams:
                 raise InvalidRequest(f"{param} {rule}", param=param)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClonedVoice:
+    """A reference recording turned into what a Base model's prompt needs.
+
+    Computed once by `Engine.clone_voice` (on upload) and stored next to the audio, so
+    speaking a stored voice costs no encoder work. `speaker_embedding` is the
+    checkpoint's speaker encoder on the recording (float32 [D]). With `ref_codes` (the
+    speech tokenizer encoder's codes, int64 [frames, code_groups]) and `ref_text` (its
+    transcript) the model clones in context; without them, from the embedding alone
+    (qwen-tts' x-vector-only mode). `model` is the `ModelInfo.name` it was computed
+    for: another checkpoint's speaker space is not this one's.
+    """
+
+    speaker_embedding: np.ndarray
+    ref_codes: np.ndarray | None = None
+    ref_text: str | None = None
+    model: str = ""
+
+    @property
+    def in_context(self) -> bool:
+        return self.ref_codes is not None
+
+    def to_bytes(self) -> bytes:
+        """An .npz (no pickled objects) that `from_bytes` reads back."""
+        arrays = {
+            "speaker_embedding": np.asarray(self.speaker_embedding, np.float32),
+            "model": np.array(self.model),
+        }
+        if self.ref_codes is not None:
+            arrays["ref_codes"] = np.asarray(self.ref_codes, np.int64)
+            arrays["ref_text"] = np.array(self.ref_text or "")
+        out = io.BytesIO()
+        np.savez(out, **arrays)
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ClonedVoice:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            in_context = "ref_codes" in z.files
+            return cls(
+                speaker_embedding=z["speaker_embedding"],
+                ref_codes=z["ref_codes"] if in_context else None,
+                ref_text=str(z["ref_text"]) if in_context else None,
+                model=str(z["model"]),
+            )
+
+
 @dataclasses.dataclass
 class SynthesisRequest:
     """One utterance to synthesise.
@@ -98,7 +146,8 @@ class SynthesisRequest:
     """
 
     text: str | AsyncIterator[str]
-    voice: str | None = None  # built-in speaker (CustomVoice) or stored voice id
+    voice: str | None = None  # built-in speaker (CustomVoice); for Base: see cloned_voice
+    cloned_voice: ClonedVoice | None = None  # Base models: the voice to clone (required)
     instructions: str | None = None  # VoiceDesign description / style instruction
     language: str = "auto"
     params: SamplingParams = dataclasses.field(default_factory=SamplingParams)
@@ -182,6 +231,14 @@ class Engine(Protocol):
         """True once weights are loaded and graphs captured, until draining."""
 
     async def start(self) -> None: ...
+
+    def clone_voice(
+        self, audio: np.ndarray, sample_rate: int, transcript: str | None
+    ) -> ClonedVoice:
+        """A Base model's voice from a mono float32 recording: speaker embedding, and
+        with a transcript the reference codes for in-context cloning. Blocking (encoder
+        work on the device): call it from a worker thread. Raises InvalidRequest (model
+        without cloning, audio the encoders cannot take)."""
 
     def submit(self, request: SynthesisRequest) -> AudioStream:
         """Admit or refuse now: raises InvalidRequest, QueueFull or EngineStopped."""
