@@ -51,6 +51,11 @@ What each metric means, exactly:
 - ttsfleet_request_duration_seconds (histogram): request received -> last audio.
 - ttsfleet_real_time_factor (histogram): (last audio - request received) /
   seconds of audio, per request; below 1 is faster than real time.
+- ttsfleet_startup_seconds (gauge, label phase): where this process's start
+  went, one of STARTUP_PHASES below; the phases up to warm_up follow each
+  other and add up to phase="total" (process start -> ready). Set once each
+  phase ends, so /metrics (served once ready) shows them all, and
+  capture_background once the graphs left for after ready are captured.
 
 Every runtime pod also carries the label `track` (stable|canary), which
 Prometheus keeps: the canary analysis compares the two by it.
@@ -73,6 +78,7 @@ KV_CACHE_USED = "ttsfleet_kv_cache_used_bytes"  # KV blocks streams hold
 KV_CACHE_TOTAL = "ttsfleet_kv_cache_total_bytes"  # the KV pool
 BUILD_INFO = "ttsfleet_build_info"  # 1, labels: version, model, variant, size
 STREAM_LEAD_MIN = "ttsfleet_stream_lead_min_seconds"  # least audio ahead of playback
+STARTUP_SECONDS = "ttsfleet_startup_seconds"  # label: phase (STARTUP_PHASES)
 
 # Counters (exposed with the _total suffix)
 REQUESTS = "ttsfleet_requests_total"  # labels: route, code
@@ -111,6 +117,20 @@ CLIENT_FAULT_ERRORS = (
 )
 # Error types of load and lifecycle: retry later or elsewhere.
 CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped")
+
+# The phases of a start (engine/startup.py), in order: each lasts from the end of
+# the one before. The startupProbe budget and bench/startup.py read these names.
+STARTUP_PHASES = (
+    "import",  # process start -> the engine loads: interpreter, imports, tokenizer, app
+    "load_weights",  # talker and codec weights onto the device, the KV cache pool
+    "compile",  # torch.compile and the Triton kernels, by one eager step of each graph kind
+    "capture_decode_graphs",  # the decode step's CUDA graphs captured before ready
+    "capture_prefill_graphs",  # the packed prefill's CUDA graphs captured before ready
+    "capture_codec_graphs",  # the codec's CUDA graphs captured before ready
+    "warm_up",  # one short synthesis through the real path
+    "total",  # process start -> ready
+    "capture_background",  # after ready: the remaining graphs, captured while idle
+)
 
 # TTFA targets are tens to hundreds of ms; tails to seconds under overload.
 TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
@@ -225,6 +245,12 @@ class _EngineCollector:
             "Prefills held back to keep running streams ahead of playback",
             value=stats.prefill_deferred_total,
         )
+        startup = GaugeMetricFamily(
+            STARTUP_SECONDS, "Seconds each start-up phase took", labels=["phase"]
+        )
+        for phase, seconds in stats.startup_seconds.items():
+            startup.add_metric([phase], seconds)
+        yield startup
         readings = self._gpu.read() if self._gpu is not None else []
         if readings:
             util = GaugeMetricFamily(GPU_UTILIZATION, "GPU utilisation 0..1 (NVML)", labels=["gpu"])

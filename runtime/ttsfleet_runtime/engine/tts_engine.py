@@ -28,11 +28,20 @@ from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder, PromptError
 from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
-from .api import EngineStats, EngineStopped, InvalidRequest, ModelInfo, QueueFull, SynthesisRequest
+from .api import (
+    EngineStats,
+    EngineStopped,
+    InvalidRequest,
+    ModelInfo,
+    QueueFull,
+    SamplingParams,
+    SynthesisRequest,
+)
 from .engine_core import SAMPLE_RATE, EngineCore
 from .kv_blocks import BLOCK_POSITIONS
 from .scheduler import QueueFullError
 from .sequence import Sequence, TextFeed
+from .startup import StartupClock
 from .stream import EngineStream
 from .text_pieces import split_text
 
@@ -63,7 +72,11 @@ class TTSEngine:
         kv_cache_memory: float = 0.5,  # share of the GPU memory free after the weights
         kv_blocks: int | None = None,  # the KV pool's blocks instead (tests)
         kv_block_size: int = BLOCK_POSITIONS,
+        compile_cache_dir: str | Path | None = None,  # Triton/Inductor caches kept here
+        warm_up: bool | None = None,  # a synthesis before ready; None: on a GPU
     ):
+        # First, so the start-up phases are measured from the process's start.
+        self.startup = StartupClock()
         if not 1 <= piece_tokens <= max_text_tokens:
             raise ValueError(f"piece_tokens must be in [1, max_text_tokens={max_text_tokens}]")
         self.model_ref = model
@@ -72,6 +85,8 @@ class TTSEngine:
         self.max_queue = max_queue
         self.piece_tokens = piece_tokens
         self._draining = False
+        self.warm_up = device.startswith("cuda") if warm_up is None else warm_up
+        self.first_chunk_frames, self.chunk_frames = first_chunk_frames, chunk_frames
         self._ready = False
         self._started = False
         path = resolve_checkpoint(model, revision)
@@ -106,6 +121,8 @@ class TTSEngine:
             kv_cache_memory=kv_cache_memory,
             kv_blocks=kv_blocks,
             kv_block_size=kv_block_size,
+            compile_cache_dir=Path(compile_cache_dir) if compile_cache_dir else None,
+            startup=self.startup,
         )
 
     @classmethod
@@ -147,7 +164,44 @@ class TTSEngine:
         self._started = True
         await asyncio.get_running_loop().run_in_executor(None, self.core.load)
         self.core.start()
+        if self.warm_up:
+            await self._warm_up()
+            self.startup.done("warm_up")
         self._ready = True
+        self.startup.ready()
+        self.core.start_background_capture()
+
+    async def _warm_up(self) -> None:
+        """One short synthesis through the whole path (admission, prefill, decode
+        steps, both chunk sizes of the codec, delivery) before ready, so the
+        first user request pays no first-call costs; what it moved (frame and
+        underrun counts, the slot time behind retry hints) is put back. A failure here fails the start:
+        an engine that cannot speak must not turn ready."""
+        if self.builder.speakers:
+            voice, instructions = self.builder.speakers[0], None
+        elif self.builder.supports_instructions:
+            voice, instructions = None, "A calm voice."
+        else:
+            log.info("no warm-up: the model has no voice to speak with")
+            return
+        frames = self.first_chunk_frames + self.chunk_frames  # one chunk of each size
+        request = SynthesisRequest(
+            text="Hello there.",
+            voice=voice,
+            instructions=instructions,
+            params=SamplingParams(seed=0, max_frames=frames, min_frames=frames),
+            request_id="warm-up",
+        )
+        slot_seconds = self.core.scheduler.mean_slot_seconds
+        stream = self._submit(request)
+        async for _ in stream:
+            pass
+        if stream.finish_reason not in ("eos", "length"):
+            raise RuntimeError(f"the warm-up synthesis failed: {stream.error!r}")
+        with self.core.lock:  # nobody's work: the served figures start from nothing
+            self.core.frames_total = self.core.underrun_steps = self.core.prefill_deferred = 0
+            self.core.min_lead_s = None
+            self.core.scheduler.mean_slot_seconds = slot_seconds  # retry hints
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self._draining = True
@@ -167,6 +221,9 @@ class TTSEngine:
     def submit(self, request: SynthesisRequest) -> EngineStream:
         if self._draining or not self._ready:
             raise EngineStopped("the engine is not accepting requests")
+        return self._submit(request)
+
+    def _submit(self, request: SynthesisRequest) -> EngineStream:
         params = request.params
         params.validate()
         # Refuse under overload before the admission work (tokenising the
@@ -274,6 +331,7 @@ class TTSEngine:
             gpu_memory_total_bytes=total,
             kv_cache_used_bytes=kv_used * block_bytes,
             kv_cache_total_bytes=kv_total * block_bytes,
+            startup_seconds=self.startup.seconds,
         )
 
 

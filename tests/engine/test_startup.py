@@ -1,0 +1,149 @@
+"""Start-up: the phases a start goes through add up to the time from process start
+to ready, a warm-up synthesis runs through the real path before ready and leaves
+no trace in what the engine reports, and the graphs the start leaves out are
+captured later, small buckets first, with every step replaying a graph that
+holds it meanwhile."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from ttsfleet_runtime import metrics
+from ttsfleet_runtime.engine.model_runner import ModelRunner
+from ttsfleet_runtime.engine.startup import StartupClock, process_start_time
+from ttsfleet_runtime.engine.tts_engine import TTSEngine
+from ttsfleet_runtime.model.weights import load_model
+
+IMPORTED_AT = time.time()
+
+
+def test_the_process_started_before_this_test_module_was_imported():
+    started = process_start_time()
+    assert started is not None
+    assert IMPORTED_AT - 24 * 3600 < started <= IMPORTED_AT
+
+
+def test_phases_follow_each_other_and_add_up_to_the_total(caplog):
+    clock = StartupClock(started_at=time.time() - 2.0)
+    with caplog.at_level("INFO", logger="ttsfleet_runtime.engine.startup"):
+        clock.done("import")
+        time.sleep(0.05)
+        clock.done("load_weights")
+        total = clock.ready()
+        clock.after_ready("capture_background", 3.0)
+    seconds = clock.seconds
+    assert list(seconds) == ["import", "load_weights", "total", "capture_background"]
+    assert seconds["import"] == pytest.approx(2.0, abs=0.05)
+    assert seconds["load_weights"] == pytest.approx(0.05, abs=0.04)
+    assert (
+        total
+        == seconds["total"]
+        == pytest.approx(seconds["import"] + seconds["load_weights"], abs=0.01)
+    )
+    lines = [r for r in caplog.records if r.message.startswith("startup: ")]
+    assert [r.phase for r in lines] == list(seconds)
+    assert all(r.seconds >= 0 and r.since_start_s >= r.seconds for r in lines[:2])
+
+
+def test_a_phase_outside_the_catalogue_is_refused():
+    with pytest.raises(ValueError, match="unknown start-up phase"):
+        StartupClock().done("coffee")
+    assert set(metrics.STARTUP_PHASES) >= {"import", "warm_up", "total", "capture_background"}
+
+
+async def test_the_warm_up_speaks_through_the_real_path_before_ready(tiny_checkpoint):
+    engine = TTSEngine.from_pretrained(
+        str(tiny_checkpoint), "cpu", dtype="float32", max_batch=4, warm_up=True
+    )
+    submitted = []
+    real_submit = engine._submit
+
+    def watch(request):
+        stream = real_submit(request)
+        submitted.append((request, stream, engine.ready))
+        return stream
+
+    engine._submit = watch
+    slot_seconds = engine.scheduler.mean_slot_seconds
+    await engine.start()
+    try:
+        ((request, stream, ready_then),) = submitted
+        assert not ready_then and engine.ready
+        frames = engine.core.first_chunk_frames + engine.core.chunk_frames
+        assert stream.finish_reason == "length" and request.params.max_frames == frames
+        stats = engine.stats()
+        # Nobody's request: what the server reports starts from nothing.
+        assert (stats.frames_total, stats.underrun_steps_total, stats.min_lead_s) == (0, 0, None)
+        assert engine.scheduler.mean_slot_seconds == slot_seconds
+        phases = stats.startup_seconds
+        assert list(phases) == ["import", "load_weights", "warm_up", "total"]
+        assert phases["warm_up"] > 0
+        assert phases["total"] == pytest.approx(
+            sum(v for k, v in phases.items() if k != "total"), abs=0.05
+        )
+    finally:
+        await engine.stop(drain_timeout_s=0)
+
+
+async def test_on_the_cpu_there_is_no_warm_up_by_default(make_engine):
+    engine = await make_engine(max_batch=2)
+    assert "warm_up" not in engine.stats().startup_seconds
+    assert "total" in engine.stats().startup_seconds
+
+
+def runner_with_recorded_captures(tiny_checkpoint, monkeypatch, max_batch: int) -> ModelRunner:
+    """Capture needs CUDA: here each capture is recorded instead of run, which is
+    what the bucket choice reads (the graphs it has)."""
+    model = load_model(tiny_checkpoint, "cpu", "float32", max_positions=4608)
+    runner = ModelRunner(
+        model, max_batch=max_batch, max_len=4608, max_text=64, device="cpu", cuda_graphs=False
+    )
+    runner.use_graphs = True
+    runner.order = []
+
+    def capture(B):
+        runner.order.append(("decode", B))
+        runner.graphs[B] = f"decode graph {B}"
+
+    def capture_prefill(P):
+        runner.order.append(("prefill", P))
+        runner.prefill_graphs[P] = f"prefill graph {P}"
+
+    monkeypatch.setattr(runner, "capture", capture)
+    monkeypatch.setattr(runner, "_capture_prefill", capture_prefill)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return runner
+
+
+def test_the_start_captures_the_largest_and_smallest_buckets_the_rest_come_later(
+    tiny_checkpoint, monkeypatch
+):
+    runner = runner_with_recorded_captures(tiny_checkpoint, monkeypatch, max_batch=256)
+    assert runner.batch_buckets == (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+    runner.capture_decode_for_start()
+    runner.capture_prefill_for_start()
+
+    # Largest first: it sizes the shared memory pool once.
+    assert runner.order == [("decode", 256), ("decode", 1), ("prefill", 1024), ("prefill", 32)]
+    # Every batch fits a graph now: the smallest captured bucket that holds it.
+    assert [runner._decode_bucket(b) for b in (1, 2, 3, 200, 256)] == [1, 256, 256, 256, 256]
+    assert [runner._prefill_bucket(n) for n in (5, 32, 33, 1024)] == [32, 32, 1024, 1024]
+    assert runner.graphs_left[:4] == [
+        ("decode", 2),
+        ("prefill", 64),
+        ("decode", 4),
+        ("prefill", 128),
+    ]
+
+    runner.order.clear()
+    while runner.capture_next():
+        pass
+    assert len(runner.order) == 11 + 4
+    assert not runner.graphs_left and not runner.capture_next()
+    # Each batch now replays its own bucket.
+    assert [runner._decode_bucket(b) for b in (2, 3, 25, 200)] == [2, 4, 32, 256]
+    assert [runner._prefill_bucket(n) for n in (33, 300)] == [64, 512]
