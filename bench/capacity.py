@@ -100,7 +100,7 @@ class Server:
     def tail(self, lines: int = 25) -> str:
         return "".join(self.log_path.read_text(errors="replace").splitlines(True)[-lines:])
 
-    def wait_ready(self, timeout_s: float) -> float:
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> float:
         """Seconds until /health/ready answers 200; raises with the log's tail otherwise."""
         start = time.monotonic()
         while time.monotonic() - start < timeout_s:
@@ -108,10 +108,10 @@ class Server:
                 raise RuntimeError(f"serve exited {self.process.returncode}:\n{self.tail()}")
             try:
                 if httpx.get(self.base + "/health/ready", timeout=2).status_code == 200:
-                    return round(time.monotonic() - start, 1)
+                    return round(time.monotonic() - start, 2)
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(poll_s)
         raise TimeoutError(f"serve not ready after {timeout_s:.0f} s:\n{self.tail()}")
 
     def stop(self) -> None:

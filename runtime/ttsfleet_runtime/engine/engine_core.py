@@ -94,8 +94,9 @@ class EngineCore:
         self.kv_cache_memory = kv_cache_memory
         self.kv_blocks = kv_blocks
         self.kv_block_size = kv_block_size
-        # False: decode graphs are captured on first use of a bucket (quicker
-        # start; the first step of each new bucket pays the capture).
+        # True: a few graphs before ready, the rest while idle after it (see
+        # `start_background_capture`). False (benchmarks): decode and prefill
+        # graphs are captured on first use of a bucket, the codec's all at load.
         self.capture_all_graphs = capture_all_graphs
         self.progress = progress
         self.scheduler: Scheduler[Sequence] = Scheduler(
@@ -160,16 +161,17 @@ class EngineCore:
         if self.runner.use_graphs:
             self.runner.compile()
             clock.done("compile")
-            # The rest of the graphs are captured once the engine serves
-            # (start_background_capture): the start does not grow with the buckets.
+            frame_buckets = sorted({self.first_chunk_frames, self.chunk_frames})
+            codec_buckets = self.runner.batch_buckets
             if self.capture_all_graphs:
+                # The largest and smallest buckets now, the rest once the engine
+                # serves: the start does not grow with the number of buckets.
                 self.runner.capture_decode_for_start()
                 clock.done("capture_decode_graphs")
                 self.runner.capture_prefill_for_start()
                 clock.done("capture_prefill_graphs")
-            frame_buckets = sorted({self.first_chunk_frames, self.chunk_frames})
-            buckets = self.runner.batch_buckets
-            self.codec.capture(sorted({buckets[0], buckets[-1]}), frame_buckets)
+                codec_buckets = (codec_buckets[0], codec_buckets[-1])
+            self.codec.capture(list(codec_buckets), frame_buckets)
             clock.done("capture_codec_graphs")
         self.codec_worker = CodecWorker(
             self.codec,
