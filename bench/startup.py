@@ -4,7 +4,7 @@ compile cache: where a new pod's first seconds go (issue 14).
 
 Per size (1.7B, then 0.6B):
   1. write the random checkpoint (`ttsfleet-runtime checkpoint --random`), unless present;
-  2. cold: empty $OUT/compile-cache/SIZE, start `serve --compile-cache-dir` on it and time
+  2. cold: empty --cache-dir/SIZE, start `serve --compile-cache-dir` on it and time
      the process's start (just before it is spawned) to the first 200 of /health/ready
      (polled every 0.1 s); scrape `ttsfleet_startup_seconds{phase}` from /metrics; send
      one short streamed request and time its first audio byte (the warm-up should have
@@ -141,7 +141,8 @@ def run_size(size: str, args, report: dict, save) -> None:
     folder = args.out / size
     folder.mkdir(parents=True, exist_ok=True)
     entry = report["sizes"].setdefault(size, {})
-    cache = args.out / "compile-cache" / size
+    cache = args.cache_dir / size
+    entry["compile_cache_dir"] = str(cache)
     try:
         entry["checkpoint"] = write_checkpoint(size, args, folder)
     except Exception:
@@ -176,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=256, help="serve --max-batch (its default)")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path("/tmp/ttsfleet-startup-cache"),
+        help="compile caches, one folder per size (emptied before the cold start)",
+    )
     ap.add_argument("--ready-timeout-s", type=float, default=300.0)
     ap.add_argument(
         "--background-s",

@@ -20,7 +20,8 @@ def test_a_cold_and_a_warm_start_are_timed_and_summarised(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(out), "--sizes", "tiny", "--device", "cpu"]
-        + ["--ckpt-dir", str(tmp_path / "ckpt"), "--port", "8931", "--budget-s", "800"]
+        + ["--ckpt-dir", str(tmp_path / "ckpt"), "--cache-dir", str(tmp_path / "cache")]
+        + ["--port", "8931", "--budget-s", "800"]
         + ["--background-s", "0", "--max-batch", "4"],
         capture_output=True,
         text=True,
@@ -42,5 +43,8 @@ def test_a_cold_and_a_warm_start_are_timed_and_summarised(tmp_path):
     assert tiny["startup_s"] == tiny["warm"]["wall_ready_s"]
     assert tiny["startup_s_cold"] == tiny["cold"]["wall_ready_s"]
     assert "--compile-cache-dir" in tiny["warm"]["serve_command"]
+    # The server keyed its cache folder by versions and device inside the one given.
+    (keyed,) = (tmp_path / "cache" / "tiny").iterdir()
+    assert keyed.name.endswith("cpu") and "torch-" in keyed.name
     table = done.stdout[done.stdout.index(" size start") :]
     assert " tiny  cold" in table and " tiny  warm" in table
