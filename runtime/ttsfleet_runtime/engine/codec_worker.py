@@ -71,6 +71,7 @@ class CodecWorker:
         self.sample_rate = sample_rate
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy_s = 0.0  # seconds spent decoding (waits for jobs excluded)
         self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
         self._thread.start()
 
@@ -93,6 +94,7 @@ class CodecWorker:
                 jobs.append(self._jobs.get())
             stop = None in jobs
             jobs = [j for j in jobs if j is not None]
+            started = time.monotonic()
             try:
                 with torch.inference_mode(), _on(self.stream):
                     self._process(jobs)
@@ -102,6 +104,7 @@ class CodecWorker:
                 log.exception("codec worker failed; ending the streams it was serving")
                 for job in jobs:
                     self._fail(job.seq)
+            self.busy_s += time.monotonic() - started
             if stop:
                 return
 

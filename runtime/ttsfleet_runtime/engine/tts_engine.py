@@ -257,6 +257,9 @@ class TTSEngine:
             kv = self.core.scheduler.kv
             kv_used, kv_total = (kv.used, kv.total) if kv is not None else (0, 0)
         block_bytes = self.core.runner.cache.bytes_per_block if self.core.runner else 0
+        busy = dict(self.core.busy_s)
+        if self.core.codec_worker is not None:
+            busy["codec"] = self.core.codec_worker.busy_s
         used = total = None
         if self.device.startswith("cuda") and torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
@@ -270,6 +273,7 @@ class TTSEngine:
             min_lead_s=self.core.min_lead_s,
             underrun_steps_total=self.core.underrun_steps,
             prefill_deferred_total=self.core.prefill_deferred,
+            busy_seconds=busy,
             gpu_memory_used_bytes=used,
             gpu_memory_total_bytes=total,
             kv_cache_used_bytes=kv_used * block_bytes,
