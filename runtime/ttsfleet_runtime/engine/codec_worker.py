@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..kernels.host_copy import to_device, to_host
 from .api import AudioChunk, FinishReason
 
 log = logging.getLogger(__name__)
@@ -180,12 +181,18 @@ class CodecWorker:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open()
         # Padding repeats a chunk's last frame (any valid codes would do).
-        codes = torch.from_numpy(
-            np.stack(
-                [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
-            )
-        ).to(self.device)
-        pcm = self.codec.decode([j.seq.codec_slot for j in jobs], codes).float().cpu().numpy()
+        codes = to_device(
+            torch.from_numpy(
+                np.stack(
+                    [
+                        np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)])
+                        for j in jobs
+                    ]
+                )
+            ),
+            self.device,
+        )
+        pcm = to_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes).float()).numpy()
         now = time.monotonic()
         spf = pcm.shape[1] // n
         for job, audio in zip(jobs, pcm, strict=True):
