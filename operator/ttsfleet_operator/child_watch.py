@@ -1,8 +1,9 @@
 """Which events of a TTSService's watched children call for a pass over it.
 
 The TTSService status (ready replicas, Ready / Progressing / Degraded, the model
-cache's phase) is computed from its Deployments', fill Jobs' and claims' status. Without watching them it follows pods becoming ready,
-or a node taking them down, only at the next resync period. An event asks for a
+cache's phase) is computed from its Deployments', fill Jobs' and claims' status.
+Without watching them it follows pods becoming ready, or a node taking them down,
+only at the next resync period. An event asks for a
 pass over its owner when a field `status.compute_status` reads has changed, or when
 the Deployment is gone (drift correction re-creates it). Metadata and spec are never
 compared: the operator's own patches to a Deployment then ask for no pass that would

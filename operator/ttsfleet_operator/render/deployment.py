@@ -41,7 +41,6 @@ def render_deployment(
     """`service` is what this track serves (the candidate's image and model revision for the canary);
     `model_claim` the model cache the pods mount, with model.cache enabled."""
     pod_labels = labels.pool_selector(service.name, track, pool)
-    runtime = service.spec.runtime
     metadata = child_metadata(
         service,
         names.deployment_name(service.name, track, pool),

@@ -83,7 +83,9 @@ class HuggingFaceHub:
             raise FetchError(4, f"{repo} has no revision {revision!r}") from None
         except RepositoryNotFoundError:
             # The hub answers 401 for a private repository and a missing one alike.
-            raise FetchError(4, f"no repository {repo} (or it is private and needs a token)")
+            raise FetchError(
+                4, f"no repository {repo} (or it is private and needs a token)"
+            ) from None
         except HfHubHTTPError as error:
             status = getattr(error.response, "status_code", None)
             if status in (401, 403):
