@@ -97,14 +97,16 @@ def compute_status(
     split = fleet_split(service, weight)
     desired = split.total
     problem = problem or _deployment_problem(deployments)
+    if problem is None and canary is not None and canary.phase == state_machine.ROLLED_BACK:
+        problem = Problem("CanaryRolledBack", canary.message)
+    # A failed fill degrades the service; the pods still serve the cache they mount.
+    serving_problem = problem
     if problem is None and cache is not None and cache.phase == model_cache.FAILED:
         problem = Problem(
             "ModelCacheFailed", f"{cache.claim_name}: {cache.reason}: {cache.message}"[:1000]
         )
     # The pods wait for a cache: the first one, or a new one the spec asks for.
     filling = cache is not None and cache.serving_claim_name != cache.claim_name
-    if problem is None and canary is not None and canary.phase == state_machine.ROLLED_BACK:
-        problem = Problem("CanaryRolledBack", canary.message)
 
     if problem:
         degraded = (TRUE, problem.reason, problem.message)
@@ -133,7 +135,7 @@ def compute_status(
         ready = (FALSE, "ScaledToZero", "spec.replicas is 0")
     elif cache is not None and cache.serving_claim_name is None:
         ready = (FALSE, f"ModelCache{cache.phase}", f"{cache.claim_name}: {cache.message}")
-    elif numbers["ready"] >= desired and not problem:
+    elif numbers["ready"] >= desired and not serving_problem:
         ready = (TRUE, "AllReplicasReady", f"{numbers['ready']} of {desired} replicas ready")
     else:
         ready = (FALSE, "ReplicasNotReady", f"{numbers['ready']} of {desired} replicas ready")
