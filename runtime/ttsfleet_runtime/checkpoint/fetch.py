@@ -61,10 +61,11 @@ class Hub(Protocol):
 
 
 class HuggingFaceHub:
-    """The Hugging Face hub (or a mirror at HF_ENDPOINT), with an optional token."""
+    """The Hugging Face hub (or a mirror: `endpoint`, else HF_ENDPOINT), with an optional token."""
 
-    def __init__(self, token: str | None = None):
+    def __init__(self, token: str | None = None, endpoint: str | None = None):
         self.token = token or None
+        self.endpoint = endpoint
 
     def describe(self, repo: str, revision: str) -> tuple[str, list[RemoteFile]]:
         from huggingface_hub import HfApi
@@ -76,7 +77,9 @@ class HuggingFaceHub:
         )
 
         try:
-            info = HfApi(token=self.token).model_info(repo, revision=revision, files_metadata=True)
+            info = HfApi(endpoint=self.endpoint, token=self.token).model_info(
+                repo, revision=revision, files_metadata=True
+            )
         except GatedRepoError as error:
             raise FetchError(3, f"{repo} is gated: {error}") from None
         except RevisionNotFoundError:
@@ -105,7 +108,9 @@ class HuggingFaceHub:
     def download(self, repo: str, commit: str, into: Path) -> None:
         from huggingface_hub import snapshot_download
 
-        snapshot_download(repo, revision=commit, local_dir=into, token=self.token)
+        snapshot_download(
+            repo, revision=commit, local_dir=into, token=self.token, endpoint=self.endpoint
+        )
 
 
 def _sha256(path: Path) -> str:
