@@ -14,9 +14,11 @@ gets the `ModelCacheStatus` to render from and to report. The rules:
 - The serving cache is kept while another fills (`kept`); once the pods moved, it is no
   longer rendered and the pass deletes it. Kubernetes' PVC protection holds the claim
   until the last pod mounting it is gone, so the old pods finish on their volume.
-- A Job created before its claim filled an earlier claim of that name (the claim was
-  deleted by hand and re-created): it proves nothing about this one and is replaced,
-  so the new claim is filled again. A Job that has not completed is replaced when its
+- A claim deleted by hand is held by PVC protection while any scheduled pod mounts it,
+  the fill's finished pod included: its Job is deleted, so the claim goes once no
+  runtime pod mounts it either; then it is created and filled again. A Job created
+  before its claim filled an earlier claim of that name: it proves nothing about this
+  one and is replaced. A Job that has not completed is replaced when its
   rendering changes (a Job's pod template is immutable); a completed one stands.
 """
 
@@ -133,7 +135,11 @@ def kept(cache: ModelCacheStatus | None) -> set[tuple[str, str]]:
 
 
 def job_action(desired: dict, job: dict | None, claim: dict | None) -> str:
-    """What to do with a fill Job: "apply" (create it), "keep" or "replace" (delete, create)."""
+    """What to do with a fill Job: "apply" (create it), "keep", "replace" (delete, create),
+    or "delete": its claim is being deleted, and the fill's finished pod, which mounts
+    it, would hold it (PVC protection counts every scheduled pod) until the Job goes."""
+    if claim is not None and claim["metadata"].get("deletionTimestamp"):
+        return "delete" if job is not None else "keep"
     if job is None:
         return "apply"
     if filled_an_earlier_claim(job, claim):

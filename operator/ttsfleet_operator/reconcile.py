@@ -214,11 +214,12 @@ class Reconciler:
             else:
                 action = "apply" if drift.needs_apply(desired, current) else "keep"
             try:
-                if action == "replace":
+                if action in ("replace", "delete"):
                     # A Job's pod template is immutable: a new rendering is a new Job.
                     await self._delete(current)
                     outcome.deleted.append(_describe(current))
-                    current, action = None, "apply"
+                    current, result = None, None
+                    action = "apply" if action == "replace" else "keep"
                 if action == "apply":
                     result = await self.cluster.apply(desired, current)
                     (outcome.updated if current else outcome.created).append(_describe(desired))

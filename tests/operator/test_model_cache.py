@@ -386,14 +386,34 @@ async def test_a_cache_deleted_by_hand_is_created_and_filled_again(reconciler, f
     await reconcile(reconciler, fake_cluster, obj)
     assert obj["status"]["modelCache"]["phase"] == "Ready"
 
-    # Deleted by hand (no pod mounted it, so it is gone at once); the next pass creates it.
+    # Deleted by hand: PVC protection holds it while the fill's finished pod mounts it, so
+    # the pass deletes the fill Job (and creates none while the claim is going).
+    claim = fake_cluster.get("PersistentVolumeClaim", "voice", name)
+    claim["metadata"]["deletionTimestamp"] = "2026-11-21T16:20:00Z"
+    outcome = await reconcile(reconciler, fake_cluster, obj)
+    assert f"Job {name}" in outcome.deleted and fake_cluster.names("Job") == []
+    assert obj["status"]["modelCache"]["reason"] == "ClaimDeleting"
+    # Gone now; the next pass creates it.
     del fake_cluster.objects[("PersistentVolumeClaim", "voice", name)]
     await reconcile(reconciler, fake_cluster, obj)
     assert fake_cluster.names("PersistentVolumeClaim") == [name]
+    assert fake_cluster.names("Job") == [name]
+    assert fake_cluster.get("Job", "voice", name)["status"] == {}
+    assert obj["status"]["modelCache"]["phase"] == "Pending"
+
+
+async def test_a_finished_fill_of_an_earlier_claim_of_the_same_name_is_replaced(
+    reconciler, fake_cluster
+):
+    obj = body(replicas=0)
+    await reconcile(reconciler, fake_cluster, obj)
+    name = obj["status"]["modelCache"]["claimName"]
+    fake_cluster.get("Job", "voice", name)["metadata"]["creationTimestamp"] = "2026-11-21T16:00:01Z"
+    job_controller_sets(fake_cluster, name, COMPLETE)
+    # The claim was deleted and created again (between two passes) after this Job filled it.
     fake_cluster.get("PersistentVolumeClaim", "voice", name)["metadata"]["creationTimestamp"] = (
         "2026-11-21T16:30:00Z"
     )
-    # The completed Job filled the claim deleted since: it is replaced, the cache re-filled.
     outcome = await reconcile(reconciler, fake_cluster, obj)
     assert f"Job {name}" in outcome.deleted and f"Job {name}" in outcome.created
     assert obj["status"]["modelCache"]["phase"] == "Pending"
