@@ -38,6 +38,8 @@ PERSISTENT_VOLUME_CLAIM = ChildKind(
     "v1", "PersistentVolumeClaim", "persistentvolumeclaims", watched=True
 )
 JOB = ChildKind("batch/v1", "Job", "jobs", watched=True)
+# Reads the model cache into each GPU node's page cache (model.cache.prewarm).
+DAEMON_SET = ChildKind("apps/v1", "DaemonSet", "daemonsets")
 SERVICE = ChildKind("v1", "Service", "services")
 POD_DISRUPTION_BUDGET = ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 HORIZONTAL_POD_AUTOSCALER = ChildKind(
@@ -53,6 +55,7 @@ ALL: tuple[ChildKind, ...] = (
     PERSISTENT_VOLUME_CLAIM,
     JOB,
     DEPLOYMENT,
+    DAEMON_SET,
     SERVICE,
     POD_DISRUPTION_BUDGET,
     HORIZONTAL_POD_AUTOSCALER,

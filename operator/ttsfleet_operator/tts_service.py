@@ -151,6 +151,15 @@ class ModelCacheSpec(SpecModel):
     move to it only once it is Ready; the old one is deleted then.
     """
 
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.prewarm != 'PageCache' || self.accessMode == 'ReadWriteMany'",
+            "model.cache.prewarm PageCache mounts the cache on every node of the GPU class: it needs"
+            " accessMode ReadWriteMany",
+            field_path=".prewarm",
+        ),
+    ]
+
     enabled: bool = Field(
         default=False,
         description="Fill a PersistentVolumeClaim from the hub once (a Job) and mount it in every pod;"
@@ -172,6 +181,11 @@ class ModelCacheSpec(SpecModel):
         default=None,
         description="Secret key holding a hub token (gated or private repositories); only the fill Job"
         " reads it.",
+    )
+    prewarm: Literal["None", "PageCache"] = Field(
+        default="None",
+        description="PageCache: a DaemonSet reads the checkpoint on every node of the GPU class, so pods"
+        " starting there load it from memory (ReadWriteMany only).",
     )
 
 

@@ -452,3 +452,46 @@ async def test_turning_the_cache_off_deletes_it_and_pods_download_again(reconcil
     assert obj["status"].get("modelCache") is None
     pod = fake_cluster.get("Deployment", "voice", "demo-on-demand")["spec"]["template"]["spec"]
     assert all(v["name"] != "model" for v in pod["volumes"])
+
+
+# --- pre-warming -------------------------------------------------------------------------
+
+PREWARM = {**CACHE, "prewarm": "PageCache"}
+
+
+def test_prewarm_reads_the_cache_on_every_node_of_the_gpu_class(make_service):
+    service = make_service(model={**MODEL, "cache": PREWARM}, gpu={"class": "l4"})
+    (daemonset,) = kinds(render_fleet(service), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-L4"}
+    tolerated = {t.get("key") for t in pod["tolerations"]}
+    assert {"nvidia.com/gpu", "ttsfleet.io/spot"} <= tolerated
+    assert pod["volumes"] == [
+        {
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": cache_claim_name(service), "readOnly": True},
+        }
+    ]
+    (container,) = pod["containers"]
+    # Pages read are charged to the pod: a memory limit would evict them as they are read.
+    assert "limits" not in container["resources"]
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert not all(pod_labels.get(k) == v for k, v in labels.pod_selector("demo").items())
+    assert kinds(render_fleet(make_service(model=MODEL)), "DaemonSet") == []
+
+
+def test_prewarm_needs_a_volume_every_node_can_mount(make_service):
+    with pytest.raises(ValidationError, match="needs accessMode ReadWriteMany"):
+        make_service(model={**MODEL, "cache": {**PREWARM, "accessMode": "ReadWriteOnce"}})
+
+
+async def test_prewarm_follows_the_serving_cache(reconciler, fake_cluster):
+    obj = body(model={**MODEL, "cache": PREWARM})
+    await reconcile(reconciler, fake_cluster, obj)
+    assert fake_cluster.names("DaemonSet") == []  # nothing to read before a cache is Ready
+    name = obj["status"]["modelCache"]["claimName"]
+    job_controller_sets(fake_cluster, name, COMPLETE)
+    await reconcile(reconciler, fake_cluster, obj)
+    (daemonset,) = [o for (k, _, _), o in fake_cluster.objects.items() if k == "DaemonSet"]
+    volume = daemonset["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["persistentVolumeClaim"]["claimName"] == name

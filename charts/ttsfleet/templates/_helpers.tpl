@@ -60,6 +60,10 @@ no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# model.cache.prewarm: reads the cache into each GPU node's page cache.
+- apiGroups: ["apps"]
+  resources: ["daemonsets"]
+  verbs: ["list", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "create", "patch", "delete"]

@@ -16,6 +16,7 @@ from ttsfleet_operator.render.model_cache import (
 )
 from ttsfleet_operator.render.model_source import uses_cache
 from ttsfleet_operator.render.pdb import render_pdb
+from ttsfleet_operator.render.prewarm import render_prewarm
 from ttsfleet_operator.render.service import render_service, render_track_service
 from ttsfleet_operator.replicas import ReplicaSplit, split_replicas
 from ttsfleet_operator.tts_service import TTSService
@@ -90,6 +91,8 @@ def render_fleet(service: TTSService, tracks: Tracks | None = None) -> list[dict
                 render_deployment(tracks.candidate, labels.CANARY, pool, canary_pods[pool], claim)
                 for pool in pools(service)
             ]
+    if cached and tracks.model_claim is not None and service.spec.model.cache.prewarm != "None":
+        manifests.append(render_prewarm(service, tracks.model_claim))
     manifests.append(render_service(service))
     if tracks.gateway:
         manifests += [
