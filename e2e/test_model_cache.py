@@ -1,7 +1,8 @@
 """The model cache against a real API server: the operator creates the claim and the fill
-Job, the runtime Deployment appears only once the real job controller has completed the
-Job, a new revision fills a new cache while the pods stay on the old one and moves them
-after, a failed fill says why, and a cache deleted by hand is filled again.
+Job, the runtime Deployment (and the pre-warming DaemonSet) appears only once the real
+job controller has completed the Job, a new revision fills a new cache while the pods
+stay on the old one and moves them after, a failed fill says why, and a cache deleted
+by hand is filled again.
 
 kwok runs no storage provisioner and no containers, so two parts of a real cluster are
 played here, each where a real component would act and through the same API:
@@ -30,7 +31,7 @@ NAME = "tts-cached"
 WITHIN = 60
 
 
-def manifest(revision: str, replicas: int = 1) -> dict:
+def manifest(revision: str, replicas: int = 1, prewarm: str = "None") -> dict:
     return {
         "apiVersion": "ttsfleet.io/v1alpha1",
         "kind": "TTSService",
@@ -40,7 +41,7 @@ def manifest(revision: str, replicas: int = 1) -> dict:
                 "size": "0.6B",
                 "variant": "Base",
                 "revision": revision,
-                "cache": {"enabled": True, "size": "10Gi"},
+                "cache": {"enabled": True, "size": "10Gi", "prewarm": prewarm},
             },
             "gpu": {"class": "l4"},
             "replicas": replicas,
@@ -146,6 +147,14 @@ def mounted_claims(cluster, namespace: str) -> set[str]:
     }
 
 
+def prewarmed_claims(cluster, namespace: str) -> set[str]:
+    return {
+        volume["persistentVolumeClaim"]["claimName"]
+        for daemonset in children(cluster, "daemonsets", NAME, namespace)
+        for volume in daemonset["spec"]["template"]["spec"]["volumes"]
+    }
+
+
 def claim_names(cluster, namespace: str) -> set[str]:
     return {c["metadata"]["name"] for c in children(cluster, "pvc", NAME, namespace)}
 
@@ -153,35 +162,39 @@ def claim_names(cluster, namespace: str) -> set[str]:
 def test_pods_wait_for_the_cache_and_move_to_a_new_revision_once_it_is_filled(
     cluster, running_operator, namespace, provision
 ):
-    cluster.apply(manifest("v1"), "-n", namespace)
+    cluster.apply(manifest("v1", prewarm="PageCache"), "-n", namespace)
     # No volume yet (no provisioner has acted): the claim is Pending, and so are the pods.
     first = cache_shows(cluster, namespace, phase="Pending", reason="ClaimPending")["claimName"]
     assert claim_names(cluster, namespace) == {first}
     assert [j["metadata"]["name"] for j in children(cluster, "jobs", NAME, namespace)] == [first]
     assert children(cluster, "deployments", NAME, namespace) == []
+    assert children(cluster, "daemonsets", NAME, namespace) == []
     ready = condition(tts(cluster, NAME, namespace), "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ModelCachePending")
 
     provision(first)
     cache_shows(cluster, namespace, phase="Ready", servingClaimName=first)
     wait_for(lambda: mounted_claims(cluster, namespace) == {first}, timeout=WITHIN, what="pods")
+    assert prewarmed_claims(cluster, namespace) == {first}
     wait_for(
         lambda: (condition(tts(cluster, NAME, namespace), "Ready") or {}).get("status") == "True",
         timeout=WITHIN,
         what="TTSService Ready",
     )
 
-    cluster.apply(manifest("v2"), "-n", namespace)
+    cluster.apply(manifest("v2", prewarm="PageCache"), "-n", namespace)
     second = cache_shows(cluster, namespace, phase="Pending", servingClaimName=first)["claimName"]
     assert second != first
     assert claim_names(cluster, namespace) == {first, second}
     # The pods stay on the filled cache while the new one waits for its volume.
     time.sleep(3)
     assert mounted_claims(cluster, namespace) == {first}
+    assert prewarmed_claims(cluster, namespace) == {first}
 
     provision(second)
     cache_shows(cluster, namespace, phase="Ready", servingClaimName=second)
     wait_for(lambda: mounted_claims(cluster, namespace) == {second}, timeout=WITHIN, what="move")
+    assert prewarmed_claims(cluster, namespace) == {second}
     # The old cache goes once no pod mounts it (PVC protection holds it until then).
     wait_for(
         lambda: claim_names(cluster, namespace) == {second},
