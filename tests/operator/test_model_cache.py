@@ -14,8 +14,9 @@ import copy
 import pytest
 from pydantic import ValidationError
 
+from support.reconcile_passes import body as tts_body
+from support.reconcile_passes import reconcile_and_keep_status
 from ttsfleet_operator import labels, model_cache
-from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.render.model_cache import cache_claim_name
 from ttsfleet_runtime.model_cache import CHECKPOINT_DIR, PERMANENT_FAILURES
@@ -231,49 +232,23 @@ def test_the_phase_follows_the_claim_and_the_fill_job(live_claim, live_job, phas
 # --- reconcile passes --------------------------------------------------------------------
 
 
-def body(generation=1, status=None, **spec):
+def body(**spec) -> dict:
     spec.setdefault("model", copy.deepcopy(MODEL))
-    obj = {
-        "apiVersion": "ttsfleet.io/v1alpha1",
-        "kind": "TTSService",
-        "metadata": {
-            "name": "demo",
-            "namespace": "voice",
-            "uid": "uid-1",
-            "generation": generation,
-        },
-        "spec": spec,
-    }
-    if status is not None:
-        obj["status"] = status
-    return obj
-
-
-@pytest.fixture
-def reconciler(fake_cluster):
-    minutes = iter(range(60))
-    return Reconciler(fake_cluster, now=lambda: f"2026-11-21T16:{next(minutes):02d}:00Z")
-
-
-async def reconcile(reconciler, fake_cluster, obj):
-    """One pass; the status it writes is stored on `obj`, as the API server would."""
-    written = []
-    original = fake_cluster.patch_status
-
-    async def patch_status(api_version, kind, namespace, name, status):
-        written.append(status)
-        return await original(api_version, kind, namespace, name, status)
-
-    fake_cluster.patch_status = patch_status
-    outcome = await reconciler.reconcile(copy.deepcopy(obj))
-    fake_cluster.patch_status = original
-    if written:
-        obj["status"] = {**obj.get("status", {}), **written[-1]}
-    return outcome
+    return tts_body(**spec)
 
 
 def job_controller_sets(fake_cluster, name: str, status: dict) -> None:
     fake_cluster.get("Job", "voice", name)["status"] = copy.deepcopy(status)
+
+
+async def serving_its_first_cache(reconciler, fake_cluster, obj) -> str:
+    """Passes until `obj`'s pods serve its first cache, filled; the cache's name."""
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
+    name = obj["status"]["modelCache"]["claimName"]
+    job_controller_sets(fake_cluster, name, COMPLETE)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
+    fake_cluster.mark_deployments_ready()
+    return name
 
 
 def condition(obj: dict, type_: str) -> dict:
@@ -288,7 +263,7 @@ def mounted_claim(fake_cluster) -> str:
 
 async def test_pods_start_only_once_the_first_cache_is_ready(reconciler, fake_cluster):
     obj = body()
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     name = obj["status"]["modelCache"]["claimName"]
     assert fake_cluster.names("PersistentVolumeClaim") == [name]
     assert fake_cluster.names("Job") == [name]
@@ -298,7 +273,7 @@ async def test_pods_start_only_once_the_first_cache_is_ready(reconciler, fake_cl
     assert condition(obj, "Progressing")["reason"] == "ModelCacheFilling"
 
     job_controller_sets(fake_cluster, name, COMPLETE)
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert obj["status"]["modelCache"]["phase"] == "Ready"
     assert obj["status"]["modelCache"]["servingClaimName"] == name
     assert mounted_claim(fake_cluster) == name
@@ -308,16 +283,12 @@ async def test_a_new_revision_fills_a_new_cache_then_the_pods_move_and_the_old_g
     reconciler, fake_cluster
 ):
     obj = body()
-    await reconcile(reconciler, fake_cluster, obj)
-    old = obj["status"]["modelCache"]["claimName"]
-    job_controller_sets(fake_cluster, old, COMPLETE)
-    await reconcile(reconciler, fake_cluster, obj)
-    fake_cluster.mark_deployments_ready()
+    old = await serving_its_first_cache(reconciler, fake_cluster, obj)
     deployment_before = copy.deepcopy(fake_cluster.get("Deployment", "voice", "demo-on-demand"))
 
     obj["spec"]["model"]["revision"] = "v2"
     obj["metadata"]["generation"] = 2
-    outcome = await reconcile(reconciler, fake_cluster, obj)
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     new = obj["status"]["modelCache"]["claimName"]
     assert new != old
     assert sorted(fake_cluster.names("PersistentVolumeClaim")) == sorted([old, new])
@@ -331,7 +302,7 @@ async def test_a_new_revision_fills_a_new_cache_then_the_pods_move_and_the_old_g
     assert condition(obj, "Progressing")["reason"] == "ModelCacheFilling"
 
     job_controller_sets(fake_cluster, new, COMPLETE)
-    outcome = await reconcile(reconciler, fake_cluster, obj)
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert mounted_claim(fake_cluster) == new
     assert fake_cluster.names("PersistentVolumeClaim") == [new]
     assert fake_cluster.names("Job") == [new]
@@ -340,14 +311,10 @@ async def test_a_new_revision_fills_a_new_cache_then_the_pods_move_and_the_old_g
 
 async def test_a_failed_fill_says_why_and_the_old_cache_keeps_serving(reconciler, fake_cluster):
     obj = body()
-    await reconcile(reconciler, fake_cluster, obj)
-    old = obj["status"]["modelCache"]["claimName"]
-    job_controller_sets(fake_cluster, old, COMPLETE)
-    await reconcile(reconciler, fake_cluster, obj)
-    fake_cluster.mark_deployments_ready()
+    old = await serving_its_first_cache(reconciler, fake_cluster, obj)
 
     obj["spec"]["model"]["revision"] = "no-such-revision"
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     new = obj["status"]["modelCache"]["claimName"]
     job_controller_sets(
         fake_cluster,
@@ -358,7 +325,7 @@ async def test_a_failed_fill_says_why_and_the_old_cache_keeps_serving(reconciler
             " rule at index 1",
         ),
     )
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     cache = obj["status"]["modelCache"]
     assert (cache["phase"], cache["reason"]) == ("Failed", "RevisionNotFound")
     assert cache["servingClaimName"] == old and mounted_claim(fake_cluster) == old
@@ -369,33 +336,33 @@ async def test_a_failed_fill_says_why_and_the_old_cache_keeps_serving(reconciler
 
     # Fixing the spec (back to the revision served) asks for the serving cache again.
     obj["spec"]["model"]["revision"] = "v1"
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert fake_cluster.names("PersistentVolumeClaim") == [old]
     assert condition(obj, "Degraded")["status"] == "False"
 
 
 async def test_a_cache_deleted_by_hand_is_created_and_filled_again(reconciler, fake_cluster):
     obj = body(replicas=0)
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     name = obj["status"]["modelCache"]["claimName"]
     fake_cluster.get("PersistentVolumeClaim", "voice", name)["metadata"]["creationTimestamp"] = (
         "2026-11-21T16:00:00Z"
     )
     fake_cluster.get("Job", "voice", name)["metadata"]["creationTimestamp"] = "2026-11-21T16:00:01Z"
     job_controller_sets(fake_cluster, name, COMPLETE)
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert obj["status"]["modelCache"]["phase"] == "Ready"
 
     # Deleted by hand: PVC protection holds it while the fill's finished pod mounts it, so
     # the pass deletes the fill Job (and creates none while the claim is going).
     claim = fake_cluster.get("PersistentVolumeClaim", "voice", name)
     claim["metadata"]["deletionTimestamp"] = "2026-11-21T16:20:00Z"
-    outcome = await reconcile(reconciler, fake_cluster, obj)
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert f"Job {name}" in outcome.deleted and fake_cluster.names("Job") == []
     assert obj["status"]["modelCache"]["reason"] == "ClaimDeleting"
     # Gone now; the next pass creates it.
     del fake_cluster.objects[("PersistentVolumeClaim", "voice", name)]
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert fake_cluster.names("PersistentVolumeClaim") == [name]
     assert fake_cluster.names("Job") == [name]
     assert fake_cluster.get("Job", "voice", name)["status"] == {}
@@ -406,7 +373,7 @@ async def test_a_finished_fill_of_an_earlier_claim_of_the_same_name_is_replaced(
     reconciler, fake_cluster
 ):
     obj = body(replicas=0)
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     name = obj["status"]["modelCache"]["claimName"]
     fake_cluster.get("Job", "voice", name)["metadata"]["creationTimestamp"] = "2026-11-21T16:00:01Z"
     job_controller_sets(fake_cluster, name, COMPLETE)
@@ -414,7 +381,7 @@ async def test_a_finished_fill_of_an_earlier_claim_of_the_same_name_is_replaced(
     fake_cluster.get("PersistentVolumeClaim", "voice", name)["metadata"]["creationTimestamp"] = (
         "2026-11-21T16:30:00Z"
     )
-    outcome = await reconcile(reconciler, fake_cluster, obj)
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert f"Job {name}" in outcome.deleted and f"Job {name}" in outcome.created
     assert obj["status"]["modelCache"]["phase"] == "Pending"
     assert fake_cluster.get("Job", "voice", name)["status"] == {}
@@ -424,11 +391,11 @@ async def test_a_fill_job_that_has_not_completed_is_replaced_when_its_rendering_
     reconciler, fake_cluster
 ):
     obj = body()
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     name = obj["status"]["modelCache"]["claimName"]
     job_controller_sets(fake_cluster, name, failed("PodFailurePolicy", "exit code 3"))
     obj["spec"]["model"]["cache"] = {**CACHE, "hubTokenSecret": {"name": "hub", "key": "token"}}
-    outcome = await reconcile(reconciler, fake_cluster, obj)
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert f"Job {name}" in outcome.deleted and f"Job {name}" in outcome.created
     env = fake_cluster.get("Job", "voice", name)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert any(e["name"] == "HF_TOKEN" for e in env)
@@ -436,18 +403,18 @@ async def test_a_fill_job_that_has_not_completed_is_replaced_when_its_rendering_
     # A completed fill stands whatever changes in its rendering (the image, say).
     job_controller_sets(fake_cluster, name, COMPLETE)
     obj["spec"]["runtime"] = {"image": "registry.local/runtime:2"}
-    outcome = await reconcile(reconciler, fake_cluster, obj)
+    outcome = await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert not [item for item in outcome.deleted + outcome.created if item.startswith("Job")]
 
 
 async def test_turning_the_cache_off_deletes_it_and_pods_download_again(reconciler, fake_cluster):
     obj = body()
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     name = obj["status"]["modelCache"]["claimName"]
     job_controller_sets(fake_cluster, name, COMPLETE)
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     obj["spec"]["model"] = {**MODEL, "cache": {"enabled": False}}
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert fake_cluster.names("PersistentVolumeClaim") == [] and fake_cluster.names("Job") == []
     assert obj["status"].get("modelCache") is None
     pod = fake_cluster.get("Deployment", "voice", "demo-on-demand")["spec"]["template"]["spec"]
@@ -487,11 +454,11 @@ def test_prewarm_needs_a_volume_every_node_can_mount(make_service):
 
 async def test_prewarm_follows_the_serving_cache(reconciler, fake_cluster):
     obj = body(model={**MODEL, "cache": PREWARM})
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     assert fake_cluster.names("DaemonSet") == []  # nothing to read before a cache is Ready
     name = obj["status"]["modelCache"]["claimName"]
     job_controller_sets(fake_cluster, name, COMPLETE)
-    await reconcile(reconciler, fake_cluster, obj)
+    await reconcile_and_keep_status(reconciler, fake_cluster, obj)
     (daemonset,) = [o for (k, _, _), o in fake_cluster.objects.items() if k == "DaemonSet"]
     volume = daemonset["spec"]["template"]["spec"]["volumes"][0]
     assert volume["persistentVolumeClaim"]["claimName"] == name
