@@ -178,13 +178,3 @@ class PromptBuilder:
         head, codec_bos = torch.cat(parts, dim=0), codec[-1:]
         self._voice_parts[voice] = (talker, head, codec_bos)
         return head, codec_bos
-
-    @torch.no_grad()
-    def special_text_hidden(self, talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tts_eos, tts_pad) in the talker's width: what follows the text."""
-        c = self.config
-        ids = torch.tensor(
-            [c.tts_eos_token_id, c.tts_pad_token_id], device=talker.codec_embedding.device
-        )
-        eos, pad = talker.text_hidden(ids)
-        return eos, pad
