@@ -45,6 +45,13 @@ What each metric means, exactly:
 - ttsfleet_prefill_deferred_total (counter): iterations whose prefill the
   engine cut short to keep a running stream ahead of playback (newcomers
   waited a step so the others would not stall).
+- ttsfleet_engine_busy_seconds_total (counter, label phase): seconds the engine's
+  threads spent in each phase: the engine thread's plan, prefill, decode (the
+  step, waiting for the GPU included) and postprocess, and the codec thread's
+  codec. rate() over wall time is each phase's share: decode near 1 means the
+  GPU step is the limit; plan/postprocess high means the host is.
+  The engine counters count the warm-up synthesis before ready like any work
+  (never set back); the graph captures after ready are not busy time.
 - ttsfleet_time_to_first_audio_seconds (histogram): request received -> first
   audio chunk ready to send (streamed responses send it at that moment; a
   whole-file response is sent when the last chunk is ready).
@@ -87,6 +94,7 @@ AUDIO_SECONDS = "ttsfleet_audio_seconds_total"  # audio produced
 FRAMES = "ttsfleet_frames_total"  # codec frames produced
 UNDERRUN_STEPS = "ttsfleet_underrun_steps_total"  # steps with a playing stream out of audio
 PREFILL_DEFERRED = "ttsfleet_prefill_deferred_total"  # prefills held back for running streams
+ENGINE_BUSY = "ttsfleet_engine_busy_seconds_total"  # label: phase; engine threads' busy time
 AUTH_KEYS_RELOAD_ERRORS = (
     "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 )
@@ -245,6 +253,14 @@ class _EngineCollector:
             "Prefills held back to keep running streams ahead of playback",
             value=stats.prefill_deferred_total,
         )
+        busy = CounterMetricFamily(
+            _strip_total(ENGINE_BUSY),
+            "Seconds the engine's threads spent in each phase",
+            labels=["phase"],
+        )
+        for phase, seconds in stats.busy_seconds.items():
+            busy.add_metric([phase], seconds)
+        yield busy
         startup = GaugeMetricFamily(
             STARTUP_SECONDS, "Seconds each start-up phase took", labels=["phase"]
         )

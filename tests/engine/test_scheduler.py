@@ -152,14 +152,27 @@ def step(scheduler, seqs, nxt_by_slot=None, rules=RULES):
     return scheduler.postprocess(seqs, codes, nxt, rules)
 
 
-def test_frames_become_chunks_of_first_chunk_then_chunk_frames():
+def test_frames_become_chunks_that_ramp_from_the_first_chunk_to_chunk_frames():
     s = make(max_batch=2, max_queue=2)
     seq = running(0)
     sizes = []
-    for _ in range(8):
+    for _ in range(10):
         sizes += [len(c.codes) for c in step(s, [seq]).chunks]
-    assert sizes == [2, 3, 3]
-    assert seq.frames == 8 and seq.position == 18 and seq.chunks == 3
+    assert sizes == [2, 2, 3, 3]
+    assert seq.frames == 10 and seq.position == 20 and seq.chunks == 4
+
+
+def test_each_chunk_is_as_long_as_the_audio_before_it_up_to_chunk_frames():
+    rules = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=2, chunk_frames=16)
+    assert [rules.chunk_limit(i) for i in range(7)] == [2, 2, 4, 8, 16, 16, 16]
+    assert rules.chunk_sizes() == (2, 4, 8, 16)
+    assert rules.chunk_limit(10_000) == 16
+    one = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=1, chunk_frames=6)
+    assert [one.chunk_limit(i) for i in range(6)] == [1, 1, 2, 4, 6, 6]
+    assert one.chunk_sizes() == (1, 2, 4, 6)
+    flat = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=8, chunk_frames=4)
+    assert [flat.chunk_limit(i) for i in range(3)] == [8, 4, 4]
+    assert flat.chunk_sizes() == (4, 8)
 
 
 def test_eos_ends_the_sequence_with_its_pending_frames_as_the_last_chunk():

@@ -1,6 +1,6 @@
 """Start-up: the phases a start goes through add up to the time from process start
-to ready, a warm-up synthesis runs through the real path before ready and leaves
-no trace in what the engine reports, and the graphs the start leaves out are
+to ready, a warm-up synthesis runs through the real path before ready with a
+chunk of every size the ramp makes, and the graphs the start leaves out are
 captured later, small buckets first, with every step replaying a graph that
 holds it meanwhile."""
 
@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from ttsfleet_runtime import metrics
+from ttsfleet_runtime.codec.streaming import StreamingCodec
 from ttsfleet_runtime.engine.model_runner import ModelRunner
+from ttsfleet_runtime.engine.scheduler import StepRules
 from ttsfleet_runtime.engine.startup import StartupClock, process_start_time
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
 from ttsfleet_runtime.model.weights import load_model
@@ -54,9 +56,19 @@ def test_a_phase_outside_the_catalogue_is_refused():
     assert set(metrics.STARTUP_PHASES) >= {"import", "warm_up", "total", "capture_background"}
 
 
-async def test_the_warm_up_speaks_through_the_real_path_before_ready(tiny_checkpoint):
+async def test_the_warm_up_speaks_a_chunk_of_every_ramp_size_before_ready(
+    tiny_checkpoint, monkeypatch
+):
+    decoded = []  # frames of each codec call: the chunk sizes the warm-up went through
+    real_decode = StreamingCodec.decode
+
+    def record(codec, slots, codes):
+        decoded.append(codes.shape[1])
+        return real_decode(codec, slots, codes)
+
+    monkeypatch.setattr(StreamingCodec, "decode", record)
     engine = TTSEngine.from_pretrained(
-        str(tiny_checkpoint), "cpu", dtype="float32", max_batch=4, warm_up=True
+        str(tiny_checkpoint), "cpu", dtype="float32", max_batch=4, chunk_frames=16, warm_up=True
     )
     submitted = []
     real_submit = engine._submit
@@ -72,11 +84,14 @@ async def test_the_warm_up_speaks_through_the_real_path_before_ready(tiny_checkp
     try:
         ((request, stream, ready_then),) = submitted
         assert not ready_then and engine.ready
-        frames = engine.core.first_chunk_frames + engine.core.chunk_frames
-        assert stream.finish_reason == "length" and request.params.max_frames == frames
+        assert stream.finish_reason == "length" and request.params.max_frames == 2 + 2 + 4 + 8 + 16
+        assert decoded == [2, 2, 4, 8, 16]
+        assert set(decoded) == set(engine.core.rules.chunk_sizes())
         stats = engine.stats()
-        # Nobody's request: what the server reports starts from nothing.
-        assert (stats.frames_total, stats.underrun_steps_total, stats.min_lead_s) == (0, 0, None)
+        # Real work, counted like any request's (counters never go back).
+        assert stats.frames_total == request.params.max_frames
+        assert stats.busy_seconds["decode"] > 0
+        # The retry hints speak of users' slots only.
         assert engine.scheduler.mean_slot_seconds == slot_seconds
         phases = stats.startup_seconds
         assert list(phases) == ["import", "load_weights", "warm_up", "total"]
@@ -86,6 +101,55 @@ async def test_the_warm_up_speaks_through_the_real_path_before_ready(tiny_checkp
         )
     finally:
         await engine.stop(drain_timeout_s=0)
+
+
+def test_the_ramp_frames_pass_every_chunk_size_once():
+    def rules(first, steady):
+        return StepRules(eos_id=0, max_len=100, first_chunk_frames=first, chunk_frames=steady)
+
+    assert rules(2, 8).ramp_frames() == 2 + 2 + 4 + 8
+    assert rules(3, 8).ramp_frames() == 3 + 3 + 6 + 8
+    assert rules(8, 8).ramp_frames() == 8
+    assert rules(8, 2).ramp_frames() == 8 + 2
+
+
+async def test_codec_graphs_for_every_ramp_size_and_batch_bucket_by_ready_or_in_the_background(
+    tiny_checkpoint, monkeypatch
+):
+    """Capture needs CUDA: here the runner claims graphs, its captures are skipped
+    and the codec records each capture instead of running it (no step is run)."""
+    real_init = ModelRunner.__init__
+
+    def init(runner, *args, **kwargs):
+        real_init(runner, *args, **kwargs)
+        runner.use_graphs = True
+
+    def capture(codec, batch_sizes, frame_counts):
+        codec._graphs.update({(b, n): "recorded" for n in frame_counts for b in batch_sizes})
+
+    monkeypatch.setattr(ModelRunner, "__init__", init)
+    for skipped in ("compile", "capture_decode_for_start", "capture_prefill_for_start"):
+        monkeypatch.setattr(ModelRunner, skipped, lambda runner: 0.0)
+    monkeypatch.setattr(StreamingCodec, "capture", capture)
+    engine = TTSEngine.from_pretrained(
+        str(tiny_checkpoint), "cpu", dtype="float32", max_batch=8, chunk_frames=16
+    )
+    core = engine.core
+    core.load()
+    try:
+        ramp, buckets = core.rules.chunk_sizes(), core.runner.batch_buckets
+        assert ramp == (2, 4, 8, 16) and buckets == (1, 2, 4, 8)
+        assert core.codec_worker.frame_buckets == ramp
+        # Before ready: every ramp size at the smallest and the largest bucket.
+        assert set(core.codec._graphs) == {(b, n) for b in (1, 8) for n in ramp}
+        core.start_background_capture()  # the codec thread captures the rest
+        every = {(b, n) for b in buckets for n in ramp}
+        deadline = time.monotonic() + 10
+        while set(core.codec._graphs) != every and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert set(core.codec._graphs) == every
+    finally:
+        core.stop()
 
 
 async def test_on_the_cpu_there_is_no_warm_up_by_default(make_engine):

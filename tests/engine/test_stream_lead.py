@@ -27,6 +27,7 @@ class Seq:
     stream: Stream
     frames: int  # generated
     pending: list  # generated, not yet handed to the codec
+    chunks: int = 5  # handed to the codec so far (5: past the ramp, next chunk is 8 frames)
     finished: bool = False
 
 
@@ -55,6 +56,14 @@ def test_the_smallest_lead_is_reported_and_a_stream_out_of_audio_is_an_underrun(
     assert core.underrun_steps == 1
     # `behind` has no chunk in flight and needs 8 more frames for its next one.
     assert spare == pytest.approx(10 * FRAME_S - 1.0 - 8 * 0.05)
+
+
+def test_a_young_stream_owes_only_its_next_ramp_chunk(core):
+    core.step_s = 0.05
+    # First chunk (2 frames) delivered 0.1 s ago; its second chunk is 2 frames too.
+    young = Seq(Stream(seconds_ago(0.1), 2), frames=2, pending=[], chunks=1)
+    core.scheduler.running[0] = young
+    assert core._sample_leads(NOW) == pytest.approx(2 * FRAME_S - 0.1 - 2 * 0.05)
 
 
 def test_a_chunk_on_its_way_to_the_listener_needs_no_more_steps(core):

@@ -1,4 +1,5 @@
-"""Streaming: the first chunk after `first_chunk_frames`, then `chunk_frames`;
+"""Streaming: the first chunk after `first_chunk_frames`, then chunks that double
+up to `chunk_frames`;
 the streamed audio equals decoding all codes at once; text may arrive as a
 stream of deltas."""
 
@@ -13,11 +14,11 @@ from ttsfleet_runtime.codec.decoder import load_speech_tokenizer
 from ttsfleet_runtime.engine.api import SynthesisRequest
 
 
-async def test_chunk_sizes_follow_first_chunk_then_chunk_frames(make_engine):
+async def test_chunk_sizes_ramp_from_the_first_chunk_to_chunk_frames(make_engine):
     engine = await make_engine(max_batch=2, first_chunk_frames=1, chunk_frames=4)
-    chunks, _ = await collect(engine.submit(request(frames=10, seed=1)))
-    assert [c.frames for c in chunks] == [1, 4, 4, 1]
-    assert [c.index for c in chunks] == [0, 1, 2, 3]
+    chunks, _ = await collect(engine.submit(request(frames=13, seed=1)))
+    assert [c.frames for c in chunks] == [1, 1, 2, 4, 4, 1]
+    assert [c.index for c in chunks] == [0, 1, 2, 3, 4, 5]
     assert all(c.sample_rate == 24000 and c.pcm.dtype == np.float32 for c in chunks)
     assert all(c.t_emitted >= c.t_admitted for c in chunks)
 
@@ -86,10 +87,10 @@ async def test_a_short_last_chunk_is_padded_to_a_captured_frame_count_and_cut_ba
         return decode(slots, codes)
 
     engine.codec.decode = recording_decode
-    stream = engine.submit(request(frames=9, seed=4))
+    stream = engine.submit(request(frames=8, seed=4))
     chunks, pcm = await collect(stream)
-    assert [c.frames for c in chunks] == [2, 3, 3, 1]
-    assert decoded_lengths == [2, 3, 3, 2]  # the 1-frame last chunk ran as 2 frames
+    assert [c.frames for c in chunks] == [2, 2, 3, 1]
+    assert decoded_lengths == [2, 2, 3, 2]  # the 1-frame last chunk ran as 2 frames
     assert len(chunks[-1].pcm) == 1920
     decoder = load_speech_tokenizer(tiny_checkpoint / "speech_tokenizer")
     import torch

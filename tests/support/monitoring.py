@@ -59,6 +59,7 @@ def runtime_metric_names() -> set[str]:
         min_lead_s=0.5,  # a stream is playing: the lead gauge is exposed
         underrun_steps_total=0,
         prefill_deferred_total=0,
+        busy_seconds={"decode": 0.0},
         startup_seconds={"total": 1.0},
     )
     return _exposed_names(RuntimeMetrics(lambda: stats, lambda: True, gpu=_OneGpu()).registry)

@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from ..kernels.host_copy import ids_on
 from .decoder import CodecDecoder
 
 
@@ -89,7 +90,7 @@ class StreamingCodec:
         graph = self._graph_for(batch, frames)
         if graph is not None:
             return graph.run(slots, codes)
-        index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        index = ids_on(slots, self.device)
         with torch.inference_mode():
             return self._step(index, codes.to(self.device, torch.long))
 
@@ -156,7 +157,7 @@ class _CapturedStep:
     def run(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         n = len(slots)
         self.index.fill_(self.codec._scratch)
-        self.index[:n].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        self.index[:n].copy_(ids_on(slots, self.index.device))
         self.codes[:n].copy_(codes, non_blocking=True)
         self.graph.replay()
         # The graph's output buffer is overwritten by the next replay.

@@ -215,6 +215,11 @@ class EngineStats:
     min_lead_s: float | None = None
     underrun_steps_total: int = 0  # steps at which some playing stream's lead was below 0
     prefill_deferred_total: int = 0  # iterations whose prefill the lead guard cut short
+    # Seconds the engine's threads were busy, by phase: the engine thread's "plan",
+    # "prefill", "decode" (waiting for the device included), "postprocess", and the
+    # codec thread's "codec". Their rates over wall time say where a busy engine's
+    # time goes. Empty before the engine has loaded.
+    busy_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     gpu_memory_used_bytes: int | None = None
     gpu_memory_total_bytes: int | None = None
     # The talker's paged KV cache: bytes of the blocks streams hold, and of the pool

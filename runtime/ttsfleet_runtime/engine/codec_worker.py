@@ -6,8 +6,8 @@ the end of a stream. The worker owns the codec's per-stream slots (opened at a
 stream's first chunk, closed at its end) and delivers chunks and ends to the
 callers in the order they were handed over. Chunks of different streams that
 are waiting together are decoded in one batched call per frame count (the
-codec pads it to the next captured batch bucket: every bucket up to the
-engine's max batch has a graph).
+codec pads it to the smallest captured batch bucket that holds it: the largest
+is captured at start-up, the others on this thread soon after, `capture_later`).
 
 A stream's last chunk may be shorter than any captured frame count; it is
 padded up to the next one (`frame_buckets`) and the audio cut back, so it
@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..kernels.host_copy import to_device, to_host
 from .api import AudioChunk, FinishReason
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class CodecWorker:
         self.sample_rate = sample_rate
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy_s = 0.0  # seconds spent decoding (waits for jobs excluded)
         self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
         self._thread.start()
 
@@ -117,6 +119,7 @@ class CodecWorker:
                 if isinstance(job, CaptureLater):
                     self._later = job
             jobs = [j for j in jobs if j is not None and not isinstance(j, CaptureLater)]
+            started = time.monotonic()
             try:
                 with torch.inference_mode(), _on(self.stream):
                     self._process(jobs)
@@ -126,6 +129,7 @@ class CodecWorker:
                 log.exception("codec worker failed; ending the streams it was serving")
                 for job in jobs:
                     self._fail(job.seq)
+            self.busy_s += time.monotonic() - started
             if stop:
                 return
 
@@ -219,12 +223,18 @@ class CodecWorker:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open()
         # Padding repeats a chunk's last frame (any valid codes would do).
-        codes = torch.from_numpy(
-            np.stack(
-                [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
-            )
-        ).to(self.device)
-        pcm = self.codec.decode([j.seq.codec_slot for j in jobs], codes).float().cpu().numpy()
+        codes = to_device(
+            torch.from_numpy(
+                np.stack(
+                    [
+                        np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)])
+                        for j in jobs
+                    ]
+                )
+            ),
+            self.device,
+        )
+        pcm = to_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes).float()).numpy()
         now = time.monotonic()
         spf = pcm.shape[1] // n
         for job, audio in zip(jobs, pcm, strict=True):

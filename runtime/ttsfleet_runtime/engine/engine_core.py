@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
 FRAME_S = 0.08  # audio per frame (12.5 Hz)
+# The engine thread's phases (`EngineCore.busy_s`); the codec thread's time is
+# the codec worker's `busy_s`.
+BUSY_PHASES = ("plan", "prefill", "decode", "postprocess")
 
 
 class EngineCore:
@@ -122,6 +125,10 @@ class EngineCore:
         self.underrun_steps = 0
         self.prefill_deferred = 0
         self.step_s = 0.0  # recent decode step time (moving average)
+        # Seconds the engine thread spent in each phase of its iterations (idle
+        # waits excluded): where a busy engine's time goes, without a profiler.
+        # "decode" includes waiting for the device to finish the step.
+        self.busy_s = dict.fromkeys(BUSY_PHASES, 0.0)
         self.model: LoadedModel | None = None
         self.runner: ModelRunner | None = None
         self.codec: StreamingCodec | None = None
@@ -161,7 +168,7 @@ class EngineCore:
         if self.runner.use_graphs:
             self.runner.compile()
             clock.done("compile")
-            frame_buckets = sorted({self.first_chunk_frames, self.chunk_frames})
+            frame_buckets = list(self.rules.chunk_sizes())
             codec_buckets = self.runner.batch_buckets
             if self.capture_all_graphs:
                 # The largest and smallest buckets now, the rest once the engine
@@ -332,8 +339,15 @@ class EngineCore:
         for slot, blocks in changed:
             self.runner.set_blocks(slot, blocks)
 
+    def _spent(self, phase: str, since: float) -> float:
+        """Add the time since `since` to `phase`'s busy seconds; returns now."""
+        now = time.monotonic()
+        self.busy_s[phase] += now - since
+        return now
+
     @torch.inference_mode()
     def _iteration(self) -> bool:
+        t = time.monotonic()
         self._release_finished()
         with self.lock:
             for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
@@ -342,7 +356,9 @@ class EngineCore:
             plan = self.scheduler.plan(spare_s)
             self.prefill_deferred += plan.deferred
         self._sync_block_tables()  # the prompts' blocks, before the prefills store into them
+        t = self._spent("plan", t)
         self._prefill(plan.prefill)
+        t = self._spent("prefill", t)
         with self.lock:
             for seq in list(self.scheduler.running.values()):
                 self._take_text(seq)
@@ -351,11 +367,12 @@ class EngineCore:
             if starved is not None:
                 self._end_kv_starved(starved)
         self._sync_block_tables()  # blocks the step's rows grew into
+        t = self._spent("plan", t)
         if not rows:
             return bool(plan.prefill) or starved is not None
-        t_step = time.monotonic()
         stepped, codes, nxt = self._step_isolating(rows, extent, live)
-        elapsed = time.monotonic() - t_step
+        started, t = t, self._spent("decode", t)
+        elapsed = t - started
         self.step_s = elapsed if not self.step_s else 0.8 * self.step_s + 0.2 * elapsed
         with self.lock:
             outcome = self.scheduler.postprocess(stepped, codes, nxt, self.rules)
@@ -375,6 +392,7 @@ class EngineCore:
                 )
                 if not seq.finished:
                     self._finish(seq, "error", _failure("generation failed", exc))
+        self._spent("postprocess", t)
         return True
 
     def _end_kv_starved(self, seq: Sequence) -> None:
@@ -407,7 +425,8 @@ class EngineCore:
                 continue
             lead = stream.frames_delivered * FRAME_S - (now - stream.first_audio_at)
             in_flight = seq.frames - len(seq.pending) > stream.frames_delivered
-            missing = 0 if in_flight else max(0, self.chunk_frames - len(seq.pending))
+            owed = self.rules.chunk_limit(seq.chunks)
+            missing = 0 if in_flight else max(0, owed - len(seq.pending))
             spare = lead - missing * self.step_s
             least_lead = lead if least_lead is None else min(least_lead, lead)
             least_spare = spare if least_spare is None else min(least_spare, spare)

@@ -21,6 +21,7 @@ import dataclasses
 
 import torch
 
+from ..kernels.host_copy import ids_on, to_device
 from ..model.config import DecoderConfig
 from .kv_blocks import SCRATCH_BLOCK, blocks_for
 
@@ -112,7 +113,7 @@ class PagedKVCache:
         if self._dirty is None:
             return
         lo, hi = self._dirty
-        self.block_table[lo:hi].copy_(self.host_table[lo:hi])
+        self.block_table[lo:hi].copy_(to_device(self.host_table[lo:hi], self.block_table.device))
         self._dirty = None
 
     def store_prompt(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -131,7 +132,7 @@ class PagedKVCache:
                 layers, heads, _, d = src.shape
                 whole = src[:, :, : full * self.block_size]
                 whole = whole.reshape(layers, heads, full, self.block_size, d).transpose(1, 2)
-                index = torch.tensor(blocks[:full], device=pool.device)
+                index = ids_on(blocks[:full], pool.device)
                 pool.index_copy_(1, index, whole.to(pool.dtype))
             if tail:
                 pool[:, blocks[full], :, :tail] = src[:, :, full * self.block_size :]

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..kernels.host_copy import ids_on, to_device, to_host
 from ..model.weights import LoadedModel
 from . import fusion
 from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks
@@ -282,7 +283,7 @@ class ModelRunner:
         # Padding is a prompt of its own (index N): it sees only itself.
         positions = [t for T in lengths for t in range(T)] + [0] * (P - total)
         segments = [i for i, T in enumerate(lengths) for _ in range(T)] + [N] * (P - total)
-        self.prefill_positions[:, :P] = torch.tensor([positions, segments])
+        self.prefill_positions[:, :P] = to_device(torch.tensor([positions, segments]), self.device)
         ints = torch.zeros(len(_PROMPT_INTS), N, dtype=torch.int64)
         floats = torch.ones(len(_PROMPT_FLOATS), N, dtype=torch.float32)
         ints[_PROMPT_INTS.index("slot")] = self.scratch_row
@@ -290,8 +291,8 @@ class ModelRunner:
         rows = zip(prompts, starts, lengths, strict=True)
         ints[:, :n] = torch.tensor([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
         floats[:, :n] = torch.tensor([_prompt_floats(p.params) for p in prompts]).T
-        self.prefill_ints.copy_(ints)
-        self.prefill_floats.copy_(floats)
+        self.prefill_ints.copy_(to_device(ints, self.device))
+        self.prefill_floats.copy_(to_device(floats, self.device))
         if self.use_graphs:
             graph = self.prefill_graphs.get(P) or self._capture_prefill(P)
             graph.replay()
@@ -396,9 +397,7 @@ class ModelRunner:
         if start + len(ids) > self.max_text:
             raise ValueError(f"text longer than {self.max_text} tokens")
         if ids:
-            self.state.text_ids[slot, start : start + len(ids)] = torch.tensor(
-                ids, device=self.device
-            )
+            self.state.text_ids[slot, start : start + len(ids)] = ids_on(ids, self.device)
         self.state.text_len[slot] = start + len(ids)
 
     def _sample_first_code(
@@ -496,14 +495,14 @@ class ModelRunner:
         s = self.state
         self.cache.flush()
         s.active.zero_()
-        s.active[:batch] = torch.tensor(active, device=self.device)
+        s.active[:batch] = to_device(torch.tensor(active), self.device)
         if self.use_graphs:
             B = self._decode_bucket(batch)
             graph = self.graphs.get(B) or self.capture(B)
             graph.replay()
         else:
             self._step(batch, live_len)
-        out = torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1).cpu()
+        out = to_host(torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1))
         return out[:, : self.groups], out[:, self.groups]
 
     # ------------------------------------------------------------ CUDA graphs

@@ -5,8 +5,8 @@ Before a step (`plan`, `step_rows`): admission to a bounded waiting queue,
 batch slots, the order of prefills, which rows the decode step advances.
 After a step (`postprocess`): the rules that turn a row's new frame into
 bookkeeping: EOS and length stops, the next piece of a long text, chunk
-boundaries (the first chunk after `first_chunk_frames`, then every
-`chunk_frames`). Like nano-vllm's `Scheduler.postprocess` or vLLM's
+boundaries (the first chunk after `first_chunk_frames`, then chunks that
+double up to `chunk_frames`: `StepRules`). Like nano-vllm's `Scheduler.postprocess` or vLLM's
 `update_from_output`, it returns what the engine must do (chunks to decode,
 sequences to finish) and does no I/O itself.
 
@@ -95,12 +95,45 @@ class Plan(Generic[S]):
 
 @dataclasses.dataclass(frozen=True)
 class StepRules:
-    """What the post-step rules need to know of the engine's configuration."""
+    """What the post-step rules need to know of the engine's configuration.
+
+    Chunk sizes ramp up: the first chunk is `first_chunk_frames` (time to first
+    audio), and each later one is as long as all the audio before it, up to
+    `chunk_frames` (2, 2, 4, 8, 8, ... for 2 and 8). A listener starts playing
+    at the first byte, so the next chunk must be made before the audio already
+    delivered has played: with chunks that double, that needs only about real
+    time, where a fixed 8-frame second chunk after a 2-frame first one needs
+    four times real time (8 steps within 160 ms), which a busy batch misses.
+    """
 
     eos_id: int  # the codec id that ends an utterance (or a piece of one)
     max_len: int  # KV positions per slot
     first_chunk_frames: int
-    chunk_frames: int
+    chunk_frames: int  # the steady chunk, once the ramp reaches it
+
+    def chunk_limit(self, index: int) -> int:
+        """Frames of a stream's `index`-th chunk (0-based)."""
+        if index == 0:
+            return self.first_chunk_frames
+        before = self.first_chunk_frames << min(index - 1, 16)  # frames made before it
+        return min(self.chunk_frames, before)
+
+    def chunk_sizes(self) -> tuple[int, ...]:
+        """Every chunk length the ramp makes (the codec captures a graph for each)."""
+        sizes, index = {self.first_chunk_frames}, 1
+        while (size := self.chunk_limit(index)) < self.chunk_frames:
+            sizes.add(size)
+            index += 1
+        return tuple(sorted(sizes | {self.chunk_frames}))
+
+    def ramp_frames(self) -> int:
+        """Frames a stream makes up to its first steady-size chunk: a stream this
+        long has made a chunk of every size in `chunk_sizes()` (the warm-up's length)."""
+        total, index = 0, 0
+        while (size := self.chunk_limit(index)) != self.chunk_frames:
+            total += size
+            index += 1
+        return total + self.chunk_frames
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,8 +341,7 @@ class Scheduler(Generic[S]):
             out.next_piece.append(seq)
         elif seq.position + 1 >= rules.max_len:
             reason = "length"
-        limit = rules.first_chunk_frames if seq.chunks == 0 else rules.chunk_frames
-        if reason is not None or len(seq.pending) >= limit:
+        if reason is not None or len(seq.pending) >= rules.chunk_limit(seq.chunks):
             out.chunks.append(
                 Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None)
             )

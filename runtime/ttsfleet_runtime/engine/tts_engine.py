@@ -86,7 +86,6 @@ class TTSEngine:
         self.piece_tokens = piece_tokens
         self._draining = False
         self.warm_up = device.startswith("cuda") if warm_up is None else warm_up
-        self.first_chunk_frames, self.chunk_frames = first_chunk_frames, chunk_frames
         self._ready = False
         self._started = False
         path = resolve_checkpoint(model, revision)
@@ -173,10 +172,11 @@ class TTSEngine:
 
     async def _warm_up(self) -> None:
         """One short synthesis through the whole path (admission, prefill, decode
-        steps, both chunk sizes of the codec, delivery) before ready, so the
-        first user request pays no first-call costs; what it moved (frame and
-        underrun counts, the slot time behind retry hints) is put back. A failure here fails the start:
-        an engine that cannot speak must not turn ready."""
+        steps, a chunk of every size the ramp makes, the codec, delivery) before
+        ready, so the first user request pays no first-call costs. It counts like
+        any request in the engine's counters (docs/metrics.md); only the slot time
+        behind retry hints is put back. A failure here fails the start: an engine
+        that cannot speak must not turn ready."""
         if self.builder.speakers:
             voice, instructions = self.builder.speakers[0], None
         elif self.builder.supports_instructions:
@@ -184,7 +184,7 @@ class TTSEngine:
         else:
             log.info("no warm-up: the model has no voice to speak with")
             return
-        frames = self.first_chunk_frames + self.chunk_frames  # one chunk of each size
+        frames = self.core.rules.ramp_frames()
         request = SynthesisRequest(
             text="Hello there.",
             voice=voice,
@@ -198,10 +198,8 @@ class TTSEngine:
             pass
         if stream.finish_reason not in ("eos", "length"):
             raise RuntimeError(f"the warm-up synthesis failed: {stream.error!r}")
-        with self.core.lock:  # nobody's work: the served figures start from nothing
-            self.core.frames_total = self.core.underrun_steps = self.core.prefill_deferred = 0
-            self.core.min_lead_s = None
-            self.core.scheduler.mean_slot_seconds = slot_seconds  # retry hints
+        with self.core.lock:
+            self.core.scheduler.mean_slot_seconds = slot_seconds  # retry hints: users' slots only
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self._draining = True
@@ -314,6 +312,9 @@ class TTSEngine:
             kv = self.core.scheduler.kv
             kv_used, kv_total = (kv.used, kv.total) if kv is not None else (0, 0)
         block_bytes = self.core.runner.cache.bytes_per_block if self.core.runner else 0
+        busy = dict(self.core.busy_s)
+        if self.core.codec_worker is not None:
+            busy["codec"] = self.core.codec_worker.busy_s
         used = total = None
         if self.device.startswith("cuda") and torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
@@ -327,6 +328,7 @@ class TTSEngine:
             min_lead_s=self.core.min_lead_s,
             underrun_steps_total=self.core.underrun_steps,
             prefill_deferred_total=self.core.prefill_deferred,
+            busy_seconds=busy,
             gpu_memory_used_bytes=used,
             gpu_memory_total_bytes=total,
             kv_cache_used_bytes=kv_used * block_bytes,

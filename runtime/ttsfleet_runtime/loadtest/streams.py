@@ -191,9 +191,13 @@ _SAMPLED = {
 }
 
 
+_BUSY = metrics.ENGINE_BUSY  # counter by phase: values[_BUSY] = {phase: seconds}
+
+
 def parse_metrics(text: str) -> tuple[dict, dict | None]:
     """The sampled gauges of one /metrics text (summed over GPUs; utilisation is then
-    GPUs' worth) and the build_info labels (None where absent)."""
+    GPUs' worth), the engine's busy seconds by phase, and the build_info labels
+    (None where absent)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: dict = {}
@@ -202,6 +206,8 @@ def parse_metrics(text: str) -> tuple[dict, dict | None]:
         for sample in family.samples:
             if sample.name in _SAMPLED:
                 values[sample.name] = values.get(sample.name, 0) + sample.value
+            elif sample.name == _BUSY:
+                values.setdefault(_BUSY, {})[sample.labels["phase"]] = sample.value
             elif sample.name == metrics.BUILD_INFO:
                 build = dict(sample.labels)
     return values, build
@@ -238,10 +244,25 @@ class MetricsSampler:
             await asyncio.sleep(self.interval_s)
 
     def peaks(self, start: float, end: float) -> dict:
-        inside = [values for t, values in self.readings if start <= t <= end]
+        readings = [(t, values) for t, values in self.readings if start <= t <= end]
+        inside = [values for _, values in readings]
         out = {"scrapes": len(inside)}
         for name, key in _SAMPLED.items():
             seen = [values[name] for values in inside if name in values]
             out[f"{key}_max"] = max(seen) if seen else None
             out[f"{key}_mean"] = round(sum(seen) / len(seen), 3) if seen else None
+        out["engine_busy_share"] = busy_shares(readings)
         return out
+
+
+def busy_shares(readings: list[tuple[float, dict]]) -> dict[str, float] | None:
+    """Per engine phase, the share of wall time its thread was busy in it between the
+    first and the last reading (the rate of ttsfleet_engine_busy_seconds_total); None
+    with fewer than two readings or a server that does not expose it."""
+    if len(readings) < 2:
+        return None
+    (t0, first), (t1, last) = readings[0], readings[-1]
+    phases = [key for key in last.get(_BUSY, {}) if key in first.get(_BUSY, {})]
+    if not phases or t1 <= t0:
+        return None
+    return {p: round((last[_BUSY][p] - first[_BUSY][p]) / (t1 - t0), 3) for p in phases}

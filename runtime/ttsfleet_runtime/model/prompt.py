@@ -26,9 +26,14 @@ import dataclasses
 
 import torch
 
+from ..kernels.host_copy import ids_on
 from .config import TTSConfig
 from .talker import Talker
 from .text_tokenizer import TextTokenizer
+
+# Voices whose prompt part is kept (`PromptBuilder._voice_part`): every built-in
+# speaker and language, and recent instructions.
+VOICE_PARTS_KEPT = 256
 
 
 class PromptError(ValueError):
@@ -52,6 +57,7 @@ class PromptBuilder:
         self.config = config
         self.tokenizer = tokenizer
         self.role_ids = tokenizer.encode("<|im_start|>assistant\n")
+        self._voice_parts: dict[VoicePrompt, tuple[Talker, torch.Tensor, torch.Tensor]] = {}
         if len(self.role_ids) != 3:
             raise PromptError(f"'<|im_start|>assistant\\n' must be 3 tokens, got {self.role_ids}")
 
@@ -142,8 +148,20 @@ class PromptBuilder:
         self, talker: Talker, voice: VoicePrompt, first_text_id: int
     ) -> torch.Tensor:
         """The talker's prefill input [T, hidden] for a voice and the first text token."""
+        head, codec_bos = self._voice_part(talker, voice)
+        first = talker.text_hidden(ids_on([first_text_id], codec_bos.device)) + codec_bos
+        return torch.cat([head, first], dim=0)
+
+    def _voice_part(self, talker: Talker, voice: VoicePrompt) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a prompt owes to its voice alone: every position but the last
+        [T - 1, hidden], and the last one's codec side (codec_bos) [1, hidden].
+        Computed once per voice: building a prompt is on the engine thread's
+        path to first audio, and these are a dozen small device calls."""
+        kept = self._voice_parts.get(voice)
+        if kept is not None and kept[0] is talker:
+            return kept[1], kept[2]
         device = talker.codec_embedding.device
-        ids = lambda xs: torch.tensor(list(xs), dtype=torch.long, device=device)  # noqa: E731
+        ids = lambda xs: ids_on(xs, device)  # noqa: E731
         codec_ids = self.codec_ids(voice)
         codec = talker.codec_hidden(ids(codec_ids))
         c = self.config
@@ -155,15 +173,8 @@ class PromptBuilder:
             parts.append(talker.text_hidden(ids(voice.instruct_ids)))
         parts.append(talker.text_hidden(ids(self.role_ids)))
         parts.append(text_side + codec[:-1])
-        parts.append(talker.text_hidden(ids([first_text_id])) + codec[-1:])
-        return torch.cat(parts, dim=0)
-
-    @torch.no_grad()
-    def special_text_hidden(self, talker: Talker) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tts_eos, tts_pad) in the talker's width: what follows the text."""
-        c = self.config
-        ids = torch.tensor(
-            [c.tts_eos_token_id, c.tts_pad_token_id], device=talker.codec_embedding.device
-        )
-        eos, pad = talker.text_hidden(ids)
-        return eos, pad
+        if len(self._voice_parts) >= VOICE_PARTS_KEPT:  # instructions make voices unbounded
+            self._voice_parts.clear()
+        head, codec_bos = torch.cat(parts, dim=0), codec[-1:]
+        self._voice_parts[voice] = (talker, head, codec_bos)
+        return head, codec_bos
