@@ -68,6 +68,20 @@ def gpu_description() -> dict:
         return {"gpu": None, "error": repr(exc)}
 
 
+def report_head(benchmark: str, args) -> dict:
+    """What a server benchmark's JSON starts with: when, on what, with which versions, how run."""
+    return {
+        "benchmark": benchmark,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **environment(),
+        "gpu": gpu_description() if args.device != "cpu" else {"gpu": None},
+        "server_versions": versions(),
+        "command": " ".join(sys.argv),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "sizes": {},
+    }
+
+
 def versions() -> dict:
     out = {}
     for name in ("torch", "triton", "fastapi", "uvicorn", "matplotlib"):
@@ -305,16 +319,7 @@ def main() -> int:
     args.rates = [float(r) for r in args.rates.split(",")]
     args.burst = [int(n) for n in args.burst.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {
-        "benchmark": "capacity",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **environment(),
-        "gpu": gpu_description(),
-        "server_versions": versions(),
-        "command": " ".join(sys.argv),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "sizes": {},
-    }
+    report = report_head("capacity", args)
     path = args.out / "capacity.json"
 
     def save() -> None:

@@ -25,7 +25,6 @@ server log's path). A short table is printed last.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import shutil
 import sys
@@ -34,12 +33,11 @@ import traceback
 from pathlib import Path
 
 import httpx
-from capacity import Server, gpu_description, versions
+from capacity import Server, report_head
 from prometheus_client.parser import text_string_to_metric_families
 
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.benchmark import ready_checkpoint
-from ttsfleet_runtime.loadtest.runner import environment
 
 T0 = time.monotonic()
 STARTS = ("cold", "warm")
@@ -210,16 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=540.0)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {
-        "benchmark": "startup",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **environment(),
-        "gpu": gpu_description() if args.device != "cpu" else {"gpu": None},
-        "server_versions": versions(),
-        "command": " ".join(sys.argv),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "sizes": {},
-    }
+    report = report_head("startup", args)
     path = args.out / "startup.json"
 
     def save() -> None:

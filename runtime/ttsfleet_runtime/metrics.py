@@ -127,7 +127,9 @@ CLIENT_FAULT_ERRORS = (
 CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped")
 
 # The phases of a start (engine/startup.py), in order: each lasts from the end of
-# the one before. The startupProbe budget and bench/startup.py read these names.
+# the one before. bench/startup.py reads these names; its cold starts (an empty compile
+# cache: a fleet's first pod) are what the operator's startupProbe budget takes
+# (gpu_classes.MEASURED_STARTUP_SECONDS).
 STARTUP_PHASES = (
     "import",  # process start -> the engine loads: interpreter, imports, tokenizer, app
     "load_weights",  # talker and codec weights onto the device, the KV cache pool
