@@ -139,17 +139,6 @@ def test_dilated_conv_state_after_short_and_long_inputs():
 
 def test_default_config_fits_every_layer_width():
     assert default_config(1, 96).block_n == 16
-    assert default_config(2304, 1536) == ConvConfig(64, 128, 64, num_warps=4)
-
-
-def test_a_short_call_gets_a_tile_no_larger_than_its_rows():
-    """2 streams x 4 samples (the first layers of a 1-frame chunk) need one 16-row tile,
-    not a 64-row tile per stream; long calls keep the measured tile."""
-    assert conv1d.config_for(1536, 1024, 7, rows=8).block_t == 16
-    assert conv1d.config_for(1536, 1024, 7, rows=40).block_t == 64
-    assert conv1d.config_for(1536, 1024, 7, rows=128 * 32) == ConvConfig(
-        *conv1d.TABLE[1536, 1024, 7]
-    )
-    assert conv1d.config_for(96, 96, 7, rows=100).block_t == 128
+    assert default_config(2304, 1536) == ConvConfig(128, 128, 64, num_warps=8)
     with pytest.raises(ValueError, match="power of two"):
         ConvConfig(96, 32, 32)

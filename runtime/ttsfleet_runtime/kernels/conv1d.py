@@ -19,19 +19,13 @@ runs over taps x input channels, tl.dot on tensor cores (bf16 in, float32 accumu
   (a residual unit needs both: the raw sum feeds the next residual, the activated one the
   next convolution).
 
-Rows: a program computes BLOCK_T output rows of the flattened (stream, sample) space,
-so a tile spans streams when each has few samples (the early layers of a 2-frame chunk
-have 4-8 a stream): a per-stream tile of 64-128 rows would mostly compute padding.
-
 Block sizes come from `TABLE`, measured on the GPU by bench/kernel_conv1d.py per
 (columns, input channels, taps), never from run-time autotuning: the codec is
-captured in CUDA graphs at start-up. Unknown shapes get `default_config`; calls with
-fewer rows than a tile get the smallest tile that holds them.
+captured in CUDA graphs at start-up. Unknown shapes get `default_config`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -47,7 +41,7 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 @dataclass(frozen=True)
 class ConvConfig:
-    block_t: int  # output rows (stream, sample) per program
+    block_t: int  # output samples of one stream per program
     block_n: int  # output columns per program
     block_k: int  # input channels per step of the reduction
     num_warps: int = 4
@@ -63,46 +57,25 @@ class ConvConfig:
 
 
 # (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages),
-# written by bench/kernel_conv1d.py on the H100 at 128 streams x 8 frames (its
-# --out/conv1d_table.py, from bench/results/h100-2026-11-23-issue12-kernel_conv1d.json).
-# Measured by bench/kernel_conv1d.py on NVIDIA H100 80GB HBM3, 2026-11-23:
-TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
-    (192, 192, 7): (64, 64, 64, 4, 3),  # block3 ru.conv1: 2271 us, 149 TFLOP/s
-    (384, 384, 7): (64, 128, 64, 4, 3),  # block2 ru.conv1: 1685 us, 201 TFLOP/s
-    (96, 96, 7): (128, 128, 32, 8, 4),  # block4 ru.conv1: 2746 us, 92 TFLOP/s
-    (768, 768, 7): (128, 256, 64, 8, 3),  # block1 ru.conv1: 1121 us, 241 TFLOP/s
-    (96, 96, 1): (64, 32, 32, 4, 3),  # block4 ru.conv2: 1206 us, 30 TFLOP/s
-    (192, 192, 1): (64, 64, 64, 4, 3),  # block3 ru.conv2: 785 us, 62 TFLOP/s
-    (384, 384, 1): (64, 64, 64, 4, 3),  # block2 ru.conv2: 554 us, 87 TFLOP/s
-    (768, 768, 1): (64, 128, 64, 4, 3),  # block1 ru.conv2: 338 us, 114 TFLOP/s
-    (1920, 768, 2): (64, 128, 64, 4, 3),  # block2 upsample x5: 1125 us, 172 TFLOP/s
-    (768, 384, 2): (64, 128, 64, 4, 3),  # block3 upsample x4: 1421 us, 136 TFLOP/s
-    (6144, 1536, 2): (64, 128, 64, 4, 3),  # block1 upsample x8: 1668 us, 93 TFLOP/s
-    (288, 192, 2): (64, 64, 64, 4, 3),  # block4 upsample x3: 1715 us, 85 TFLOP/s
-    (1536, 1024, 7): (64, 128, 64, 4, 3),  # decoder.0: 832 us, 108 TFLOP/s
-    (2048, 1024, 1): (64, 128, 64, 4, 3),  # upsample 1024 x2: 171 us, 25 TFLOP/s
-    (1024, 512, 3): (64, 64, 64, 4, 3),  # pre_conv: 111 us, 29 TFLOP/s
-    (1, 96, 7): (128, 16, 32, 8, 4),  # final conv: 921 us, 3 TFLOP/s
-}
+# written by bench/kernel_conv1d.py on the H100 (its --out/conv1d_table.py is pasted here).
+# Empty until measured: every shape uses default_config.
+TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
 
 
 def default_config(n: int, cin: int) -> ConvConfig:
-    """A safe choice for shapes the table does not know: 64-row tiles (the table's most
-    common winner), as many columns as the layer has up to 128, 64 channels a step."""
+    """A safe choice for shapes the table does not know: 128-sample tiles (wgmma-sized on
+    Hopper), as many columns as the layer has up to 128, 64 channels a step."""
     block_n = max(16, min(128, triton.next_power_of_2(n)))
     block_k = max(16, min(64, triton.next_power_of_2(cin)))
-    return ConvConfig(64, block_n, block_k, num_warps=4)
+    return ConvConfig(128, block_n, block_k, num_warps=8 if block_n >= 128 else 4)
 
 
 @functools.cache
-def config_for(n: int, cin: int, taps: int, rows: int) -> ConvConfig:
+def config_for(n: int, cin: int, taps: int) -> ConvConfig:
     """The table's entry (measured once per shape: dilation changes only which rows a tile
-    reads), else `default_config`; with fewer `rows` (streams x samples) than a tile, the
-    smallest tile that holds them (16: tl.dot's least), so a short call runs no empty rows."""
+    reads), else `default_config`."""
     entry = TABLE.get((n, cin, taps))
-    config = ConvConfig(*entry) if entry is not None else default_config(n, cin)
-    fit = max(16, triton.next_power_of_2(rows))
-    return dataclasses.replace(config, block_t=fit) if fit < config.block_t else config
+    return ConvConfig(*entry) if entry is not None else default_config(n, cin)
 
 
 @triton.jit
@@ -116,7 +89,7 @@ def _snake(y, freq_ptr, inv_ptr, channels, col_mask):
 
 # Lengths and batch strides change with the frame count: not specialised, so each layer
 # compiles once for every (batch, frames) graph.
-@triton.jit(do_not_specialize=["T", "ROWS", "stride_xb", "stride_sb", "stride_rb", "stride_ob"])
+@triton.jit(do_not_specialize=["T", "stride_xb", "stride_sb", "stride_rb", "stride_ob"])
 def _causal_conv_kernel(
     x_ptr,
     state_ptr,
@@ -128,7 +101,6 @@ def _causal_conv_kernel(
     freq_ptr,
     inv_ptr,
     T,
-    ROWS,
     stride_xb,
     stride_sb,
     stride_rb,
@@ -147,18 +119,10 @@ def _causal_conv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    # One grid axis (a 2-D grid's second axis stops at 65,535 tiles: 256 streams of 8
-    # frames have 61,440 64-row tiles in the last layers). Column tiles of one row tile
-    # are neighbours: they share the input tile through L2.
-    COL_TILES = (N + BLOCK_N - 1) // BLOCK_N
-    pid = tl.program_id(0)
-    cols = (pid % COL_TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Rows are (stream, sample) pairs, streams back to back: a tile spans streams when
-    # they are short (a few frames' early layers), so no tile runs mostly empty.
-    r = (pid // COL_TILES).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
-    row_mask = r < ROWS
-    b = r // T
-    t = r % T
+    # Column tiles of one row tile are neighbours: they share the input tile through L2.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.program_id(2).to(tl.int64)
     CONTEXT = (TAPS - 1) * DILATION
     K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
     col_mask = cols < N
@@ -179,7 +143,7 @@ def _causal_conv_kernel(
             rows = x_base + src * CIN
         a = tl.load(
             rows[:, None] + cin[None, :],
-            mask=row_mask[:, None] & cin_mask[None, :],
+            mask=(src < T)[:, None] & cin_mask[None, :],
             other=0.0,
         )
         w = tl.load(
@@ -193,10 +157,11 @@ def _causal_conv_kernel(
             acc = tl.dot(a, w, acc)
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    row_mask = t < T
     mask = row_mask[:, None] & col_mask[None, :]
-    out_offsets = (b * stride_ob + t * N)[:, None] + cols[None, :]
+    out_offsets = b * stride_ob + t[:, None] * N + cols[None, :]
     if RESIDUAL:
-        res = tl.load(res_ptr + (b * stride_rb + t * N)[:, None] + cols[None, :], mask=mask)
+        res = tl.load(res_ptr + b * stride_rb + t[:, None] * N + cols[None, :], mask=mask)
         acc += res.to(tl.float32)
     y = acc.to(raw_ptr.dtype.element_ty)
     if EMIT_RAW:
@@ -276,10 +241,9 @@ def causal_conv1d(
     act = _empty((batch, length, n), x) if activation is not None else None
     if batch == 0 or length == 0:
         return raw, act
-    rows = batch * length
-    cfg = config if config is not None else config_for(n, cin, taps, rows)
+    cfg = config if config is not None else config_for(n, cin, taps)
     out_any = raw if raw is not None else act
-    grid = (triton.cdiv(n, cfg.block_n) * triton.cdiv(rows, cfg.block_t),)
+    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(length, cfg.block_t), batch)
     # Under the interpreter, bf16 dot operands go in as float32 (see _INTERPRETED).
     f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
     _causal_conv_kernel[grid](
@@ -293,7 +257,6 @@ def causal_conv1d(
         activation[0] if activation is not None else weight,
         activation[1] if activation is not None else weight,
         length,
-        rows,
         x.stride(0),
         history.stride(0) if history is not None else 0,
         residual.stride(0) if residual is not None else 0,
