@@ -265,10 +265,11 @@ class CodecEncoder(nn.Module):
     """24 kHz mono audio -> codes; state-dict names are the checkpoint's (less the
     `encoder.` prefix and the codebooks past `num_quantizers`)."""
 
-    def __init__(self, cfg: CodecEncoderConfig, num_quantizers: int, samples_per_frame: int):
+    def __init__(self, cfg: CodecEncoderConfig, num_quantizers: int):
         super().__init__()
         self.config = cfg
-        self.samples_per_frame = samples_per_frame
+        # The SEANet's stride, then Mimi's downsampling conv (stride 2).
+        self.samples_per_frame = cfg.seanet_stride * 2
         self.encoder = SEANetEncoder(cfg)
         self.encoder_transformer = Transformer(cfg)
         self.downsample = CausalConv(
@@ -298,10 +299,13 @@ def load_codec_encoder(directory: str | Path, device: str | torch.device = "cpu"
     directory = Path(directory)
     cfg = SpeechTokenizerConfig.from_dir(directory)
     encoder = CodecEncoder(
-        CodecEncoderConfig.from_dict(cfg.encoder),
-        cfg.encoder_valid_num_quantizers,
-        cfg.encode_downsample_rate,
+        CodecEncoderConfig.from_dict(cfg.encoder), cfg.encoder_valid_num_quantizers
     )
+    if encoder.samples_per_frame != cfg.encode_downsample_rate:
+        raise ValueError(
+            f"the encoder strides by {encoder.samples_per_frame} samples a frame, "
+            f"config says encode_downsample_rate={cfg.encode_downsample_rate}"
+        )
     wanted = set(encoder.state_dict())
     tensors: dict[str, torch.Tensor] = {}
     for path in sorted(directory.glob("*.safetensors")):

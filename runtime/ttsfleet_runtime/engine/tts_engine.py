@@ -150,6 +150,11 @@ class TTSEngine:
     def codec_worker(self):
         return self.core.codec_worker
 
+    @property
+    def voice_encoders(self) -> VoiceEncoders:
+        """Base models only: the voice encoders (loaded on first use)."""
+        return self._loaded_voice_encoders()
+
     # ------------------------------------------------------------ lifecycle
     @property
     def ready(self) -> bool:
@@ -194,7 +199,7 @@ class TTSEngine:
             )
         return self._loaded_voice_encoders().clone(audio, sample_rate, transcript, self.info.name)
 
-    def _loaded_voice_encoders(self):
+    def _loaded_voice_encoders(self) -> VoiceEncoders:
         with self._voice_encoders_lock:
             if self._voice_encoders is None:
                 self._voice_encoders = VoiceEncoders(self._checkpoint, self.device)

@@ -75,7 +75,7 @@ class VoiceEncoders:
             if transcript is not None
             else None
         )
-        with self._lock, self._on_stream():
+        with self._lock, self.device_scope():
             embedding = self.speaker.embed(for_speaker).cpu().numpy()
             codes = self.codec.encode(for_codec).cpu().numpy() if for_codec is not None else None
         return ClonedVoice(
@@ -86,7 +86,7 @@ class VoiceEncoders:
         )
 
     @contextlib.contextmanager
-    def _on_stream(self):
+    def device_scope(self):
         """inference_mode, on the encoders' own CUDA stream where there is one."""
         with torch.inference_mode():
             if self._stream is None:
