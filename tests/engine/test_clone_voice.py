@@ -9,10 +9,9 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from support import reference
-from support.reference_model import _stub_audio_io
+from support.reference_model import reference_voice_cloner
 from ttsfleet_runtime.engine.api import ClonedVoice, InvalidRequest
 from ttsfleet_runtime.engine.resampling import resample
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
@@ -36,14 +35,7 @@ def engine(tiny_base):
 
 @pytest.fixture(scope="module")
 def official(tiny_base):
-    """qwen-tts' Qwen3TTSModel over the folder, loaded by its own from_pretrained."""
-    _stub_audio_io()
-    models = reference.require("qwen_tts.core.models")
-    inference = reference.require("qwen_tts.inference.qwen3_tts_model")
-    model = models.Qwen3TTSForConditionalGeneration.from_pretrained(
-        str(tiny_base), dtype=torch.float32, attn_implementation="eager"
-    )
-    return inference.Qwen3TTSModel(model=model.eval(), processor=None)
+    return reference_voice_cloner(tiny_base)
 
 
 def test_base_models_say_they_clone(engine):

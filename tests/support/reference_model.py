@@ -51,6 +51,28 @@ def _stub_audio_io() -> None:
                 setattr(sys.modules[parent], child, stub)
 
 
+def reference_modeling() -> types.ModuleType:
+    """qwen_tts' modeling_qwen3_tts module (the model classes, mel_spectrogram)."""
+    reference.require("transformers")
+    _stub_audio_io()
+    return reference.require("qwen_tts.core.models.modeling_qwen3_tts")
+
+
+@functools.lru_cache(maxsize=2)
+def reference_voice_cloner(checkpoint: Path):
+    """qwen-tts' Qwen3TTSModel over a Base checkpoint, loaded by the official
+    `from_pretrained` (speech tokenizer included), float32, eager attention: what
+    `create_voice_clone_prompt` computes is the reference of `clone_voice`."""
+    import torch
+
+    modeling = reference_modeling()
+    inference = reference.require("qwen_tts.inference.qwen3_tts_model")
+    model = modeling.Qwen3TTSForConditionalGeneration.from_pretrained(
+        str(checkpoint), dtype=torch.float32, attn_implementation="eager"
+    )
+    return inference.Qwen3TTSModel(model=model.eval(), processor=None)
+
+
 @functools.lru_cache(maxsize=4)
 def reference_model(checkpoint: Path):
     """The reference Qwen3TTSForConditionalGeneration, float32, eager attention, with the

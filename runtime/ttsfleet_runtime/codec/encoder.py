@@ -28,11 +28,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import CodecEncoderConfig, SpeechTokenizerConfig
+from .quantizer import codebook_vectors
 from .transformer import rope_inverse_frequencies, rotate_half
 
 # Prefix of the encoder's tensors in the speech tokenizer's safetensors.
 CHECKPOINT_PREFIX = "encoder."
-_EPSILON = 1e-5  # codebook usage floor, as the reference's EuclideanCodebook
 
 
 class CausalConv(nn.Module):
@@ -206,7 +206,7 @@ class Codebook(nn.Module):
         self.register_buffer("embed_sum", torch.zeros(size, dim))
 
     def vectors(self) -> torch.Tensor:
-        return self.embed_sum / self.cluster_usage.clamp(min=_EPSILON)[:, None]
+        return codebook_vectors(self.embed_sum, self.cluster_usage)
 
 
 class _CodebookLayer(nn.Module):
