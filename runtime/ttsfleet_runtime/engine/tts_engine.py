@@ -17,24 +17,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder, PromptError
 from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
-from .api import EngineStats, EngineStopped, InvalidRequest, ModelInfo, QueueFull, SynthesisRequest
+from .api import (
+    ClonedVoice,
+    EngineStats,
+    EngineStopped,
+    InvalidRequest,
+    ModelInfo,
+    QueueFull,
+    SynthesisRequest,
+)
 from .engine_core import SAMPLE_RATE, EngineCore
 from .kv_blocks import BLOCK_POSITIONS
 from .scheduler import QueueFullError
 from .sequence import Sequence, TextFeed
 from .stream import EngineStream
 from .text_pieces import split_text
+from .voice_encoders import VoiceEncoders
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +97,11 @@ class TTSEngine:
             speakers=self.builder.speakers,
             languages=self.builder.languages,
             supports_instructions=self.builder.supports_instructions,
-            supports_voice_clone=False,
+            supports_voice_clone=config.speaker_encoder is not None,
         )
+        self._checkpoint = path
+        self._voice_encoders = None  # Base only: loaded by start(), or by the first clone
+        self._voice_encoders_lock = threading.Lock()
         self.core = EngineCore(
             path,
             config,
@@ -136,6 +150,11 @@ class TTSEngine:
     def codec_worker(self):
         return self.core.codec_worker
 
+    @property
+    def voice_encoders(self) -> VoiceEncoders:
+        """Base models only: the voice encoders (loaded on first use)."""
+        return self._loaded_voice_encoders()
+
     # ------------------------------------------------------------ lifecycle
     @property
     def ready(self) -> bool:
@@ -145,7 +164,11 @@ class TTSEngine:
         if self._started:
             return
         self._started = True
-        await asyncio.get_running_loop().run_in_executor(None, self.core.load)
+        loop = asyncio.get_running_loop()
+        if self.info.supports_voice_clone:
+            # Before the talker: its KV cache is sized from the memory left after both.
+            await loop.run_in_executor(None, self._loaded_voice_encoders)
+        await loop.run_in_executor(None, self.core.load)
         self.core.start()
         self._ready = True
 
@@ -162,6 +185,25 @@ class TTSEngine:
             await asyncio.get_running_loop().run_in_executor(None, self.core.stop)
             self._started = False
         self._ready = False
+
+    # ------------------------------------------------------------ voices
+    def clone_voice(
+        self, audio: np.ndarray, sample_rate: int, transcript: str | None
+    ) -> ClonedVoice:
+        """See `Engine.clone_voice`: blocking, safe from any thread beside the engine loop
+        (engine/voice_encoders.py)."""
+        if not self.info.supports_voice_clone:
+            raise InvalidRequest(
+                f"{self.info.name} is a {self.info.variant} model: only Base models clone voices",
+                param="model",
+            )
+        return self._loaded_voice_encoders().clone(audio, sample_rate, transcript, self.info.name)
+
+    def _loaded_voice_encoders(self) -> VoiceEncoders:
+        with self._voice_encoders_lock:
+            if self._voice_encoders is None:
+                self._voice_encoders = VoiceEncoders(self._checkpoint, self.device)
+            return self._voice_encoders
 
     # ------------------------------------------------------------ requests
     def submit(self, request: SynthesisRequest) -> EngineStream:
