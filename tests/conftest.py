@@ -26,6 +26,16 @@ def tiny_custom_voice(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    """A tiny random Base (voice cloning) checkpoint (seed 2), written once a session."""
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-base"), "tiny", "Base", seed=2, progress=lambda *_: None
+    )
+
+
+@pytest.fixture(scope="session")
 def bare_prometheus(tmp_path_factory):
     """A real Prometheus with no targets: PromQL is parsed and evaluated by the
     same server that will run it in production."""
