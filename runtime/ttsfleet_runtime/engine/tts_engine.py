@@ -7,8 +7,9 @@ step -> codec -> deliver. Chunks reach the caller's loop through its
 
 Admission decides everything that can be known before a request runs, so a
 request that cannot be served is refused here and never reaches a batch:
-bad sampling parameters, an unknown voice or language, instructions longer
-than a prompt may be, empty text. A whole text longer than one piece is split
+bad sampling parameters, an unknown voice or language, a cloned voice this
+model cannot speak, instructions or a reference recording longer than a prompt
+may be, empty text. A whole text longer than one piece is split
 here (text_pieces.py) and spoken piece after piece into its one stream.
 """
 
