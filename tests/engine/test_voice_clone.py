@@ -10,12 +10,13 @@ float32."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
 import torch
 
-from support.engine_requests import codes_of, collect
+from support.engine_requests import codes_of, collect, record_codec_calls
 from support.reference_model import (
     reference_cloned_voice,
     reference_model,
@@ -23,7 +24,6 @@ from support.reference_model import (
 )
 from ttsfleet_runtime.codec.decoder import load_speech_tokenizer
 from ttsfleet_runtime.engine.api import InvalidRequest, SamplingParams, SynthesisRequest
-from ttsfleet_runtime.engine.tts_engine import TTSEngine
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 
 TEXT = "Hello world, this is a cloned voice speaking through the engine."
@@ -35,18 +35,8 @@ GREEDY = SamplingParams(
 
 
 @pytest.fixture
-async def make_base_engine(tiny_base):
-    engines: list[TTSEngine] = []
-
-    async def make(**kwargs) -> TTSEngine:
-        engine = TTSEngine.from_pretrained(str(tiny_base), "cpu", dtype="float32", **kwargs)
-        await engine.start()
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        await engine.stop(drain_timeout_s=0)
+def make_base_engine(make_engine, tiny_base):
+    return functools.partial(make_engine, tiny_base)
 
 
 def clone_request(cloned, text: str = TEXT, params: SamplingParams = GREEDY) -> SynthesisRequest:
@@ -114,14 +104,7 @@ async def test_streamed_audio_equals_decoding_reference_and_generated_codes_cut(
     recording exactly as an offline decode of both cut at the recording's end."""
     engine = await make_base_engine(max_batch=2, first_chunk_frames=2, chunk_frames=4)
     engine.codec_worker.frame_buckets = (2, 4)
-    decoded = []
-    decode = engine.codec.decode
-
-    def recording_decode(slots, codes):
-        decoded.append(codes.shape[1])
-        return decode(slots, codes)
-
-    engine.codec.decode = recording_decode
+    decoded = record_codec_calls(engine)
     cloned = reference_cloned_voice(tiny_base, 1.0, TRANSCRIPT)  # 13 frames
     stream = engine.submit(
         clone_request(cloned, params=dataclasses.replace(GREEDY, max_frames=10, min_frames=10))
