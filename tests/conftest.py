@@ -27,11 +27,12 @@ def tiny_custom_voice(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
-    """A tiny random Base (voice cloning) checkpoint (seed 2), written once a session."""
+    """A tiny random Base checkpoint (seed 0): speaker encoder and speech tokenizer
+    encoder included, for the voice-cloning tests."""
     from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
     return write_random_checkpoint(
-        tmp_path_factory.mktemp("tiny-base"), "tiny", "Base", seed=2, progress=lambda *_: None
+        tmp_path_factory.mktemp("tiny-base"), "tiny", "Base", seed=0, progress=lambda *_: None
     )
 
 
