@@ -1,4 +1,5 @@
-"""Loads the official `qwen-tts` modules (the reference) onto our checkpoints.
+"""Loads the official `qwen-tts` modules (the reference) onto our checkpoints: the
+TTS model (talker, code predictor, speaker encoder) and the 12 Hz speech tokenizer.
 
 qwen_tts imports librosa, soundfile, sox, onnxruntime, torchaudio and einops at
 module level for audio file I/O, mel features and the 25 Hz tokenizer; where they are
@@ -11,6 +12,7 @@ nothing the tests compare runs through a stand-in.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.machinery
 import json
 import sys
@@ -93,3 +95,72 @@ def reference_model(checkpoint: Path):
     state = load_file(str(checkpoint / "model.safetensors"))
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     return model
+
+
+def reference_tokenizer_modules():
+    """The reference 12 Hz tokenizer modules from the installed `qwen-tts` package.
+
+    Imported as a stand-alone package so that `qwen_tts/__init__` (which pulls in
+    librosa, sox and the whole inference stack) never runs; the two files themselves
+    need only torch and transformers.
+    """
+    origin = reference.reference_origin()
+    reference.require("transformers")
+    name = "_qwen_tts_tokenizer_12hz_reference"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [str(Path(origin).parent / "core" / "tokenizer_12hz")]
+        sys.modules[name] = package
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if "default" not in ROPE_INIT_FUNCTIONS:  # transformers 5 dropped it (qwen-tts-hf shim)
+        importlib.import_module("qwen_tts._transformers_compat").patch_transformers_rope_registry()
+    config = importlib.import_module(f"{name}.configuration_qwen3_tts_tokenizer_v2")
+    modeling = importlib.import_module(f"{name}.modeling_qwen3_tts_tokenizer_v2")
+    return config, modeling
+
+
+def build_reference_speech_tokenizer(raw: dict):
+    """The reference Qwen3TTSTokenizerV2Model for a speech_tokenizer/config.json (as a
+    dict), randomly initialised, eager attention."""
+    config_module, modeling = reference_tokenizer_modules()
+    cfg = config_module.Qwen3TTSTokenizerV2Config(
+        **{k: v for k, v in raw.items() if k not in ("architectures", "model_type")}
+    )
+    for sub in (cfg, cfg.encoder_config, cfg.decoder_config):
+        sub._attn_implementation = "eager"
+    return modeling.Qwen3TTSTokenizerV2Model(cfg)
+
+
+@functools.lru_cache(maxsize=4)
+def reference_speech_tokenizer(folder: Path):
+    """The reference speech tokenizer holding a speech_tokenizer/ folder's weights
+    (strict load), float32."""
+    from safetensors.torch import load_file
+
+    model = build_reference_speech_tokenizer(json.loads((folder / "config.json").read_text()))
+    model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=True)
+    return model.float().eval()
+
+
+def reference_cloned_voice(checkpoint: Path, seconds: float, transcript: str | None, seed: int = 0):
+    """A `ClonedVoice` computed by the reference (`create_voice_clone_prompt`, the
+    official loader) for a random 24 kHz recording of `seconds`: its speaker
+    embedding and, with a transcript, its speech tokenizer's codes (in-context
+    cloning; without one, x-vector only)."""
+    import numpy as np
+
+    from ttsfleet_runtime.engine.api import ClonedVoice
+
+    rng = np.random.default_rng(seed)
+    audio = ((rng.random(int(seconds * 24000)) - 0.5) * 0.4).astype(np.float32)
+    (item,) = reference_voice_cloner(checkpoint).create_voice_clone_prompt(
+        ref_audio=(audio, 24000), ref_text=transcript, x_vector_only_mode=transcript is None
+    )
+    codes = None if transcript is None else item.ref_code.numpy().astype(np.int64)
+    return ClonedVoice(
+        speaker_embedding=item.ref_spk_embedding.float().numpy(),
+        ref_codes=codes,
+        ref_text=transcript,
+        model=checkpoint.name,
+    )

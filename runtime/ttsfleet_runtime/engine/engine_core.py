@@ -405,10 +405,8 @@ class EngineCore:
             or seq.text_final
         ):
             return
-        ids = seq.text.ids
-        trailing = ids[1:]
-        if seq.text.closed:
-            trailing = trailing + [self.config.tts_eos_token_id]
+        stream = self.builder.text_stream(seq.voice, seq.text.ids, seq.text.closed)
+        trailing = stream[seq.voice.prompt_text_ids :]  # what the prompt did not take
         new = trailing[seq.text_sent :]
         if new:
             self.runner.set_text(seq.slot, new, seq.text_sent)
@@ -461,11 +459,16 @@ class EngineCore:
                 if not seq.finished:
                     seq.status = Status.RUNNING
                     seq.awaiting_prefill = False
+                    if seq.piece == 0 and seq.voice.ref_codes is not None:
+                        # Before its first chunk: the codec continues the recording.
+                        self.codec_worker.prime(seq, seq.voice.ref_codes.numpy())
                     self._take_text(seq)
 
     def _prompt(self, seq: Sequence) -> Prompt:
         p = seq.params
-        embeds = self.builder.prefill_embeds(self.model.talker, seq.voice, seq.text.ids[0])
+        stream = self.builder.text_stream(seq.voice, seq.text.ids, seq.text.closed)
+        lead = stream[: seq.voice.prompt_text_ids]
+        embeds = self.builder.prefill_embeds(self.model, seq.voice, lead)
         # min_frames counts the whole request: later pieces owe what is left.
         min_frames = max(0, p.min_frames - seq.frames)
         params = SlotParams(

@@ -7,8 +7,9 @@ step -> codec -> deliver. Chunks reach the caller's loop through its
 
 Admission decides everything that can be known before a request runs, so a
 request that cannot be served is refused here and never reaches a batch:
-bad sampling parameters, an unknown voice or language, instructions longer
-than a prompt may be, empty text. A whole text longer than one piece is split
+bad sampling parameters, an unknown voice or language, a cloned voice this
+model cannot speak, instructions or a reference recording longer than a prompt
+may be, empty text. A whole text longer than one piece is split
 here (text_pieces.py) and spoken piece after piece into its one stream.
 """
 
@@ -87,9 +88,10 @@ class TTSEngine:
         self._started = False
         path = resolve_checkpoint(model, revision)
         config = TTSConfig.from_file(path / "config.json")
-        self.builder = PromptBuilder(config, TextTokenizer.from_checkpoint(path))
+        name = model_name(model)
+        self.builder = PromptBuilder(config, TextTokenizer.from_checkpoint(path), name)
         self.info = ModelInfo(
-            name=model_name(model),
+            name=name,
             size=_SIZE_NAMES.get(config.tts_model_size, config.tts_model_size),
             variant=_VARIANT_NAMES.get(config.tts_model_type, config.tts_model_type),
             tokenizer_rate_hz=25 if "25hz" in config.tokenizer_type else 12,
@@ -97,7 +99,7 @@ class TTSEngine:
             speakers=self.builder.speakers,
             languages=self.builder.languages,
             supports_instructions=self.builder.supports_instructions,
-            supports_voice_clone=config.speaker_encoder is not None,
+            supports_voice_clone=self.builder.supports_voice_clone,
         )
         self._checkpoint = path
         self._voice_encoders = None  # Base only: loaded by start(), or by the first clone
@@ -215,12 +217,15 @@ class TTSEngine:
         # voice, instructions and text); admit checks again under the lock.
         self._admit(self.core.scheduler.check_room)
         try:
-            voice = self.builder.voice(request.voice, request.instructions, request.language)
+            voice = self.builder.voice(
+                request.voice, request.instructions, request.language, request.cloned_voice
+            )
+            prompt_length = self.builder.check_fits(voice, self.core.runner.max_prompt)
         except PromptError as e:
             raise InvalidRequest(str(e), param=e.param) from e
         except InvalidText as e:
-            raise InvalidRequest(f"instructions: {e}", param="instructions") from e
-        prompt_length = self._check_prompt_fits(voice)
+            where = "cloned_voice" if request.cloned_voice is not None else "instructions"
+            raise InvalidRequest(f"{where}: {e}", param=where) from e
         if isinstance(request.text, str):
             try:
                 pieces = split_text(
@@ -265,18 +270,6 @@ class TTSEngine:
                 step()
             except QueueFullError as e:
                 raise QueueFull(str(e), e.retry_after_s) from e
-
-    def _check_prompt_fits(self, voice) -> int:
-        """The prompt's positions; InvalidRequest when a prefill cannot take them."""
-        length, limit = self.builder.prompt_length(voice), self.core.runner.max_prompt
-        if length > limit:
-            raise InvalidRequest(
-                f"instructions are too long: the prompt would take {length} positions, "
-                f"this server takes at most {limit}; shorten the instructions by "
-                f"{length - limit} tokens or more",
-                param="instructions",
-            )
-        return length
 
     async def _pump_text(self, seq: Sequence, deltas: AsyncIterator[str]) -> None:
         try:
