@@ -146,7 +146,6 @@ def run(settings: ServerSettings) -> int:
         log.error(str(exc))
         return 2
     from .. import metrics
-
     from .voice_store_redis import StoreUrlError
 
     engine = build_engine(settings)
