@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from support.live_server import LiveServer
-from support.stand_in_engine import StandInEngine
 from support.runtime import ttsfleet
+from support.stand_in_engine import StandInEngine
 from support.voice_uploads import bearer, recording, upload, uploaded_voice_ids
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.voice_store_local import LocalVoiceStore
