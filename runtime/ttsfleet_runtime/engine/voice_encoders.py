@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..codec.encoder import load_codec_encoder
+from ..kernels.host_copy import to_device, to_host
 from ..model.speaker_encoder import load_speaker_encoder, min_samples
 from .api import ClonedVoice, InvalidRequest
 from .resampling import resample
@@ -76,8 +77,12 @@ class VoiceEncoders:
             else None
         )
         with self._lock, self.device_scope():
-            embedding = self.speaker.embed(for_speaker).cpu().numpy()
-            codes = self.codec.encode(for_codec).cpu().numpy() if for_codec is not None else None
+            # Pinned copies (kernels/host_copy.py): a pageable one would wait behind
+            # the codec thread's copies in the driver's shared staging buffer.
+            embedding = to_host(self.speaker.embed(to_device(for_speaker, self.device))).numpy()
+            codes = None
+            if for_codec is not None:
+                codes = to_host(self.codec.encode(to_device(for_codec, self.device))).numpy()
         return ClonedVoice(
             speaker_embedding=embedding,
             ref_codes=codes,

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..kernels.host_copy import to_device
 from .config import SpeakerEncoderConfig, TTSConfig
 from .weights import checkpoint_files
 
@@ -92,7 +93,7 @@ def log_mel(audio: torch.Tensor, sample_rate: int) -> torch.Tensor:
         return_complex=True,
     )
     magnitude = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)
-    mel = torch.matmul(basis.to(audio.device), magnitude)
+    mel = torch.matmul(to_device(basis, audio.device), magnitude)  # pinned: no stall
     return torch.log(mel.clamp(min=_LOG_FLOOR))[0].transpose(0, 1)
 
 
