@@ -76,8 +76,8 @@ async function uploadVoice() {
     const response = await fetch("/v1/audio/voices", { method: "POST", headers: authHeaders(), body: form });
     if (!response.ok) throw new Error(`${response.status}: ${await errorMessage(response)}`);
     const voice = await response.json();
-    status.textContent = `stored as ${voice.id}; selected below`;
     await load(voice.id);
+    status.textContent = `stored as ${voice.id}; selected below`;  // once it is
   } catch (error) {
     status.textContent = String(error.message || error);
   } finally {
