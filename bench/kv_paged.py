@@ -42,16 +42,11 @@ def log(*parts) -> None:
 
 
 def start_runner(args):
-    from ttsfleet_runtime.benchmark import checkpoint_path
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+    from ttsfleet_runtime.benchmark import ready_checkpoint
     from ttsfleet_runtime.engine.model_runner import ModelRunner
     from ttsfleet_runtime.model.weights import load_model
 
-    ckpt = checkpoint_path(args.size, args)
-    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        write_random_checkpoint(
-            ckpt, args.size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
-        )
+    ckpt = ready_checkpoint(args.size, args)
     model = load_model(ckpt, args.device, args.dtype, max_positions=args.max_len)
     weights = torch.cuda.memory_allocated() if args.device == "cuda" else 0
     runner = ModelRunner(

@@ -40,8 +40,7 @@ import traceback
 
 import torch
 
-from ttsfleet_runtime.benchmark import TEXT, checkpoint_path, request, timed
-from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+from ttsfleet_runtime.benchmark import TEXT, ready_checkpoint, request, timed
 from ttsfleet_runtime.engine import scheduler as scheduler_module
 from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 from ttsfleet_runtime.engine.engine_core import FRAME_S
@@ -284,12 +283,8 @@ async def main_async(args) -> None:
         lead_guard_s=scheduler_module.LEAD_GUARD_S,
         guarded_prefill_tokens=scheduler_module.GUARDED_PREFILL_TOKENS,
     )
-    ckpt = checkpoint_path(args.size, args)
     t = time.time()
-    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        write_random_checkpoint(
-            ckpt, args.size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
-        )
+    ckpt = ready_checkpoint(args.size, args)
     RESULTS["checkpoint_write_s"] = round(time.time() - t, 1)
     t = time.time()
     engine = TTSEngine.from_pretrained(

@@ -246,15 +246,10 @@ def codec_section(codec, B: int, n: int, args) -> dict:
 
 # ---------------------------------------------------------------- driver
 def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[tuple]):
-    from ttsfleet_runtime.benchmark import checkpoint_path
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+    from ttsfleet_runtime.benchmark import ready_checkpoint
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
-    ckpt = checkpoint_path(size, args)  # the same folder `ttsfleet-runtime bench` writes
-    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        write_random_checkpoint(
-            ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
-        )
+    ckpt = ready_checkpoint(size, args)  # the same folder `ttsfleet-runtime bench` writes
     engine = TTSEngine.from_pretrained(
         ckpt,
         args.device,

@@ -59,6 +59,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--size", default="1.7B")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--model", default=None, help="a checkpoint folder instead of a random one")
     ap.add_argument("--ckpt-dir", default=os.environ.get("TTSFLEET_CKPT_DIR", "/tmp/ttsfleet-ckpt"))
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--utterance-s", type=float, default=4.0)
@@ -254,7 +255,7 @@ def profile_window(args, out: Path) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    from ttsfleet_runtime.benchmark import checkpoint_path
+    from ttsfleet_runtime.benchmark import ready_checkpoint
 
     result: dict = {
         "benchmark": "server_profile",
@@ -267,14 +268,7 @@ def main(argv=None) -> int:
     def save():
         (args.out / "server_profile.json").write_text(json.dumps(result, indent=1, default=str))
 
-    ckpt = checkpoint_path(args.size, argparse.Namespace(model=None, ckpt_dir=args.ckpt_dir))
-    if not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        log(f"writing the random {args.size} checkpoint to {ckpt}")
-        subprocess.run(
-            [sys.executable, "-m", "ttsfleet_runtime", "checkpoint", "--random"]
-            + ["--size", args.size, "--out", ckpt, "--device", args.device],
-            check=True,
-        )
+    ckpt = ready_checkpoint(args.size, args)
     try:
         import torch
 

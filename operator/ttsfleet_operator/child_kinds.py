@@ -32,6 +32,14 @@ class ChildKind:
 
 CONFIG_MAP = ChildKind("v1", "ConfigMap", "configmaps")
 DEPLOYMENT = ChildKind("apps/v1", "Deployment", "deployments", watched=True)
+# The model cache (model_cache.py): watched, so a fill that completes or fails, or a claim
+# that binds or is deleted, shows in the status (and moves the pods) within seconds.
+PERSISTENT_VOLUME_CLAIM = ChildKind(
+    "v1", "PersistentVolumeClaim", "persistentvolumeclaims", watched=True
+)
+JOB = ChildKind("batch/v1", "Job", "jobs", watched=True)
+# Reads the model cache into each GPU node's page cache (model.cache.prewarm).
+DAEMON_SET = ChildKind("apps/v1", "DaemonSet", "daemonsets")
 SERVICE = ChildKind("v1", "Service", "services")
 POD_DISRUPTION_BUDGET = ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 HORIZONTAL_POD_AUTOSCALER = ChildKind(
@@ -40,10 +48,14 @@ HORIZONTAL_POD_AUTOSCALER = ChildKind(
 HTTP_ROUTE = ChildKind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", optional=True)
 
 # Every kind the operator may create, in the order a pass lists them (and so deletes
-# stale children): pods' ConfigMaps before their Deployments, the optional kind last.
+# stale children): what pods mount (ConfigMaps, the model cache) before their Deployments,
+# the optional kind last.
 ALL: tuple[ChildKind, ...] = (
     CONFIG_MAP,
+    PERSISTENT_VOLUME_CLAIM,
+    JOB,
     DEPLOYMENT,
+    DAEMON_SET,
     SERVICE,
     POD_DISRUPTION_BUDGET,
     HORIZONTAL_POD_AUTOSCALER,

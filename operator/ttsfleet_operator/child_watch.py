@@ -1,8 +1,9 @@
-"""Which events of a TTSService's child Deployments call for a pass over it.
+"""Which events of a TTSService's watched children call for a pass over it.
 
-The TTSService status (ready replicas, Ready / Progressing / Degraded) is computed
-from its Deployments' status. Without watching them it follows pods becoming ready,
-or a node taking them down, only at the next resync period. An event asks for a
+The TTSService status (ready replicas, Ready / Progressing / Degraded, the model
+cache's phase) is computed from its Deployments', fill Jobs' and claims' status.
+Without watching them it follows pods becoming ready, or a node taking them down,
+only at the next resync period. An event asks for a
 pass over its owner when a field `status.compute_status` reads has changed, or when
 the Deployment is gone (drift correction re-creates it). Metadata and spec are never
 compared: the operator's own patches to a Deployment then ask for no pass that would
@@ -18,11 +19,16 @@ from ttsfleet_operator import tts_service
 from ttsfleet_operator.resync import Key
 
 STATUS_FIELDS = (
+    # Deployments
     "replicas",
     "readyReplicas",
     "availableReplicas",
     "updatedReplicas",
     "observedGeneration",
+    # the model cache's fill Job and claim (model_cache.phase_of)
+    "active",
+    "ready",
+    "phase",
 )
 # Timestamps move without anything the TTSService status shows having changed.
 CONDITION_FIELDS = ("type", "status", "reason", "message")
@@ -45,13 +51,15 @@ def owner_key(child: Mapping) -> Key | None:
 
 
 def status_digest(child: Mapping) -> tuple:
-    """What of a Deployment's status the TTSService status depends on."""
+    """What of a child's status the TTSService status depends on."""
     status = child.get("status") or {}
     conditions = frozenset(
         tuple(condition.get(field) for field in CONDITION_FIELDS)
         for condition in status.get("conditions") or []
     )
-    return (*(status.get(field) for field in STATUS_FIELDS), conditions)
+    # A claim being deleted (held by PVC protection) keeps its status: the deletion shows here.
+    deleting = bool(child.get("metadata", {}).get("deletionTimestamp"))
+    return (*(status.get(field) for field in STATUS_FIELDS), conditions, deleting)
 
 
 class ChildWatch:

@@ -61,6 +61,14 @@ VOLUME_PATH_MAX = 1024
 ENV_NAME = "^[A-Za-z_][A-Za-z0-9_]*$"
 ENV_NAME_MAX = 128
 
+# A key of a Secret or ConfigMap.
+SECRET_KEY = "^[-._a-zA-Z0-9]+$"
+SECRET_KEY_MAX = 253
+
+# A byte count as Kubernetes quantities spell it: `40Gi`, `512M`, `1.5Ti`.
+BYTE_QUANTITY = r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$"
+BYTE_QUANTITY_MAX = 32
+
 DnsLabel = Annotated[str, Field(min_length=1, max_length=DNS_LABEL_MAX, pattern=DNS1123_LABEL)]
 DnsSubdomain = Annotated[
     str, Field(min_length=1, max_length=DNS_SUBDOMAIN_MAX, pattern=DNS1123_SUBDOMAIN)
@@ -74,6 +82,8 @@ HubRepoId = Annotated[str, Field(min_length=3, max_length=HUB_REPO_ID_MAX, patte
 HubRevision = Annotated[str, Field(min_length=1, max_length=HUB_REVISION_MAX, pattern=HUB_REVISION)]
 VolumePath = Annotated[str, Field(min_length=1, max_length=VOLUME_PATH_MAX, pattern=VOLUME_PATH)]
 EnvName = Annotated[str, Field(min_length=1, max_length=ENV_NAME_MAX, pattern=ENV_NAME)]
+SecretKey = Annotated[str, Field(min_length=1, max_length=SECRET_KEY_MAX, pattern=SECRET_KEY)]
+ByteQuantity = Annotated[str, Field(max_length=BYTE_QUANTITY_MAX, pattern=BYTE_QUANTITY)]
 
 
 def is_dns_label(value: str) -> bool:

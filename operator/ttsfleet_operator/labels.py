@@ -16,6 +16,9 @@ TRACK = "ttsfleet.io/track"
 POOL = "ttsfleet.io/pool"
 
 RUNTIME_APP = "ttsfleet-runtime"
+# The model cache fill's pods: apart from the runtime's, so no Service, PDB or HPA
+# selector (pod_selector) ever counts them.
+MODEL_CACHE_APP = "ttsfleet-model-cache"
 MANAGER = "ttsfleet-operator"
 
 STABLE = "stable"

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from ttsfleet_operator import child_kinds, conditions, drift, labels, tts_service
+from ttsfleet_operator import child_kinds, conditions, drift, labels, model_cache, tts_service
 from ttsfleet_operator.canary import state_machine
 from ttsfleet_operator.canary.plan import plan
 from ttsfleet_operator.canary.tracks import candidate_revision
@@ -23,7 +23,12 @@ from ttsfleet_operator.render import api_keys, render_fleet
 from ttsfleet_operator.render.fleet import Tracks
 from ttsfleet_operator.replicas import on_demand_floor
 from ttsfleet_operator.status import Problem, compute_status
-from ttsfleet_operator.tts_service import AnalysisResult, CanaryStatus, TTSService
+from ttsfleet_operator.tts_service import (
+    AnalysisResult,
+    CanaryStatus,
+    ModelCacheStatus,
+    TTSService,
+)
 
 # Runs one canary analysis for a service (canary/analysis.py over Prometheus in production).
 Analyse = Callable[[TTSService], Awaitable[AnalysisResult]]
@@ -178,7 +183,13 @@ class Reconciler:
         live = await self._live_children(namespace, name, body["metadata"]["uid"], gateway_api)
         now = self.now()
         transition = await self._step_canary(service, body, live, now)
-        tracks = plan(service, transition.status, gateway_api)
+        cache = model_cache.observe(
+            service, service.status.model_cache if service.status else None, live
+        )
+        tracks = dataclasses.replace(
+            plan(service, transition.status, gateway_api),
+            model_claim=cache.serving_claim_name if cache else None,
+        )
         rendered = render_fleet(service, tracks)
         outcome.on_demand_floor = on_demand_floor(
             service.spec.replicas, service.spec.spot.min_on_demand
@@ -191,33 +202,43 @@ class Reconciler:
         await self._ensure_api_keys_secret(service, body, outcome)
         if outcome.problem is None:
             outcome.rendered = rendered
+        # What this pass applied or found, by (kind, name): a fill Job is judged by its claim.
+        applied: dict[tuple[str, str], dict] = {}
         for manifest in outcome.rendered or []:
             desired = owned(manifest, body)
             current = live.pop(_key(desired), None)
             result = current
-            if drift.needs_apply(desired, current):
-                try:
+            if desired["kind"] == model_cache.JOB:
+                claim = applied.get((model_cache.CLAIM, desired["metadata"]["name"]))
+                action = model_cache.job_action(desired, current, claim)
+            else:
+                action = "apply" if drift.needs_apply(desired, current) else "keep"
+            try:
+                if action in ("replace", "delete"):
+                    # A Job's pod template is immutable: a new rendering is a new Job.
+                    await self._delete(current)
+                    outcome.deleted.append(_describe(current))
+                    current, result = None, None
+                    action = "apply" if action == "replace" else "keep"
+                if action == "apply":
                     result = await self.cluster.apply(desired, current)
-                except ApiError as error:
-                    outcome.problem = Problem(
-                        "ApplyFailed", f"{_describe(desired)}: {error.message}"[:1000]
-                    )
-                    outcome.failed_kind = desired["kind"]
-                    break
-                (outcome.updated if current else outcome.created).append(_describe(desired))
+                    (outcome.updated if current else outcome.created).append(_describe(desired))
+            except ApiError as error:
+                outcome.problem = Problem(
+                    "ApplyFailed", f"{_describe(desired)}: {error.message}"[:1000]
+                )
+                outcome.failed_kind = desired["kind"]
+                break
+            applied[_key(desired)] = result
             if desired["kind"] == "Deployment":
                 deployments.append(result)
 
         if outcome.problem is None:
+            for key in model_cache.kept(cache):
+                live.pop(key, None)
             for stale in live.values():
                 try:
-                    await self.cluster.delete(
-                        stale["apiVersion"],
-                        stale["kind"],
-                        namespace,
-                        stale["metadata"]["name"],
-                        stale["metadata"]["uid"],
-                    )
+                    await self._delete(stale)
                 except ApiError as error:
                     outcome.problem = Problem(
                         "DeleteFailed", f"{_describe(stale)}: {error.message}"[:1000]
@@ -228,7 +249,7 @@ class Reconciler:
 
         for event in transition.events:
             await self._event(body, event.type, event.reason, event.message)
-        await self._report(body, service, deployments, outcome, transition.status, tracks)
+        await self._report(body, service, deployments, outcome, transition.status, tracks, cache)
         if outcome.created or outcome.updated or outcome.deleted:
             log.info(
                 "reconciled",
@@ -242,6 +263,16 @@ class Reconciler:
                 },
             )
         return outcome
+
+    async def _delete(self, child: dict) -> None:
+        metadata = child["metadata"]
+        await self.cluster.delete(
+            child["apiVersion"],
+            child["kind"],
+            metadata.get("namespace", "default"),
+            metadata["name"],
+            metadata["uid"],
+        )
 
     async def _ensure_api_keys_secret(
         self, service: TTSService, body: dict, outcome: Outcome
@@ -333,6 +364,7 @@ class Reconciler:
         outcome: Outcome,
         canary: CanaryStatus | None = None,
         tracks: Tracks | None = None,
+        cache: ModelCacheStatus | None = None,
     ) -> None:
         """Events for what changed, then the status if it differs."""
         for verb, items in (
@@ -355,7 +387,7 @@ class Reconciler:
             status = _invalid_spec_status(body, previous, outcome.problem, self.now())
         else:
             status = compute_status(
-                service, previous, deployments, outcome.problem, self.now(), canary, tracks
+                service, previous, deployments, outcome.problem, self.now(), canary, tracks, cache
             )
         if any(previous.get(key) != value for key, value in status.items()):
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ttsfleet_operator import conditions, labels
+from ttsfleet_operator import conditions, labels, model_cache
 from ttsfleet_operator.canary import state_machine
 from ttsfleet_operator.conditions import (
     CANARY_PROGRESSING,
@@ -20,7 +20,7 @@ from ttsfleet_operator.render import names
 from ttsfleet_operator.render.fleet import Tracks, fleet_split
 from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.service import HTTP_PORT
-from ttsfleet_operator.tts_service import CanaryStatus, TTSService
+from ttsfleet_operator.tts_service import CanaryStatus, ModelCacheStatus, TTSService
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +85,7 @@ def compute_status(
     now: str,
     canary: CanaryStatus | None = None,
     tracks: Tracks | None = None,
+    cache: ModelCacheStatus | None = None,
 ) -> dict:
     """The whole status object; equal inputs give an equal status (no spurious writes)."""
     previous = previous or {}
@@ -98,6 +99,14 @@ def compute_status(
     problem = problem or _deployment_problem(deployments)
     if problem is None and canary is not None and canary.phase == state_machine.ROLLED_BACK:
         problem = Problem("CanaryRolledBack", canary.message)
+    # A failed fill degrades the service; the pods still serve the cache they mount.
+    serving_problem = problem
+    if problem is None and cache is not None and cache.phase == model_cache.FAILED:
+        problem = Problem(
+            "ModelCacheFailed", f"{cache.claim_name}: {cache.reason}: {cache.message}"[:1000]
+        )
+    # The pods wait for a cache: the first one, or a new one the spec asks for.
+    filling = cache is not None and cache.serving_claim_name != cache.claim_name
 
     if problem:
         degraded = (TRUE, problem.reason, problem.message)
@@ -111,7 +120,9 @@ def compute_status(
         and numbers["replicas"] == desired
         and numbers["ready"] >= desired
     )
-    if settled:
+    if filling and cache.phase != model_cache.FAILED:
+        progressing = (TRUE, "ModelCacheFilling", f"{cache.claim_name}: {cache.message}")
+    elif settled:
         progressing = (FALSE, "RolloutComplete", f"{desired} replicas up to date")
     else:
         progressing = (
@@ -122,7 +133,9 @@ def compute_status(
 
     if desired == 0:
         ready = (FALSE, "ScaledToZero", "spec.replicas is 0")
-    elif numbers["ready"] >= desired and not problem:
+    elif cache is not None and cache.serving_claim_name is None:
+        ready = (FALSE, f"ModelCache{cache.phase}", f"{cache.claim_name}: {cache.message}")
+    elif numbers["ready"] >= desired and not serving_problem:
         ready = (TRUE, "AllReplicasReady", f"{numbers['ready']} of {desired} replicas ready")
     else:
         ready = (FALSE, "ReplicasNotReady", f"{numbers['ready']} of {desired} replicas ready")
@@ -172,4 +185,5 @@ def compute_status(
         "canaryWeight": weight,
         "endpoint": names.endpoint(names.service_name(service.name), service.namespace, HTTP_PORT),
         "canary": canary.wire() if has_canary else None,
+        "modelCache": cache.wire() if cache is not None else None,
     }

@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 from ttsfleet_operator import cel, gpu_classes, grammar
 from ttsfleet_operator.grammar import (
     DNS1035_LABEL,
+    ByteQuantity,
     DnsLabel,
     DnsSubdomain,
     EnvName,
@@ -23,6 +24,7 @@ from ttsfleet_operator.grammar import (
     ImageReference,
     LabelKey,
     LabelValue,
+    SecretKey,
     VolumePath,
 )
 from ttsfleet_runtime.settings import SETTINGS as RUNTIME_SETTINGS
@@ -134,6 +136,59 @@ class ModelSource(SpecModel):
     pvc: PvcSource | None = None
 
 
+class SecretKeyRef(SpecModel):
+    """One key of a Secret in the TTSService's namespace."""
+
+    name: DnsSubdomain
+    key: SecretKey
+
+
+class ModelCacheSpec(SpecModel):
+    """A volume the operator fills once with the checkpoint, which every pod mounts read-only.
+
+    The cache is named after what it holds (hub repository, revision) and where (size,
+    storage class, access mode): changing any of them fills a new cache, and the pods
+    move to it only once it is Ready; the old one is deleted then.
+    """
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.prewarm != 'PageCache' || self.accessMode == 'ReadWriteMany'",
+            "model.cache.prewarm PageCache mounts the cache on every node of the GPU class: it needs"
+            " accessMode ReadWriteMany",
+            field_path=".prewarm",
+        ),
+    ]
+
+    enabled: bool = Field(
+        default=False,
+        description="Fill a PersistentVolumeClaim from the hub once (a Job) and mount it in every pod;"
+        " pods never download, and are not started before the cache is Ready.",
+    )
+    size: ByteQuantity = Field(
+        default="20Gi",
+        description="Requested size of the PersistentVolumeClaim (a checkpoint is 2-5 GB).",
+    )
+    storage_class_name: DnsSubdomain | None = Field(
+        default=None, description="StorageClass of the claim; unset: the cluster's default class."
+    )
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = Field(
+        default="ReadWriteMany",
+        description="ReadWriteMany (NFS, EFS, Filestore, Azure Files) serves pods on any node;"
+        " ReadWriteOnce volumes attach to one node at a time, so only a fleet on one node can share one.",
+    )
+    hub_token_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a hub token (gated or private repositories); only the fill Job"
+        " reads it.",
+    )
+    prewarm: Literal["None", "PageCache"] = Field(
+        default="None",
+        description="PageCache: a DaemonSet reads the checkpoint on every node of the GPU class, so pods"
+        " starting there load it from memory (ReadWriteMany only).",
+    )
+
+
 class ModelSpec(SpecModel):
     """Which Qwen3-TTS checkpoint the pods serve."""
 
@@ -153,6 +208,11 @@ class ModelSpec(SpecModel):
             "model.revision pins a hub checkpoint; a PVC source has no revision",
             field_path=".revision",
         ),
+        cel.rule(
+            "!self.cache.enabled || !has(self.source) || has(self.source.hub)",
+            "model.cache is filled from the hub; a PVC source is a volume already",
+            field_path=".cache.enabled",
+        ),
     ]
     size: Size = Field(description="Parameter count of the talker.")
     variant: Variant = Field(
@@ -167,6 +227,9 @@ class ModelSpec(SpecModel):
     )
     revision: HubRevision | None = Field(
         default=None, description="Hub revision (commit, tag or branch) to pin."
+    )
+    cache: ModelCacheSpec = section(
+        ModelCacheSpec, "A checkpoint volume filled once by the operator."
     )
 
     def hub_id(self) -> str | None:
@@ -401,11 +464,9 @@ class RuntimeResources(SpecModel):
     """CPU and memory of each runtime container (the GPU comes from spec.gpu)."""
 
     cpu: str = Field(default="4", max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
-    memory: str = Field(default="32Gi", max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$")
-    cache_size: str = Field(
+    memory: ByteQuantity = "32Gi"
+    cache_size: ByteQuantity = Field(
         default="40Gi",
-        max_length=32,
-        pattern=r"^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$",
         description="Size limit of the emptyDir that holds the downloaded checkpoint.",
     )
 
@@ -518,17 +579,48 @@ class RuntimeSpec(SpecModel):
     env: list[EnvVar] | None = Field(
         default=None, max_length=64, description="Extra environment of the server."
     )
-    startup_timeout_seconds: int = Field(
-        default=900,
+    startup_timeout_seconds: int | None = Field(
+        default=None,
         ge=60,
         le=7200,
-        description="Longest model download + load + CUDA graph capture.",
+        description="Longest model download + load + CUDA graph capture; unset: twice the measured"
+        " start-up for the model size and GPU class, plus a download allowance unless model.cache"
+        " is on (the operator's start-up table).",
     )
     termination_grace_seconds: int = Field(
         default=120,
         ge=5,
         le=3600,
         description="Time in-flight streams get to finish when a pod stops.",
+    )
+
+
+class RedisVoiceStore(SpecModel):
+    """A Redis server every replica reaches (the URL may carry a password: it stays in a Secret)."""
+
+    url_secret: SecretKeyRef = Field(
+        description="Secret key holding redis://[:password@]host:port/db or rediss://...; pods read it"
+        " from the environment, never from the ConfigMap.",
+    )
+
+
+class VoiceStoreSpec(SpecModel):
+    """Where uploaded voices live, shared by every replica."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule("has(self.redis)", "voices.store needs redis (the one shared store so far)"),
+    ]
+    redis: RedisVoiceStore | None = None
+
+
+class VoicesSpec(SpecModel):
+    """Uploaded voices (cloning with the Base variant): one store for the whole fleet."""
+
+    store: VoiceStoreSpec
+    retention_days: float = Field(
+        **RUNTIME_SETTINGS["voice_retention_days"].field_args(),
+        description="Days an uploaded voice is kept before it is erased everywhere; 0 keeps voices"
+        " until deleted.",
     )
 
 
@@ -553,6 +645,18 @@ class TTSServiceSpec(SpecModel):
             "a canary modelRevision needs a hub model source",
             field_path=".canary.candidate.modelRevision",
         ),
+        cel.rule(
+            "!has(self.canary) || !has(self.canary.candidate.modelRevision) || !self.model.cache.enabled",
+            "a canary modelRevision is not served from model.cache yet: change model.revision (a new"
+            " cache is filled, then the pods move to it) or canary the image only",
+            field_path=".canary.candidate.modelRevision",
+        ),
+        cel.rule(
+            "!has(self.voices) || self.model.variant == 'Base'",
+            "voices are cloned by the Base variant only: the runtime refuses uploaded voices on"
+            " CustomVoice and VoiceDesign",
+            field_path=".voices",
+        ),
     ]
     model: ModelSpec
     gpu: GpuSpec = section(GpuSpec, "GPU class and count per pod.")
@@ -569,6 +673,10 @@ class TTSServiceSpec(SpecModel):
     )
     engine: EngineSpec = section(EngineSpec, "Engine settings.")
     runtime: RuntimeSpec = section(RuntimeSpec, "Runtime container.")
+    voices: VoicesSpec | None = Field(
+        default=None,
+        description="Uploaded voices and where they are stored; absent: no shared voice store.",
+    )
 
 
 ConditionType = Literal["Ready", "Progressing", "Degraded", "CanaryProgressing"]
@@ -622,6 +730,21 @@ class CanaryStatus(SpecModel):
     message: str = Field(default="", max_length=4096)
 
 
+ModelCachePhase = Literal["Pending", "Downloading", "Ready", "Failed"]
+
+
+class ModelCacheStatus(SpecModel):
+    """The model cache the spec asks for, and the one the pods mount (they differ while it fills)."""
+
+    claim_name: str = Field(description="PersistentVolumeClaim of the cache the spec asks for.")
+    phase: ModelCachePhase
+    reason: str = Field(default="", max_length=1024)
+    message: str = Field(default="", max_length=4096)
+    serving_claim_name: str | None = Field(
+        default=None, description="PersistentVolumeClaim the pods mount; unset: none is Ready yet."
+    )
+
+
 class TTSServiceStatus(SpecModel):
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last reconciled."
@@ -658,6 +781,9 @@ class TTSServiceStatus(SpecModel):
     endpoint: str | None = Field(default=None, description="In-cluster URL of the Service.")
     canary: CanaryStatus | None = Field(
         default=None, description="The canary rollout's state machine."
+    )
+    model_cache: ModelCacheStatus | None = Field(
+        default=None, description="The model cache, with model.cache enabled."
     )
 
 

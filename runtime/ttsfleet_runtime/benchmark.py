@@ -185,19 +185,27 @@ def checkpoint_path(size: str, args) -> str:
     return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
 
 
-async def bench_size(size: str, args) -> dict:
-    import torch
-
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-    from ttsfleet_runtime.engine.tts_engine import TTSEngine
-
-    r: dict = {}
+def ready_checkpoint(size: str, args) -> str:
+    """`checkpoint_path(size, args)`, first writing the random checkpoint of `size` there
+    (on `args.device`) when no `args.model` is given and none is there yet."""
     ckpt = checkpoint_path(size, args)
-    t = time.time()
     if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
+        from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
         write_random_checkpoint(
             ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
         )
+    return ckpt
+
+
+async def bench_size(size: str, args) -> dict:
+    import torch
+
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+    r: dict = {}
+    t = time.time()
+    ckpt = ready_checkpoint(size, args)
     r["checkpoint_write_s"] = round(time.time() - t, 1)
     batches = [int(b) for b in args.batches.split(",")]
     t = time.time()

@@ -1,5 +1,5 @@
 """The runtime's command line, `ttsfleet-runtime` (or `python -m ttsfleet_runtime`):
-`serve`, `checkpoint`, `bench`, `loadtest` and `voices`.
+`serve`, `checkpoint`, `fetch`, `bench`, `loadtest` and `voices`.
 
 The runtime image runs it without the operator installed. In a checkout the operator's
 `ttsfleet` CLI offers the same subcommands (`register(subparsers)`), so `ttsfleet serve`
@@ -126,6 +126,37 @@ def _checkpoint(args: argparse.Namespace) -> int:
         device=args.device,
         progress=print,
     )
+    return 0
+
+
+def _add_fetch(subparsers) -> None:
+    p = subparsers.add_parser(
+        "fetch",
+        help="fill a model cache volume: download a hub revision, verify it, write the marker",
+        description="Download REPO at --revision into OUT/checkpoint, check every file against the "
+        "hub's sizes and hashes, then write OUT/ttsfleet-model.json. A volume whose marker names "
+        "the same repository and commit is left as it is. The token comes from HF_TOKEN. Exit "
+        "codes: 0 filled; 3 token refused; 4 no such repository or revision; 5 verification "
+        "failed; others: worth retrying.",
+    )
+    p.add_argument("repo", help="hub repository id, owner/name")
+    p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
+    p.add_argument("--out", type=Path, required=True, help="where the cache volume is mounted")
+    p.set_defaults(handler=_fetch)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    import logging
+    import sys
+
+    from .checkpoint.fetch import FetchError, HuggingFaceHub, fill
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        fill(args.out, args.repo, args.revision, HuggingFaceHub(os.environ.get("HF_TOKEN")))
+    except FetchError as error:
+        print(f"fetch failed: {error}", file=sys.stderr)
+        return error.exit_code
     return 0
 
 
@@ -265,6 +296,7 @@ def register(subparsers) -> None:
     """Add the runtime's subcommands; each sets `handler(args) -> exit code`."""
     _add_serve(subparsers)
     _add_checkpoint(subparsers)
+    _add_fetch(subparsers)
     _add_bench(subparsers)
     _add_loadtest(subparsers)
     _add_voices(subparsers)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from ttsfleet_runtime.checkpoint.sizes import SPECIAL_TOKENS, model_config
 from ttsfleet_runtime.model.config import TTSConfig
@@ -104,3 +105,19 @@ def test_cli_writes_a_checkpoint(tmp_path):
         capture_output=True,
     )
     assert json.loads((out / "config.json").read_text())["tts_model_type"] == "voice_design"
+
+
+def test_random_weights_never_put_eos_among_the_codes_sampling_keeps(tiny_custom_voice):
+    """Tests and benchmarks fix an utterance's length with --max-audio-seconds;
+    a random EOS would end it early now and then (a flaky test, a short sample)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((tiny_custom_voice / "config.json").read_text())["talker_config"]
+    generation = json.loads((tiny_custom_voice / "generation_config.json").read_text())
+    head = load_file(str(tiny_custom_voice / "model.safetensors"))["talker.codec_head.weight"]
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(4000, head.shape[1], generator=gen)  # RMS-normed states are ~N(0, 1)
+    logits = hidden @ head.float().T
+    kept = logits[:, :2048].topk(generation["top_k"]).values[:, -1]
+    eos = logits[:, config["codec_eos_token_id"]]
+    assert bool((eos < kept).all())

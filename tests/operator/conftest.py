@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from ttsfleet_operator.cluster import ApiError
+from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.tts_service import TTSService
 
 
@@ -137,3 +138,10 @@ class FakeCluster:
 @pytest.fixture
 def fake_cluster() -> FakeCluster:
     return FakeCluster()
+
+
+@pytest.fixture
+def reconciler(fake_cluster):
+    """A Reconciler over the fake API whose clock moves a minute a call."""
+    minutes = iter(range(60))
+    return Reconciler(fake_cluster, now=lambda: f"2026-11-21T16:{next(minutes):02d}:00Z")

@@ -186,3 +186,36 @@ async def test_a_child_event_schedules_one_coalesced_pass_over_its_owner():
         await handler.fn(event={"type": "MODIFIED"}, body=deployment(ready=ready), memo=memo)
     await asyncio.gather(*memo.resync.tasks)
     assert passes == ["demo"]
+
+
+def cache_child(kind: str, status: dict, deleting: bool = False) -> dict:
+    child = deployment(uid=f"{kind}-1")
+    child["kind"] = kind
+    child["status"] = status
+    if deleting:
+        child["metadata"]["deletionTimestamp"] = "2026-11-21T16:05:00Z"
+    return child
+
+
+def test_a_fill_job_running_completing_or_failing_asks_for_a_pass():
+    watch = ChildWatch()
+    watch.owner_to_refresh("ADDED", cache_child("Job", {"active": 1}))
+    assert watch.owner_to_refresh("MODIFIED", cache_child("Job", {"active": 1})) is None
+    assert (
+        watch.owner_to_refresh("MODIFIED", cache_child("Job", {"active": 1, "ready": 1})) == OWNER
+    )
+    done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    assert watch.owner_to_refresh("MODIFIED", cache_child("Job", done)) == OWNER
+
+
+def test_a_claim_binding_or_being_deleted_asks_for_a_pass():
+    watch = ChildWatch()
+    watch.owner_to_refresh("ADDED", cache_child("PersistentVolumeClaim", {"phase": "Pending"}))
+    bound = cache_child("PersistentVolumeClaim", {"phase": "Bound"})
+    assert watch.owner_to_refresh("MODIFIED", bound) == OWNER
+    deleting = cache_child("PersistentVolumeClaim", {"phase": "Bound"}, deleting=True)
+    assert watch.owner_to_refresh("MODIFIED", deleting) == OWNER
+
+
+def test_the_model_cache_kinds_are_watched():
+    assert {child_kinds.JOB, child_kinds.PERSISTENT_VOLUME_CLAIM} <= set(child_kinds.WATCHED)

@@ -1,52 +1,15 @@
 """One reconcile pass against a fake API (FakeCluster in conftest: no API server
 runs in unit tests; e2e/ runs the operator against a real one)."""
 
-import copy
 import logging
 
 import pytest
 
+from support.reconcile_passes import body, reconcile_and_keep_status
 from ttsfleet_operator.log_format import configure_logging
-from ttsfleet_operator.reconcile import Reconciler
 
 # What a user's runtime.env may hold: it must not reach a status, an Event or a log line.
 TOKEN = "hf_s3cretTokenValue0123456789"
-
-
-def body(name="demo", generation=1, status=None, **spec):
-    spec.setdefault("model", {"size": "1.7B", "variant": "CustomVoice"})
-    obj = {
-        "apiVersion": "ttsfleet.io/v1alpha1",
-        "kind": "TTSService",
-        "metadata": {"name": name, "namespace": "voice", "uid": "uid-1", "generation": generation},
-        "spec": spec,
-    }
-    if status is not None:
-        obj["status"] = status
-    return obj
-
-
-@pytest.fixture
-def reconciler(fake_cluster):
-    minutes = iter(range(60))
-    return Reconciler(fake_cluster, now=lambda: f"2026-11-21T16:{next(minutes):02d}:00Z")
-
-
-async def reconcile_and_keep_status(reconciler, fake_cluster, obj):
-    """Reconcile, then store the written status on `obj` as the API server would."""
-    recorded = []
-    original = fake_cluster.patch_status
-
-    async def patch_status(api_version, kind, namespace, name, status):
-        recorded.append(status)
-        return await original(api_version, kind, namespace, name, status)
-
-    fake_cluster.patch_status = patch_status
-    outcome = await reconciler.reconcile(copy.deepcopy(obj))
-    fake_cluster.patch_status = original
-    if recorded:
-        obj["status"] = recorded[-1]
-    return outcome
 
 
 async def test_first_pass_creates_every_child_owned_by_the_service(reconciler, fake_cluster):

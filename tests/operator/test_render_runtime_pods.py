@@ -7,7 +7,7 @@ import pytest
 
 from ttsfleet_operator.cli import main
 from ttsfleet_operator.render import api_keys, render_fleet
-from ttsfleet_operator.render.deployment import RUNTIME_UID
+from ttsfleet_operator.render.pod_security import RUNTIME_UID
 
 
 def by_kind(manifests, kind):

@@ -53,6 +53,17 @@ no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# The model cache: its claim and the Job that fills it, watched for the cache's phase.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# model.cache.prewarm: reads the cache into each GPU node's page cache.
+- apiGroups: ["apps"]
+  resources: ["daemonsets"]
+  verbs: ["list", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "create", "patch", "delete"]

@@ -15,7 +15,7 @@ import json
 from ttsfleet_operator import labels
 from ttsfleet_operator.render import api_keys, names
 from ttsfleet_operator.render.metadata import child_metadata
-from ttsfleet_operator.render.model_source import model_location
+from ttsfleet_operator.render.model_source import model_location, uses_cache
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
 from ttsfleet_runtime import settings
@@ -40,7 +40,9 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         # The server drains streams for this long after SIGTERM; the pod's grace
         # period adds the preStop pause on top.
         "drain_timeout_s": runtime.termination_grace_seconds,
-        "model_revision": model.revision or None,
+        # A cache holds one revision, in a local directory the runtime loads as it is.
+        "model_revision": None if uses_cache(service) else model.revision,
+        "voice_retention_days": spec.voices.retention_days if spec.voices else None,
     }
     values.update(api_keys.auth_settings(service))
     return settings.environment(values)

@@ -8,15 +8,14 @@ Pod Security profile (non-root, read-only root, no capabilities).
 from __future__ import annotations
 
 from ttsfleet_operator import gpu_classes, labels
-from ttsfleet_operator.render import api_keys, configmap, names, scheduling
+from ttsfleet_operator.render import api_keys, configmap, names, pod_security, scheduling
 from ttsfleet_operator.render.metadata import child_metadata
-from ttsfleet_operator.render.model_source import PVC_MOUNT, uses_pvc
+from ttsfleet_operator.render.model_source import PVC_MOUNT, downloads, uses_cache, uses_pvc
 from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
 from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_runtime.settings import SETTINGS as RUNTIME_SETTINGS
 
-# The runtime image's user (Dockerfile.runtime: USER 65532); explicit so runAsNonRoot is verifiable.
-RUNTIME_UID = 65532
 CACHE_DIR = "/var/cache/ttsfleet"
 STARTUP_PROBE_PERIOD_SECONDS = 10
 # Time for endpoints to drop the pod before the server starts draining.
@@ -26,10 +25,22 @@ LIVE_PATH = "/health/live"
 METRICS_PATH = "/metrics"
 
 
-def render_deployment(service: TTSService, track: str, pool: str, replicas: int) -> dict:
-    """`service` is what this track serves (the candidate's image and model revision for the canary)."""
-    pod_labels = labels.pool_selector(service.name, track, pool)
+def startup_timeout_seconds(service: TTSService) -> int:
+    """The spec's, else the measured start-up budget (gpu_classes) for its size and GPU."""
     runtime = service.spec.runtime
+    if runtime.startup_timeout_seconds is not None:
+        return runtime.startup_timeout_seconds
+    return gpu_classes.startup_budget_seconds(
+        service.spec.gpu.gpu_class, service.spec.model.size, downloads(service)
+    )
+
+
+def render_deployment(
+    service: TTSService, track: str, pool: str, replicas: int, model_claim: str | None = None
+) -> dict:
+    """`service` is what this track serves (the candidate's image and model revision for the canary);
+    `model_claim` the model cache the pods mount, with model.cache enabled."""
+    pod_labels = labels.pool_selector(service.name, track, pool)
     metadata = child_metadata(
         service,
         names.deployment_name(service.name, track, pool),
@@ -46,7 +57,7 @@ def render_deployment(service: TTSService, track: str, pool: str, replicas: int)
             "selector": {"matchLabels": pod_labels},
             "revisionHistoryLimit": 3,
             # A rollout may wait for a slow model load before it is called stuck.
-            "progressDeadlineSeconds": runtime.startup_timeout_seconds + 300,
+            "progressDeadlineSeconds": startup_timeout_seconds(service) + 300,
             # Never drop below the current serving capacity during a rollout.
             "strategy": {
                 "type": "RollingUpdate",
@@ -67,31 +78,27 @@ def render_deployment(service: TTSService, track: str, pool: str, replicas: int)
                         "prometheus.io/path": METRICS_PATH,
                     },
                 },
-                "spec": _pod_spec(service, pool, pod_labels),
+                "spec": _pod_spec(service, pool, pod_labels, model_claim),
             },
         },
     }
 
 
-def _pod_spec(service: TTSService, pool: str, pod_labels: dict[str, str]) -> dict:
+def _pod_spec(
+    service: TTSService, pool: str, pod_labels: dict[str, str], model_claim: str | None
+) -> dict:
     runtime = service.spec.runtime
     spec = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": runtime.termination_grace_seconds + PRE_STOP_SLEEP_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUNTIME_UID,
-            "runAsGroup": RUNTIME_UID,
-            "fsGroup": RUNTIME_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security.pod_security_context(),
         "nodeSelector": scheduling.gpu_node_selector(service),
         "affinity": scheduling.node_affinity(service, pool),
         "tolerations": scheduling.tolerations(service, pool),
         "topologySpreadConstraints": scheduling.topology_spread(pod_labels),
         "containers": [_runtime_container(service, pod_labels[labels.TRACK])],
-        "volumes": _volumes(service),
+        "volumes": _volumes(service, model_claim),
     }
     if runtime.service_account_name:
         spec["serviceAccountName"] = runtime.service_account_name
@@ -109,8 +116,18 @@ def _runtime_container(service: TTSService, track: str) -> dict:
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
         {"name": "TTSFLEET_SERVICE", "value": service.name},
     ]
-    if service.spec.model.hub_id() is None:
+    if not downloads(service):
         env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    voices = service.spec.voices
+    if voices is not None:
+        # The URL may carry a password: from the Secret, never through the ConfigMap.
+        url = voices.store.redis.url_secret
+        env.append(
+            {
+                "name": RUNTIME_SETTINGS["voice_store_url"].env,
+                "valueFrom": {"secretKeyRef": {"name": url.name, "key": url.key}},
+            }
+        )
     env += [item.wire() for item in runtime.env or []]
     return {
         "name": "runtime",
@@ -136,7 +153,9 @@ def _runtime_container(service: TTSService, track: str) -> dict:
             "httpGet": {**http_get, "path": READY_PATH},
             "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
             "timeoutSeconds": 5,
-            "failureThreshold": -(-runtime.startup_timeout_seconds // STARTUP_PROBE_PERIOD_SECONDS),
+            "failureThreshold": -(
+                -startup_timeout_seconds(service) // STARTUP_PROBE_PERIOD_SECONDS
+            ),
         },
         "readinessProbe": {
             "httpGet": {**http_get, "path": READY_PATH},
@@ -153,18 +172,12 @@ def _runtime_container(service: TTSService, track: str) -> dict:
         # Let the endpoint removal reach every proxy before the server stops
         # admitting; then SIGTERM makes it drain in-flight streams.
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security.container_security_context(),
         "volumeMounts": _volume_mounts(service),
     }
 
 
-def _volumes(service: TTSService) -> list[dict]:
+def _volumes(service: TTSService, model_claim: str | None) -> list[dict]:
     resources = service.spec.runtime.resources
     volumes = [
         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -172,8 +185,8 @@ def _volumes(service: TTSService) -> list[dict]:
         # PyTorch and NCCL use /dev/shm; the container default (64 MiB) is too small.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
     ]
-    if uses_pvc(service):
-        claim = service.spec.model.source.pvc.claim_name
+    claim = service.spec.model.source.pvc.claim_name if uses_pvc(service) else model_claim
+    if claim is not None:
         volumes.append(
             {"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
@@ -199,7 +212,7 @@ def _volume_mounts(service: TTSService) -> list[dict]:
         {"name": "model-cache", "mountPath": CACHE_DIR},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    if uses_pvc(service):
+    if uses_pvc(service) or uses_cache(service):
         mounts.append({"name": "model", "mountPath": PVC_MOUNT, "readOnly": True})
     if api_keys.mounted_secret_name(service):
         mounts.append({"name": "api-keys", "mountPath": api_keys.API_KEYS_DIR, "readOnly": True})

@@ -9,7 +9,14 @@ from ttsfleet_operator.render.configmap import render_configmap
 from ttsfleet_operator.render.deployment import render_deployment
 from ttsfleet_operator.render.hpa import render_hpa
 from ttsfleet_operator.render.httproute import render_httproute
+from ttsfleet_operator.render.model_cache import (
+    cache_claim_name,
+    render_cache_claim,
+    render_fill_job,
+)
+from ttsfleet_operator.render.model_source import uses_cache
 from ttsfleet_operator.render.pdb import render_pdb
+from ttsfleet_operator.render.prewarm import render_prewarm
 from ttsfleet_operator.render.service import render_service, render_track_service
 from ttsfleet_operator.replicas import ReplicaSplit, split_replicas
 from ttsfleet_operator.tts_service import TTSService
@@ -23,12 +30,15 @@ class Tracks:
     model revision); no candidate means no canary Deployments. `weight` is the
     candidate's traffic share; 0 with a candidate keeps its Deployments at 0
     pods (rolled back). `gateway` adds the track Services and the HTTPRoute.
+    With model.cache, `model_claim` is the cache both tracks' pods mount; None means
+    none is Ready yet, and no runtime Deployment is rendered.
     """
 
     stable: TTSService
     candidate: TTSService | None = None
     weight: int = 0
     gateway: bool = False
+    model_claim: str | None = None
 
 
 def fleet_split(service: TTSService, weight: int = 0) -> ReplicaSplit:
@@ -51,11 +61,16 @@ def pools(service: TTSService) -> list[str]:
 
 
 def render_fleet(service: TTSService, tracks: Tracks | None = None) -> list[dict]:
-    """ConfigMaps first (pods mount them), then Deployments, Services, route, PDB, HPA.
+    """ConfigMaps and the model cache first (pods mount them), then Deployments, Services,
+    route, PDB, HPA.
 
-    Without `tracks`, the spec's stable track alone (what `ttsfleet render` shows).
+    Without `tracks`, the spec's stable track alone, its pods mounting the cache the spec
+    asks for (what `ttsfleet render` shows: the fleet once that cache is Ready).
     """
-    tracks = tracks or Tracks(stable=service)
+    cached = uses_cache(service)
+    tracks = tracks or Tracks(
+        stable=service, model_claim=cache_claim_name(service) if cached else None
+    )
     split = fleet_split(service, tracks.weight if tracks.candidate is not None else 0)
     stable_pods = {labels.ON_DEMAND: split.on_demand, labels.SPOT: split.spot}
     canary_pods = {labels.ON_DEMAND: split.canary_on_demand, labels.SPOT: split.canary_spot}
@@ -63,15 +78,21 @@ def render_fleet(service: TTSService, tracks: Tracks | None = None) -> list[dict
     manifests = [render_configmap(tracks.stable)]
     if tracks.candidate is not None:
         manifests.append(render_configmap(tracks.candidate, labels.CANARY))
-    manifests += [
-        render_deployment(tracks.stable, labels.STABLE, pool, stable_pods[pool])
-        for pool in pools(service)
-    ]
-    if tracks.candidate is not None:
+    if cached:
+        manifests += [render_cache_claim(service), render_fill_job(service)]
+    if not cached or tracks.model_claim is not None:
+        claim = tracks.model_claim
         manifests += [
-            render_deployment(tracks.candidate, labels.CANARY, pool, canary_pods[pool])
+            render_deployment(tracks.stable, labels.STABLE, pool, stable_pods[pool], claim)
             for pool in pools(service)
         ]
+        if tracks.candidate is not None:
+            manifests += [
+                render_deployment(tracks.candidate, labels.CANARY, pool, canary_pods[pool], claim)
+                for pool in pools(service)
+            ]
+    if cached and tracks.model_claim is not None and service.spec.model.cache.prewarm != "None":
+        manifests.append(render_prewarm(service, tracks.model_claim))
     manifests.append(render_service(service))
     if tracks.gateway:
         manifests += [

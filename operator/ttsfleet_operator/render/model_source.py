@@ -1,14 +1,18 @@
-"""Where a pod finds its checkpoint: a hub id, or a directory on a mounted PVC."""
+"""Where a pod finds its checkpoint: a hub id, or a directory on a mounted volume (the
+user's PVC, or the model cache the operator fills)."""
 
 from __future__ import annotations
 
 from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_runtime import model_cache
 
 PVC_MOUNT = "/models"
 
 
 def model_location(service: TTSService) -> str:
-    """What the server loads (`TTSFLEET_MODEL`): a hub id, or the checkpoint directory on the PVC."""
+    """What the server loads (`TTSFLEET_MODEL`): a hub id, or the checkpoint directory on the volume."""
+    if uses_cache(service):
+        return f"{PVC_MOUNT}/{model_cache.CHECKPOINT_DIR}"
     hub_id = service.spec.model.hub_id()
     if hub_id is not None:
         return hub_id
@@ -19,3 +23,13 @@ def model_location(service: TTSService) -> str:
 def uses_pvc(service: TTSService) -> bool:
     source = service.spec.model.source
     return source is not None and source.pvc is not None
+
+
+def uses_cache(service: TTSService) -> bool:
+    """Pods read the checkpoint from the model cache and never download it."""
+    return service.spec.model.cache.enabled
+
+
+def downloads(service: TTSService) -> bool:
+    """Each pod fetches the checkpoint from the hub at start."""
+    return not uses_pvc(service) and not uses_cache(service)

@@ -29,6 +29,11 @@ def api_keys_secret_name(service_name: str) -> str:
     return f"{service_name}-api-keys"
 
 
+def model_cache_name(service_name: str, key: str) -> str:
+    """`<svc>-model-<key>`: the cache PVC and the Job that fills it; `key` names what it holds."""
+    return f"{service_name}-model-{key}"
+
+
 def route_name(service_name: str) -> str:
     return service_name
 

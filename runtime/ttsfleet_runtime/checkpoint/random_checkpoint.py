@@ -89,6 +89,7 @@ def write_random_checkpoint(
         done += _numel(shape)
         if i % 50 == 0:
             say(f"random weights: {done / 1e6:.0f}M of {total / 1e6:.0f}M parameters")
+    _never_say_eos(tensors, config)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     say(f"wrote {total / 1e6:.1f}M parameters to {out / 'model.safetensors'}")
 
@@ -96,6 +97,20 @@ def write_random_checkpoint(
         _write_speech_tokenizer(out / "speech_tokenizer", size, seed)
     say(f"checkpoint {size} {variant} written to {out} in {time.monotonic() - t0:.1f}s")
     return out
+
+
+def _never_say_eos(tensors: dict[str, torch.Tensor], config: dict) -> None:
+    """Zero the talker's EOS row, so the EOS logit is 0 whatever the hidden state.
+
+    With N(0, 0.02) rows the EOS logit is as large as any code's, so sampling
+    says EOS now and then (about once in 3,000 frames at top-k 50) and an
+    utterance ends early at random: tests and benchmarks that fix the length by
+    --max-audio-seconds would flake. A zero row sits at the median of the 2,048
+    code logits, far below the top 50 that sampling keeps, so random weights
+    never say EOS at the generation config's top-k; tests that need EOS bias it.
+    """
+    eos = config["talker_config"]["codec_eos_token_id"]
+    tensors["talker.codec_head.weight"][eos] = 0
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -89,7 +89,7 @@ class StreamingCodec:
         graph = self._graph_for(batch, frames)
         if graph is not None:
             return graph.run(slots, codes)
-        index = torch.tensor(slots, dtype=torch.long, device=self.device)
+        index = ids_on(slots, self.device)
         with torch.inference_mode():
             return self._step(index, codes.to(self.device, torch.long))
 

@@ -302,8 +302,8 @@ class EngineCore:
         if not rows:
             return bool(plan.prefill) or starved is not None
         stepped, codes, nxt = self._step_isolating(rows, extent, live)
-        elapsed = time.monotonic() - t
-        t = self._spent("decode", t)
+        started, t = t, self._spent("decode", t)
+        elapsed = t - started
         self.step_s = elapsed if not self.step_s else 0.8 * self.step_s + 0.2 * elapsed
         with self.lock:
             outcome = self.scheduler.postprocess(stepped, codes, nxt, self.rules)
