@@ -70,17 +70,12 @@ def summary(samples: list[float]) -> dict:
 
 
 def start_engine(args):
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+    from ttsfleet_runtime.benchmark import ready_checkpoint
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
-    ckpt = args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{args.size}-Base-random")
-    info: dict = dict(checkpoint=ckpt)
-    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        t = time.time()
-        write_random_checkpoint(
-            ckpt, args.size, "Base", seed=0, device=args.device, progress=lambda m: None
-        )
-        info["write_s"] = round(time.time() - t, 1)
+    t = time.time()
+    ckpt = ready_checkpoint(args.size, args, variant="Base")
+    info: dict = dict(checkpoint=ckpt, checkpoint_write_s=round(time.time() - t, 1))
     engine = TTSEngine.from_pretrained(ckpt, args.device, dtype=args.dtype)
     t = time.time()
     encoders = engine.voice_encoders

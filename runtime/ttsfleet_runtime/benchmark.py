@@ -181,19 +181,20 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     return round(start.elapsed_time(end) / iters, 3)
 
 
-def checkpoint_path(size: str, args) -> str:
-    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
+def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
+    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-{variant}-random")
 
 
-def ready_checkpoint(size: str, args) -> str:
-    """`checkpoint_path(size, args)`, first writing the random checkpoint of `size` there
-    (on `args.device`) when no `args.model` is given and none is there yet."""
-    ckpt = checkpoint_path(size, args)
+def ready_checkpoint(size: str, args, variant: str = "CustomVoice") -> str:
+    """`checkpoint_path(size, args, variant)`, first writing the random checkpoint of
+    `size` and `variant` there (on `args.device`) when no `args.model` is given and none
+    is there yet."""
+    ckpt = checkpoint_path(size, args, variant)
     if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
         from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
         write_random_checkpoint(
-            ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
+            ckpt, size, variant, seed=0, device=args.device, progress=lambda m: None
         )
     return ckpt
 
