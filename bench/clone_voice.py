@@ -32,6 +32,8 @@ import traceback
 import numpy as np
 import torch
 
+from ttsfleet_runtime.benchmark import ready_checkpoint, run_sections
+
 T0 = time.time()
 TRANSCRIPT = "The quick brown fox jumps over the lazy dog while the orchestra tunes up."
 
@@ -70,7 +72,6 @@ def summary(samples: list[float]) -> dict:
 
 
 def start_engine(args):
-    from ttsfleet_runtime.benchmark import ready_checkpoint
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
     t = time.time()
@@ -192,17 +193,7 @@ def main() -> None:
                 ),
                 (f"parts_{seconds:g}s", lambda s=seconds: parts_section(engine, s, args)),
             ]
-        for key, run in todo:
-            if time.time() - T0 > args.budget_s:
-                sections[key] = dict(skipped="time budget")
-                continue
-            try:
-                sections[key] = run()
-                log(key, {k: v for k, v in sections[key].items() if k != "samples_ms"})
-            except Exception as e:
-                sections[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
-                log(key, "FAILED", traceback.format_exc())
-            dump()
+        run_sections(todo, sections, started=T0, budget_s=args.budget_s, dump=dump, log=log)
     results["seconds"] = round(time.time() - T0, 1)
     dump()
     print_table(results)
@@ -215,15 +206,15 @@ def print_table(results: dict) -> None:
         return
     print(f"{'section':>16} {'median ms':>10} {'min ms':>8} {'frames':>7} {'peak GiB':>9}")
     for key, r in results["sections"].items():
-        if key.startswith("parts_"):
+        if "error" in r or "skipped" in r:
+            print(f"{key:>16} {r.get('error') or r.get('skipped')}")
+        elif key.startswith("parts_"):
             print(f"{key:>16} " + ", ".join(f"{k} {v} ms" for k, v in r.items()))
-        elif "median_ms" in r:
+        else:
             print(
                 f"{key:>16} {r['median_ms']:>10} {r['min_ms']:>8} {str(r['ref_frames']):>7} "
                 f"{str(r.get('peak_extra_gib', '-')):>9}"
             )
-        else:
-            print(f"{key:>16} {r.get('error') or r.get('skipped')}")
 
 
 if __name__ == "__main__":

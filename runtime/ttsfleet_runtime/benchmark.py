@@ -181,6 +181,34 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     return round(start.elapsed_time(end) / iters, 3)
 
 
+def run_sections(
+    todo: list,
+    into: dict,
+    *,
+    started: float,
+    budget_s: float,
+    dump,
+    log,
+    label: str = "",
+    describe=lambda r: {k: v for k, v in r.items() if k != "samples_ms"},
+) -> None:
+    """The bench scripts' section loop: each (key, section) of `todo` runs in order into
+    `into[key]`, and `dump()` writes the JSON after it. A section that raises records its
+    error and the rest still run; one due past `budget_s` seconds after `started` is
+    recorded as skipped. `log(label + key, describe(result))` reports each."""
+    for key, run in todo:
+        if time.time() - started > budget_s:
+            into[key] = dict(skipped="time budget")
+            continue
+        try:
+            into[key] = run()
+            log(label + key, describe(into[key]))
+        except Exception as e:
+            into[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
+            log(label + key, "FAILED", traceback.format_exc())
+        dump()
+
+
 def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
     return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-{variant}-random")
 
