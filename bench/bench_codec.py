@@ -31,6 +31,7 @@ from ttsfleet_runtime.benchmark import SECONDS_PER_FRAME, timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.settings import SETTINGS
 
 
 def summary(samples: list[float]) -> dict:
@@ -148,7 +149,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     cuda = args.device.startswith("cuda")
     if cuda and not args.torch_convs:
-        convs.use_kernels()  # as the engine does on a GPU
+        convs.use(SETTINGS["codec_conv_route"].default)  # as a GPU server does
 
     folder = args.tokenizer
     if folder is None:
@@ -169,7 +170,9 @@ def main() -> None:
             "cudnn": torch.backends.cudnn.version() if cuda else None,
         },
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "convolutions": "torch" if args.torch_convs or not cuda else "triton",
+        "convolutions": "torch"
+        if args.torch_convs or not cuda
+        else SETTINGS["codec_conv_route"].default,
         "results": [],
     }
     for name in args.dtypes:

@@ -5,7 +5,7 @@
 Writes a real-size random speech tokenizer (official layout, as bench_codec.py does) unless
 --tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
 "triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
-channels-last + the fused epilogue, "routed" = per `route_for`, what use_kernels() runs;
+channels-last + the fused epilogue, "routed" = per `route_for` (a server runs its `codec_conv_route` setting);
 "eager" = the torch reference path, for comparison) measures:
   1. correctness on the GPU first: streamed bf16 audio (chunks 1, 2, 8, ...) of a few
      streams vs the float32 eager (torch) offline decode: SNR dB and max |error| of the

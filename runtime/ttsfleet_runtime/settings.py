@@ -154,6 +154,29 @@ class ServerSettings:
         minimum=1,
         maximum=32,
     )
+    # After the first chunk each chunk is as long as all the audio before it, up to
+    # this (2, 2, 4, 8, 8 ...): longer steady chunks mean fewer, larger codec calls.
+    chunk_frames: int = setting(
+        8,
+        "codec frames in a steady audio chunk (where the chunk ramp stops)",
+        minimum=1,
+        maximum=64,
+    )
+    # The codec's dense convolutions on a GPU: the Triton implicit-GEMM kernel with the
+    # activation fused (kernels/conv1d.py), cuDNN on channels-last views with a fused
+    # epilogue, or per layer and size (codec/convs.py route_for). Alone cuDNN decodes
+    # 2-4x faster (bench/codec_scale.py); the default is what served best under load.
+    codec_conv_route: str = setting(
+        "triton",
+        "GPU convolutions of the codec decoder",
+        choices=("triton", "cudnn", "routed"),
+    )
+    # Decode steps set every stream's pace; codec calls have the lead of the audio
+    # already sent. On: the engine thread's kernels run on a high-priority CUDA stream,
+    # so the codec's thread blocks wait for free multiprocessors behind them.
+    decode_priority: bool = setting(
+        False, "decode on a high-priority CUDA stream (codec work yields to it)"
+    )
     # Bounds the GPU time a single request can hold a slot (and random-weight
     # models never stop by themselves). It covers the whole request: 4,096
     # characters of English (max_input_chars) is about 270 s of speech.

@@ -13,10 +13,9 @@ the GPU kernels read a sample's channels as one contiguous row, with no transpos
 Every convolution goes through `conv(layer, x, state, ...)`, which also adds the residual
 and applies the activation that the *next* convolution's input needs (SnakeBeta), so the
 GPU computes each activation once, right after the convolution. `conv` is `conv_eager`
-(torch, the reference; CPU and the parity tests) until `use_kernels()` rebinds it to
-`SERVER_ROUTE`. Of the routes (`use(route)`), "routed" sends each convolution, by its shape and
-rows (`route_for`), to
-cuDNN on channels-last tensors with a fused epilogue kernel (`conv_cudnn`,
+(torch, the reference; CPU and the parity tests) until `use(route)` rebinds it (a GPU
+server: the `codec_conv_route` setting). "routed" sends each convolution, by its shape and
+rows (`route_for`), to cuDNN on channels-last tensors with a fused epilogue kernel (`conv_cudnn`,
 kernels/conv_epilogue.py) or to the Triton implicit-GEMM kernel with the epilogue inside
 (`conv_kernel`, kernels/conv1d.py); `use_eager()` puts it back. All keep the same state:
 the tail of each convolution's (activated) input.
@@ -324,26 +323,13 @@ conv = conv_eager
 
 def use(route: str) -> None:
     """Bind every dense convolution of the decoder to one route of `ROUTES` (the
-    benchmark compares them; `use_kernels` binds the server's)."""
+    benchmark compares them; the engine binds the `codec_conv_route` setting's)."""
     global conv
     conv = ROUTES[route]
 
 
-# The route a GPU server runs. Alone (bench/codec_scale.py, H100) cuDNN channels-last
-# decodes 2-4x faster than the Triton kernel at every batch; inside the server under
-# load (bench/capacity.py, same H100, 2026-11-23) the cuDNN route delivered 38 audio-s/s
-# at 20 requests/s where the Triton route delivered 152 at 40/s. Until that is
-# explained, the server runs the route that serves best end to end.
-SERVER_ROUTE = "triton"
-
-
-def use_kernels() -> None:
-    """The GPU path: the convolutions on `SERVER_ROUTE`."""
-    use(SERVER_ROUTE)
-
-
 def use_eager() -> None:
-    """Undo use_kernels(): torch convolutions (the reference)."""
+    """Undo use(): torch convolutions (the reference)."""
     use("eager")
 
 

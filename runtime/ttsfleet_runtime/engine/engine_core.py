@@ -20,6 +20,7 @@ run without the fault.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -66,6 +67,8 @@ class EngineCore:
         dtype: str,
         first_chunk_frames: int,
         chunk_frames: int,
+        codec_conv_route: str,
+        decode_priority: bool,
         max_len: int,
         max_text_tokens: int,
         capture_all_graphs: bool,
@@ -83,6 +86,8 @@ class EngineCore:
         self.dtype = dtype
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
+        self.codec_conv_route = codec_conv_route
+        self.decode_priority = decode_priority
         self.max_len = max_len
         self.max_text_tokens = max_text_tokens
         self.kv_cache_memory = kv_cache_memory
@@ -148,14 +153,18 @@ class EngineCore:
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
         decoder = load_speech_tokenizer(self.path / "speech_tokenizer", self.device, codec_dtype)
         if torch.device(self.device).type == "cuda":
-            codec_convs.use_kernels()
+            codec_convs.use(self.codec_conv_route)
         self.codec = StreamingCodec(decoder, self.max_batch, self.device)
         if self.runner.use_graphs:
             if self.capture_all_graphs:
                 self.runner.capture_all(say)
             frame_buckets = list(self.rules.chunk_sizes())
             t_codec = time.monotonic()
-            self.codec.capture(list(self.runner.batch_buckets), frame_buckets)
+            # cuDNN's heuristics pick slow kernels for these channels-last shapes (and
+            # the server served 4x worse on them); timing the candidates once per shape
+            # in the warm-up before each capture is what the benchmarks measured.
+            with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+                self.codec.capture(list(self.runner.batch_buckets), frame_buckets)
             say(f"captured codec graphs in {time.monotonic() - t_codec:.1f}s")
         else:
             frame_buckets = []
@@ -233,6 +242,11 @@ class EngineCore:
             # Work on the device the model was loaded to ("cuda" = the current one).
             index = torch.device(self.device).index
             torch.cuda.set_device(index if index is not None else torch.cuda.current_device())
+        with _engine_stream(self.device, self.decode_priority):
+            self._loop()
+        self._release_finished()
+
+    def _loop(self) -> None:
         while not self._stopping:
             try:
                 did_work = self._iteration()
@@ -249,7 +263,6 @@ class EngineCore:
             if not did_work:
                 self._wake.wait(timeout=0.05)
                 self._wake.clear()
-        self._release_finished()
 
     def _release_finished(self) -> None:
         with self.lock:
@@ -581,3 +594,14 @@ def _failure(what: str, exc: BaseException) -> EngineError:
     error = EngineError(f"{what}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+def _engine_stream(device: str, high_priority: bool):
+    """Where the engine thread's kernels go: the current stream, or with `high_priority`
+    a stream of the device's highest priority. Graph replays inherit the stream's
+    priority, so the block scheduler starts a decode step's blocks before the codec
+    thread's whenever both wait for a multiprocessor."""
+    if not (high_priority and device.startswith("cuda")):
+        return contextlib.nullcontext()
+    _, highest = torch.cuda.Stream.priority_range()
+    return torch.cuda.stream(torch.cuda.Stream(priority=highest))

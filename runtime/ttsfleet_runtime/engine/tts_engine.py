@@ -67,6 +67,8 @@ class TTSEngine:
         dtype: str = "bfloat16",
         first_chunk_frames: int = 2,
         chunk_frames: int = 8,
+        codec_conv_route: str = "triton",  # on a GPU: see settings.codec_conv_route
+        decode_priority: bool = False,
         max_len: int = 4608,  # KV positions per stream: prompt + up to ~6 min of audio
         max_text_tokens: int = 1024,
         piece_tokens: int = 256,  # a long text's pieces: about a minute of speech each
@@ -115,6 +117,8 @@ class TTSEngine:
             dtype=dtype,
             first_chunk_frames=first_chunk_frames,
             chunk_frames=chunk_frames,
+            codec_conv_route=codec_conv_route,
+            decode_priority=decode_priority,
             max_len=max_len,
             max_text_tokens=max_text_tokens,
             capture_all_graphs=capture_all_graphs,
