@@ -4,7 +4,9 @@ An upload is cloned once (voice_library.py) and stored with its audio and
 consent record; a tenant can read one back (`GET .../{id}`), export everything
 kept of it (`GET .../{id}/export`: audio as base64 WAV, transcript, consent
 record, in one JSON document) and erase it (`DELETE`). Only a model that
-clones (a Base model) takes uploads. Uploading a voice needs the speaker's explicit consent (`consent=true` and the
+clones (a Base model) takes uploads.
+
+Uploading a voice needs the speaker's explicit consent (`consent=true` and the
 statement the uploader makes), a transcript of the reference audio, and audio
 that decodes, lasts between the configured bounds and is not silent (checked
 from the header first, then decoded in bounded blocks: reference_audio.py).
