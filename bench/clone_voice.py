@@ -10,17 +10,27 @@ from 44.1 kHz (resampling included). Each is timed end to end as a caller sees i
 encoder, codec encoder) are timed the same way once per length. Peak GPU memory of the
 clones is recorded too.
 
+Last, what a cloned voice costs when speaking it (`ttfa`): time to first audio at batch 1
+through the engine API (`benchmark.run_one`, the engine benchmark's text and request;
+the server adds the same to every voice), `--ttfa-runs` times after a warm-up, for the
+clones above (x-vector from the first length, in context from each) on a started Base
+engine, then for the built-in speaker ryan on the CustomVoice checkpoint of the same
+size (--custom-voice-model, or a random one). Each voice records its prompt's length:
+in-context cloning lengthens it by the recording's frames.
+
 JSON goes to `--out/clone_voice.json` after every section (a failing section records its
 error, the rest still run; sections past `--budget-s` are skipped); a short table is
 printed last. On the GPU machine, from the repository root:
 
-    PYTHONPATH=runtime python3 bench/clone_voice.py --out $OUT --size 1.7B --budget-s 300
+    PYTHONPATH=runtime python3 bench/clone_voice.py --out $OUT --size 1.7B --budget-s 420
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
+import gc
 import json
 import os
 import platform
@@ -32,7 +42,7 @@ import traceback
 import numpy as np
 import torch
 
-from ttsfleet_runtime.benchmark import ready_checkpoint, run_sections
+from ttsfleet_runtime.benchmark import ready_checkpoint, run_one, run_sections
 
 T0 = time.time()
 TRANSCRIPT = "The quick brown fox jumps over the lazy dog while the orchestra tunes up."
@@ -131,6 +141,86 @@ def parts_section(engine, seconds: float, args) -> dict:
     }
 
 
+async def started_engine(ckpt: str, args):
+    """An engine for batch-1 timing: a few slots, the batch-1 decode graph captured."""
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+    cuda = args.device.startswith("cuda")
+    engine = TTSEngine.from_pretrained(
+        ckpt,
+        args.device,
+        dtype=args.dtype,
+        max_batch=4,
+        cuda_graphs=cuda,
+        capture_all_graphs=False,
+        kv_cache_memory=0.2,
+    )
+    await engine.start()
+    runner = engine.runner
+    if runner.use_graphs:
+        with torch.inference_mode():
+            if runner.bucket(1) not in runner.graphs:
+                runner.capture(runner.bucket(1))
+        torch.cuda.synchronize()
+    return engine
+
+
+async def ttfa_of(engine, cloned, args) -> dict:
+    voice = engine.builder.voice(None if cloned else "ryan", None, "english", cloned)
+    await asyncio.wait_for(run_one(engine, 8, seed=1, cloned=cloned), 120)  # warm-up
+    runs = [
+        await asyncio.wait_for(run_one(engine, 4, seed=100 + i, cloned=cloned), 60)
+        for i in range(args.ttfa_runs)
+    ]
+    ttfa = [r["ttfa_ms"] for r in runs]
+    return dict(
+        prompt_positions=engine.builder.prompt_length(voice),
+        ref_frames=None if cloned is None or cloned.ref_codes is None else len(cloned.ref_codes),
+        ttfa_ms_median=round(statistics.median(ttfa), 2),
+        ttfa_ms_min=min(ttfa),
+        ttfa_ms_max=max(ttfa),
+        ttfa_from_admission_ms_median=round(
+            statistics.median(r["ttfa_from_admission_ms"] for r in runs), 2
+        ),
+        samples_ms=ttfa,
+    )
+
+
+async def ttfa_section(cloner, args) -> dict:
+    """TTFA of each cloned voice on the Base checkpoint, then of a built-in speaker on
+    the CustomVoice one; a voice that fails records its error, the others still run."""
+    lengths = [float(x) for x in args.lengths.split(",")]
+    clones = {f"xvector_{lengths[0]:g}s": (lengths[0], None)}
+    clones |= {f"icl_{seconds:g}s": (seconds, TRANSCRIPT) for seconds in lengths}
+    voices = {
+        key: cloner.clone_voice(recording(seconds, 24000), 24000, transcript)
+        for key, (seconds, transcript) in clones.items()
+    }
+    custom_voice = argparse.Namespace(**{**vars(args), "model": args.custom_voice_model})
+    plan = [
+        (ready_checkpoint(args.size, args, "Base"), voices),
+        (ready_checkpoint(args.size, custom_voice, "CustomVoice"), {"built_in_ryan": None}),
+    ]
+    out: dict = {}
+    for ckpt, todo in plan:
+        engine = await started_engine(ckpt, args)
+        try:
+            for key, cloned in todo.items():
+                try:
+                    out[key] = await ttfa_of(engine, cloned, args)
+                    log("ttfa", key, {k: v for k, v in out[key].items() if k != "samples_ms"})
+                except Exception as e:
+                    out[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
+                    log("ttfa", key, "FAILED", traceback.format_exc())
+        finally:
+            await engine.stop(drain_timeout_s=0)
+            del engine
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -143,6 +233,13 @@ def main() -> None:
     ap.add_argument("--lengths", default="5,15", help="recording seconds")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--ttfa-runs", type=int, default=10)
+    ap.add_argument(
+        "--custom-voice-model",
+        default="",
+        help="the CustomVoice checkpoint whose built-in speaker the clones' TTFA is compared "
+        "with (default: a random one of --size)",
+    )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     import soxr
@@ -193,7 +290,17 @@ def main() -> None:
                 ),
                 (f"parts_{seconds:g}s", lambda s=seconds: parts_section(engine, s, args)),
             ]
-        run_sections(todo, sections, started=T0, budget_s=args.budget_s, dump=dump, log=log)
+        todo.append(("ttfa", lambda: asyncio.run(ttfa_section(engine, args))))
+        run_sections(
+            todo,
+            sections,
+            started=T0,
+            budget_s=args.budget_s,
+            dump=dump,
+            log=log,
+            # Samples and the TTFA section's voices (logged one by one) left out.
+            describe=lambda r: {k: v for k, v in r.items() if not isinstance(v, list | dict)},
+        )
     results["seconds"] = round(time.time() - T0, 1)
     dump()
     print_table(results)
@@ -205,9 +312,12 @@ def print_table(results: dict) -> None:
         print("start failed:", results["error"])
         return
     print(f"{'section':>16} {'median ms':>10} {'min ms':>8} {'frames':>7} {'peak GiB':>9}")
-    for key, r in results["sections"].items():
+    sections = results["sections"]
+    for key, r in sections.items():
         if "error" in r or "skipped" in r:
             print(f"{key:>16} {r.get('error') or r.get('skipped')}")
+        elif key == "ttfa":
+            continue
         elif key.startswith("parts_"):
             print(f"{key:>16} " + ", ".join(f"{k} {v} ms" for k, v in r.items()))
         else:
@@ -215,6 +325,18 @@ def print_table(results: dict) -> None:
                 f"{key:>16} {r['median_ms']:>10} {r['min_ms']:>8} {str(r['ref_frames']):>7} "
                 f"{str(r.get('peak_extra_gib', '-')):>9}"
             )
+
+    ttfa = sections.get("ttfa")
+    if ttfa and "error" not in ttfa and "skipped" not in ttfa:
+        print(f"\n{'TTFA, batch 1':>16} {'median ms':>10} {'min ms':>8} {'prompt':>7}")
+        for key, r in ttfa.items():
+            if "error" in r:
+                print(f"{key:>16} {r['error']}")
+            else:
+                print(
+                    f"{key:>16} {r['ttfa_ms_median']:>10} {r['ttfa_ms_min']:>8} "
+                    f"{r['prompt_positions']:>7}"
+                )
 
 
 if __name__ == "__main__":

@@ -69,20 +69,23 @@ def dump(out: str) -> None:
         json.dump(RESULTS, f, indent=1, default=str)
 
 
-def request(frames: int, seed: int, text: str = TEXT):
+def request(frames: int, seed: int, text: str = TEXT, cloned=None):
+    """Exactly `frames` frames of `text`, spoken by the built-in speaker ryan, or with
+    `cloned` (a `ClonedVoice`) by a Base model."""
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 
     return SynthesisRequest(
         text=text,
-        voice="ryan",
+        voice="ryan" if cloned is None else None,
+        cloned_voice=cloned,
         language="english",
         params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames),
     )
 
 
-async def run_one(engine, frames: int, seed: int) -> dict:
+async def run_one(engine, frames: int, seed: int, cloned=None) -> dict:
     t_submit = time.monotonic()
-    stream = engine.submit(request(frames, seed))
+    stream = engine.submit(request(frames, seed, cloned=cloned))
     arrivals = []
     n_frames = 0
     async for chunk in stream:
