@@ -68,6 +68,20 @@ def gpu_description() -> dict:
         return {"gpu": None, "error": repr(exc)}
 
 
+def report_head(benchmark: str, args) -> dict:
+    """What a server benchmark's JSON starts with: when, on what, with which versions, how run."""
+    return {
+        "benchmark": benchmark,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **environment(),
+        "gpu": gpu_description() if args.device != "cpu" else {"gpu": None},
+        "server_versions": versions(),
+        "command": " ".join(sys.argv),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "sizes": {},
+    }
+
+
 def versions() -> dict:
     out = {}
     for name in ("torch", "triton", "fastapi", "uvicorn", "matplotlib"):
@@ -100,7 +114,7 @@ class Server:
     def tail(self, lines: int = 25) -> str:
         return "".join(self.log_path.read_text(errors="replace").splitlines(True)[-lines:])
 
-    def wait_ready(self, timeout_s: float) -> float:
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> float:
         """Seconds until /health/ready answers 200; raises with the log's tail otherwise."""
         start = time.monotonic()
         while time.monotonic() - start < timeout_s:
@@ -108,10 +122,10 @@ class Server:
                 raise RuntimeError(f"serve exited {self.process.returncode}:\n{self.tail()}")
             try:
                 if httpx.get(self.base + "/health/ready", timeout=2).status_code == 200:
-                    return round(time.monotonic() - start, 1)
+                    return round(time.monotonic() - start, 2)
             except httpx.HTTPError:
                 pass
-            time.sleep(0.5)
+            time.sleep(poll_s)
         raise TimeoutError(f"serve not ready after {timeout_s:.0f} s:\n{self.tail()}")
 
     def stop(self) -> None:
@@ -305,16 +319,7 @@ def main() -> int:
     args.rates = [float(r) for r in args.rates.split(",")]
     args.burst = [int(n) for n in args.burst.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {
-        "benchmark": "capacity",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **environment(),
-        "gpu": gpu_description(),
-        "server_versions": versions(),
-        "command": " ".join(sys.argv),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "sizes": {},
-    }
+    report = report_head("capacity", args)
     path = args.out / "capacity.json"
 
     def save() -> None:

@@ -10,7 +10,9 @@ Inputs (any but the first may be missing):
   `bench/bench_codec.py`: `codec_ms_b128_n8` (one codec for every size: the same value
   in each), the bf16 decode of 8 frames for 128 streams (graph replay where timed);
 - `--capacity`: `capacity.json` of `bench/capacity.py`: per size its `load` figures
-  (`ttfa_p95_ms_at_10_rps`, `ttfa_p95_ms_at_20_rps`, `knee_rps`, `max_concurrent_streams`).
+  (`ttfa_p95_ms_at_10_rps`, `ttfa_p95_ms_at_20_rps`, `knee_rps`, `max_concurrent_streams`);
+- `--startup`: `startup.json` of `bench/startup.py`: per size `startup_s` (process start ->
+  ready with a warm compile cache) and `startup_s_cold`.
 
 Speedups compare the peer with us on the same machine in the same run:
 `speedup_ms_per_frame_b1` and `speedup_ttfa_ms_b1` are peer / ours (times faster),
@@ -19,7 +21,7 @@ Speedups compare the peer with us on the same machine in the same run:
     PYTHONPATH=runtime python3 bench/summarise.py --ours $OUT/ours.json \\
         --peer $OUT/peers/faster_qwen3_tts.json --profile $OUT/profile_step.json \\
         --codec $OUT/codec_scale.json --capacity $OUT/capacity.json \\
-        --out bench/results/summary.json
+        --startup $OUT/startup.json --out bench/results/summary.json
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def summarise(
     profile: dict | None,
     codec: dict | None = None,
     capacity: dict | None = None,
+    startup: dict | None = None,
 ) -> dict:
     env = ours.get("env", {})
     sizes = {}
@@ -123,6 +126,10 @@ def summarise(
     for size, run in ((capacity or {}).get("sizes") or {}).items():
         if isinstance(run, dict) and run.get("load"):
             sizes.setdefault(size, {})["load"] = run["load"]
+    for size, run in ((startup or {}).get("sizes") or {}).items():
+        figures = present({k: (run or {}).get(k) for k in ("startup_s", "startup_s_cold")})
+        if figures:
+            sizes.setdefault(size, {}).update(figures)
     for entry in sizes.values():
         if codec_ms is not None and "error" not in entry:
             entry["codec_ms_b128_n8"] = codec_ms
@@ -133,11 +140,13 @@ def summarise(
         notes=(
             "random bf16 weights, fixed length (EOS suppressed); ours and the peer from one "
             "device run. Fields: bench/results/README.md ('Where a number comes from'); "
-            "graphs / capture_s: the decode + prefill graphs `ttsfleet serve` captures at start "
-            "with its default settings and the seconds that takes; kernels_per_step_b1: GPU "
+            "graphs / capture_s: every decode + prefill graph `ttsfleet serve` captures with its "
+            "default settings and the seconds that takes; kernels_per_step_b1: GPU "
             "kernels of one eager decode step at batch 1 (bench/profile_step.py); codec_ms_b128_n8: "
             "one bf16 codec decode of 8 frames for 128 streams; load: `ttsfleet loadtest` over "
-            "HTTP against `ttsfleet serve` (bench/capacity.py, docs/capacity.md)."
+            "HTTP against `ttsfleet serve` (bench/capacity.py, docs/capacity.md); startup_s / "
+            "startup_s_cold: `ttsfleet serve` spawned -> /health/ready with a warm / empty "
+            "--compile-cache-dir (bench/startup.py)."
         ),
     )
 
@@ -183,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="capacity.json of bench/capacity.py (load figures; again for a run split by size)",
     )
+    ap.add_argument("--startup", help="startup.json of bench/startup.py (startup_s per size)")
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
     ours: dict = {}
@@ -194,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         load(args.profile),
         load_optional(args.codec),
         merge_capacity([load_optional(path) for path in args.capacity]),
+        load_optional(args.startup) if args.startup else None,
     )
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
     for size, entry in summary["sizes"].items():

@@ -51,6 +51,8 @@ What each metric means, exactly:
   step, waiting for the GPU included) and postprocess, and the codec thread's
   codec. rate() over wall time is each phase's share: decode near 1 means the
   GPU step is the limit; plan/postprocess high means the host is.
+  The engine counters count the warm-up synthesis before ready like any work
+  (never set back); the graph captures after ready are not busy time.
 - ttsfleet_time_to_first_audio_seconds (histogram): request received -> first
   audio chunk ready to send (streamed responses send it at that moment; a
   whole-file response is sent when the last chunk is ready).
@@ -64,6 +66,11 @@ What each metric means, exactly:
 - ttsfleet_voice_cache_lookups_total (counter, label result = hit | miss):
   stored voices resolved for speech from the pod's prompt cache, or read from
   the voice store (a miss).
+- ttsfleet_startup_seconds (gauge, label phase): where this process's start
+  went, one of STARTUP_PHASES below; the phases up to warm_up follow each
+  other and add up to phase="total" (process start -> ready). Set once each
+  phase ends, so /metrics (served once ready) shows them all, and
+  capture_background once the graphs left for after ready are captured.
 
 Every runtime pod also carries the label `track` (stable|canary), which
 Prometheus keeps: the canary analysis compares the two by it.
@@ -86,6 +93,7 @@ KV_CACHE_USED = "ttsfleet_kv_cache_used_bytes"  # KV blocks streams hold
 KV_CACHE_TOTAL = "ttsfleet_kv_cache_total_bytes"  # the KV pool
 BUILD_INFO = "ttsfleet_build_info"  # 1, labels: version, model, variant, size
 STREAM_LEAD_MIN = "ttsfleet_stream_lead_min_seconds"  # least audio ahead of playback
+STARTUP_SECONDS = "ttsfleet_startup_seconds"  # label: phase (STARTUP_PHASES)
 
 # Counters (exposed with the _total suffix)
 REQUESTS = "ttsfleet_requests_total"  # labels: route, code
@@ -127,6 +135,22 @@ CLIENT_FAULT_ERRORS = (
 )
 # Error types of load and lifecycle: retry later or elsewhere.
 CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped", "voice_store_unavailable")
+
+# The phases of a start (engine/startup.py), in order: each lasts from the end of
+# the one before. bench/startup.py reads these names; its cold starts (an empty compile
+# cache: a fleet's first pod) are what the operator's startupProbe budget takes
+# (gpu_classes.MEASURED_STARTUP_SECONDS).
+STARTUP_PHASES = (
+    "import",  # process start -> the engine loads: interpreter, imports, tokenizer, app
+    "load_weights",  # talker, codec (Base: voice encoder) weights onto the device, the KV pool
+    "compile",  # torch.compile and the Triton kernels, by one eager step of each graph kind
+    "capture_decode_graphs",  # the decode step's CUDA graphs captured before ready
+    "capture_prefill_graphs",  # the packed prefill's CUDA graphs captured before ready
+    "capture_codec_graphs",  # the codec's CUDA graphs captured before ready
+    "warm_up",  # one short synthesis through the real path
+    "total",  # process start -> ready
+    "capture_background",  # after ready: the remaining graphs, captured while idle
+)
 
 # TTFA targets are tens to hundreds of ms; tails to seconds under overload.
 TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
@@ -264,6 +288,12 @@ class _EngineCollector:
         for phase, seconds in stats.busy_seconds.items():
             busy.add_metric([phase], seconds)
         yield busy
+        startup = GaugeMetricFamily(
+            STARTUP_SECONDS, "Seconds each start-up phase took", labels=["phase"]
+        )
+        for phase, seconds in stats.startup_seconds.items():
+            startup.add_metric([phase], seconds)
+        yield startup
         readings = self._gpu.read() if self._gpu is not None else []
         if readings:
             util = GaugeMetricFamily(GPU_UTILIZATION, "GPU utilisation 0..1 (NVML)", labels=["gpu"])

@@ -2,9 +2,10 @@
 operator, which renders the volume, the fill Job and the pods that mount it, and
 `ttsfleet-runtime fetch` (checkpoint/fetch.py), which fills it.
 
-A filled cache volume holds the checkpoint in `CHECKPOINT_DIR` and, written last and
-only after every file was verified, the marker `MARKER_FILE` naming the repository,
-the revision asked for and the commit it resolved to. No marker: not filled.
+A filled cache volume holds the checkpoint in `CHECKPOINT_DIR`, the empty directory
+`COMPILE_CACHE_DIR` and, written last and only after every file was verified, the
+marker `MARKER_FILE` naming the repository, the revision asked for and the commit it
+resolved to. No marker: not filled.
 
 A fill that cannot succeed by retrying exits with one of `PERMANENT_FAILURES`' codes;
 the operator turns each into a `podFailurePolicy` rule that fails the Job at once, and
@@ -22,6 +23,11 @@ import os
 from pathlib import Path
 
 CHECKPOINT_DIR = "checkpoint"
+# The one part of the volume the pods write: their compiled kernels (`--compile-cache-dir`,
+# keyed inside by versions and GPU model), so a new pod loads what an earlier one compiled.
+# The fill makes it, so it belongs to the pods' user: a directory the kubelet makes for a
+# subPath mount would belong to root.
+COMPILE_CACHE_DIR = "compile-cache"
 MARKER_FILE = "ttsfleet-model.json"
 
 

@@ -173,3 +173,18 @@ def test_the_codec_figure_comes_from_bench_codec_too_and_missing_files_are_left_
     assert "absent.json" in done.stderr
     size = json.loads(out.read_text())["sizes"]["1.7B"]
     assert "codec_ms_b128_n8" not in size and "load" not in size
+
+
+def test_start_up_seconds_join_each_size_that_has_them(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    ours["0.6B"] = ours_size([2.0], [9.0])
+    startup = dict(
+        benchmark="startup",
+        sizes={
+            "1.7B": dict(startup_s=11.2, startup_s_cold=48.0, warm=dict(phases={"total": 11.0})),
+            "0.6B": dict(startup_s=None, startup_s_cold=30.5, errors={"warm": "boom"}),
+        },
+    )
+    sizes = summarise(tmp_path, dict(ours=ours, startup=startup))["sizes"]
+    assert (sizes["1.7B"]["startup_s"], sizes["1.7B"]["startup_s_cold"]) == (11.2, 48.0)
+    assert "startup_s" not in sizes["0.6B"] and sizes["0.6B"]["startup_s_cold"] == 30.5

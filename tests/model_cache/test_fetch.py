@@ -1,8 +1,8 @@
 """`ttsfleet-runtime fetch` fills a model cache volume: the real `huggingface_hub` client
 over real HTTP, against a stand-in for the hub (support/fake_hub.py: no internet here).
-It downloads, verifies every file against the hub's sizes and hashes, writes the marker
-last, does nothing the second time, and exits with the codes the operator's fill Job
-fails at once on (ttsfleet_runtime.model_cache)."""
+It downloads, verifies every file against the hub's sizes and hashes, makes the pods'
+compile cache directory, writes the marker last, does nothing the second time, and exits
+with the codes the operator's fill Job fails at once on (ttsfleet_runtime.model_cache)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from support.fake_hub import FakeHub, FakeRepo
 from ttsfleet_runtime.checkpoint.fetch import FetchError, HuggingFaceHub, fill
 from ttsfleet_runtime.model_cache import (
     CHECKPOINT_DIR,
+    COMPILE_CACHE_DIR,
     FAILURE_BY_CODE,
     MARKER_FILE,
     read_marker,
@@ -43,6 +44,10 @@ def test_a_fill_downloads_verifies_and_writes_the_marker_last(tmp_path):
     assert read_marker(tmp_path) == marker
     assert (marker.repo, marker.revision, marker.commit) == (REPO, "main", FakeRepo.commit)
     assert marker.files == {path: len(data) for path, data in FILES.items()}
+    # The pods' writable part, made by the fill's user (theirs), empty.
+    compile_cache = tmp_path / COMPILE_CACHE_DIR
+    assert compile_cache.is_dir() and not any(compile_cache.iterdir())
+    assert compile_cache.stat().st_uid == os.getuid()
 
 
 def test_a_filled_volume_is_left_as_it_is(tmp_path):

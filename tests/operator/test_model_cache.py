@@ -19,7 +19,7 @@ from support.reconcile_passes import reconcile_and_keep_status
 from ttsfleet_operator import labels, model_cache
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.render.model_cache import cache_claim_name
-from ttsfleet_runtime.model_cache import CHECKPOINT_DIR, PERMANENT_FAILURES
+from ttsfleet_runtime.model_cache import CHECKPOINT_DIR, COMPILE_CACHE_DIR, PERMANENT_FAILURES
 
 CACHE = {"enabled": True}
 MODEL = {"size": "0.6B", "variant": "Base", "revision": "v1", "cache": CACHE}
@@ -62,7 +62,7 @@ def test_a_cache_renders_its_claim_and_fill_job_before_the_deployments(make_serv
     )
 
 
-def test_pods_mount_the_cache_read_only_and_never_download(make_service):
+def test_pods_mount_the_checkpoint_read_only_and_never_download(make_service):
     service = make_service(model=MODEL)
     manifests = render_fleet(service)
     (deployment,) = kinds(manifests, "Deployment")
@@ -70,13 +70,42 @@ def test_pods_mount_the_cache_read_only_and_never_download(make_service):
     pod = deployment["spec"]["template"]["spec"]
     assert {
         "name": "model",
-        "persistentVolumeClaim": {"claimName": cache_claim_name(service), "readOnly": True},
+        "persistentVolumeClaim": {"claimName": cache_claim_name(service)},
     } in pod["volumes"]
-    mount = next(m for m in runtime_container(deployment)["volumeMounts"] if m["name"] == "model")
-    assert mount == {"name": "model", "mountPath": "/models", "readOnly": True}
+    mounts = [m for m in runtime_container(deployment)["volumeMounts"] if m["name"] == "model"]
+    # The whole volume read-only; the compile cache's subdirectory alone writable.
+    assert {"name": "model", "mountPath": "/models", "readOnly": True} in mounts
+    (writable,) = [m for m in mounts if not m.get("readOnly")]
+    assert writable["subPath"] == COMPILE_CACHE_DIR
     assert configmap["data"]["TTSFLEET_MODEL"] == f"/models/{CHECKPOINT_DIR}"
     assert "TTSFLEET_MODEL_REVISION" not in configmap["data"]
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in runtime_container(deployment)["env"]
+
+
+def test_compiled_kernels_outlive_the_pod_on_the_cache_else_its_container(make_service):
+    cached = make_service(model=MODEL)
+    (deployment,) = kinds(render_fleet(cached), "Deployment")
+    (configmap,) = kinds(render_fleet(cached), "ConfigMap")
+    mounts = {m["mountPath"]: m for m in runtime_container(deployment)["volumeMounts"]}
+    directory = configmap["data"]["TTSFLEET_COMPILE_CACHE_DIR"]
+    assert mounts[directory] == {
+        "name": "model",
+        "mountPath": directory,
+        "subPath": COMPILE_CACHE_DIR,
+    }
+    # Without a cache: the pod's scratch emptyDir (a restarted container keeps it).
+    uncached = make_service(model={"size": "0.6B", "variant": "Base"})
+    (deployment,) = kinds(render_fleet(uncached), "Deployment")
+    (configmap,) = kinds(render_fleet(uncached), "ConfigMap")
+    directory = configmap["data"]["TTSFLEET_COMPILE_CACHE_DIR"]
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (scratch,) = [
+        m
+        for m in runtime_container(deployment)["volumeMounts"]
+        if directory.startswith(m["mountPath"] + "/")
+    ]
+    assert "emptyDir" in volumes[scratch["name"]] and not scratch.get("readOnly")
 
 
 def test_the_cache_name_follows_what_and_where_it_stores_not_the_image(make_service):

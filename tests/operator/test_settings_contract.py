@@ -152,6 +152,7 @@ def test_flag_and_variable_names_are_the_published_ones():
         "TTSFLEET_MAX_QUEUE": "--max-queue",
         "TTSFLEET_DTYPE": "--dtype",
         "TTSFLEET_CUDA_GRAPHS": "--cuda-graphs",
+        "TTSFLEET_COMPILE_CACHE_DIR": "--compile-cache-dir",
         "TTSFLEET_FIRST_CHUNK_FRAMES": "--first-chunk-frames",
         "TTSFLEET_CHUNK_FRAMES": "--chunk-frames",
         "TTSFLEET_CODEC_CONV_ROUTE": "--codec-conv-route",

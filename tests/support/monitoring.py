@@ -60,6 +60,7 @@ def runtime_metric_names() -> set[str]:
         underrun_steps_total=0,
         prefill_deferred_total=0,
         busy_seconds={"decode": 0.0},
+        startup_seconds={"total": 1.0},
     )
     return _exposed_names(RuntimeMetrics(lambda: stats, lambda: True, gpu=_OneGpu()).registry)
 

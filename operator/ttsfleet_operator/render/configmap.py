@@ -15,7 +15,7 @@ import json
 from ttsfleet_operator import labels
 from ttsfleet_operator.render import api_keys, names
 from ttsfleet_operator.render.metadata import child_metadata
-from ttsfleet_operator.render.model_source import model_location, uses_cache
+from ttsfleet_operator.render.model_source import compile_cache_dir, model_location, uses_cache
 from ttsfleet_operator.render.service import HTTP_PORT
 from ttsfleet_operator.tts_service import TTSService
 from ttsfleet_runtime import settings
@@ -36,6 +36,7 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         "max_queue": engine.max_queue,
         "dtype": engine.dtype,
         "cuda_graphs": engine.cuda_graphs,
+        "compile_cache_dir": compile_cache_dir(service),
         "first_chunk_frames": engine.first_chunk_frames,
         # The server drains streams for this long after SIGTERM; the pod's grace
         # period adds the preStop pause on top.

@@ -10,13 +10,20 @@ from __future__ import annotations
 from ttsfleet_operator import gpu_classes, labels
 from ttsfleet_operator.render import api_keys, configmap, names, pod_security, scheduling
 from ttsfleet_operator.render.metadata import child_metadata
-from ttsfleet_operator.render.model_source import PVC_MOUNT, downloads, uses_cache, uses_pvc
+from ttsfleet_operator.render.model_source import (
+    CACHE_DIR,
+    COMPILE_CACHE_MOUNT,
+    PVC_MOUNT,
+    downloads,
+    uses_cache,
+    uses_pvc,
+)
 from ttsfleet_operator.render.revision import revision
 from ttsfleet_operator.render.service import HTTP_PORT, HTTP_PORT_NAME
 from ttsfleet_operator.tts_service import TTSService
+from ttsfleet_runtime import model_cache
 from ttsfleet_runtime.settings import SETTINGS as RUNTIME_SETTINGS
 
-CACHE_DIR = "/var/cache/ttsfleet"
 STARTUP_PROBE_PERIOD_SECONDS = 10
 # Time for endpoints to drop the pod before the server starts draining.
 PRE_STOP_SLEEP_SECONDS = 10
@@ -185,11 +192,12 @@ def _volumes(service: TTSService, model_claim: str | None) -> list[dict]:
         # PyTorch and NCCL use /dev/shm; the container default (64 MiB) is too small.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
     ]
-    claim = service.spec.model.source.pvc.claim_name if uses_pvc(service) else model_claim
-    if claim is not None:
-        volumes.append(
-            {"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
-        )
+    if uses_pvc(service):
+        claim = {"claimName": service.spec.model.source.pvc.claim_name, "readOnly": True}
+        volumes.append({"name": "model", "persistentVolumeClaim": claim})
+    elif model_claim is not None:
+        # Writable for the compile cache's subPath alone: the mounts say what is read-only.
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": model_claim}})
     keys_secret = api_keys.mounted_secret_name(service)
     if keys_secret:
         volumes.append(
@@ -214,6 +222,14 @@ def _volume_mounts(service: TTSService) -> list[dict]:
     ]
     if uses_pvc(service) or uses_cache(service):
         mounts.append({"name": "model", "mountPath": PVC_MOUNT, "readOnly": True})
+    if uses_cache(service):
+        mounts.append(
+            {
+                "name": "model",
+                "mountPath": COMPILE_CACHE_MOUNT,
+                "subPath": model_cache.COMPILE_CACHE_DIR,
+            }
+        )
     if api_keys.mounted_secret_name(service):
         mounts.append({"name": "api-keys", "mountPath": api_keys.API_KEYS_DIR, "readOnly": True})
     return mounts

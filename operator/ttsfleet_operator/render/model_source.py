@@ -7,6 +7,11 @@ from ttsfleet_operator.tts_service import TTSService
 from ttsfleet_runtime import model_cache
 
 PVC_MOUNT = "/models"
+# The pod's scratch volume (an emptyDir): the hub's downloads, and compiled kernels when
+# there is no model cache (kept across the container's restarts, not for a new pod).
+CACHE_DIR = "/var/cache/ttsfleet"
+# The model cache's writable part (a subPath of its claim): compiled kernels every pod shares.
+COMPILE_CACHE_MOUNT = "/var/cache/ttsfleet-compile"
 
 
 def model_location(service: TTSService) -> str:
@@ -18,6 +23,13 @@ def model_location(service: TTSService) -> str:
         return hub_id
     path = service.spec.model.source.pvc.path.strip("/")
     return f"{PVC_MOUNT}/{path}" if path else PVC_MOUNT
+
+
+def compile_cache_dir(service: TTSService) -> str:
+    """Where the server keeps compiled kernels (`TTSFLEET_COMPILE_CACHE_DIR`): on the model
+    cache when there is one, so a new pod loads them instead of compiling for tens of
+    seconds; else on the pod's scratch volume."""
+    return COMPILE_CACHE_MOUNT if uses_cache(service) else f"{CACHE_DIR}/compile"
 
 
 def uses_pvc(service: TTSService) -> bool:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from ttsfleet_runtime.model_cache import (
     CHECKPOINT_DIR,
+    COMPILE_CACHE_DIR,
     FAILURE_BY_CODE,
     Marker,
     read_marker,
@@ -163,6 +164,7 @@ def fill(
     problems = verify(checkpoint, files)
     if problems:
         raise FetchError(5, "; ".join(problems[:5]))
+    (root / COMPILE_CACHE_DIR).mkdir(exist_ok=True)
     marker = Marker(
         repo=repo,
         revision=revision,

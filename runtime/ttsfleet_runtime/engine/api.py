@@ -226,6 +226,8 @@ class EngineStats:
     # (per stream: used / active). 0 before the engine has loaded.
     kv_cache_used_bytes: int = 0
     kv_cache_total_bytes: int = 0
+    # Seconds of each start-up phase that has ended (metrics.STARTUP_PHASES).
+    startup_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Engine(Protocol):
@@ -233,7 +235,8 @@ class Engine(Protocol):
 
     @property
     def ready(self) -> bool:
-        """True once weights are loaded and graphs captured, until draining."""
+        """True once weights are loaded, the start's graphs captured and a warm-up
+        synthesis spoken (on a GPU), until draining."""
 
     async def start(self) -> None: ...
 

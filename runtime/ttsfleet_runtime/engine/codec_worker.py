@@ -6,8 +6,8 @@ the end of a stream. The worker owns the codec's per-stream slots (opened at a
 stream's first chunk, closed at its end) and delivers chunks and ends to the
 callers in the order they were handed over. Chunks of different streams that
 are waiting together are decoded in one batched call per frame count (the
-codec pads it to the next captured batch bucket: every bucket up to the
-engine's max batch has a graph).
+codec pads it to the smallest captured batch bucket that holds it: the largest
+is captured at start-up, the others on this thread soon after, `capture_later`).
 
 A stream's last chunk may be shorter than any captured frame count; it is
 padded up to the next one (`frame_buckets`) and the audio cut back, so it
@@ -64,6 +64,15 @@ class EndJob:
     reason: FinishReason
 
 
+@dataclasses.dataclass
+class CaptureLater:
+    """Graphs (batch, frames) to capture whenever no chunk waits; `captured`
+    is called after each one, from the codec thread."""
+
+    graphs: list[tuple[int, int]]
+    captured: Callable[[], None]
+
+
 class CodecWorker:
     def __init__(
         self,
@@ -72,8 +81,12 @@ class CodecWorker:
         sample_rate: int,
         frame_buckets: tuple[int, ...] = (),
         on_failure: Callable[[object], None] = lambda seq: None,
+        capture_lock: threading.Lock | None = None,
     ):
         self.codec = codec
+        # Shared with the model runner: one graph capture at a time in the process.
+        self.capture_lock = capture_lock or threading.Lock()
+        self._later: CaptureLater | None = None
         self.on_failure = on_failure
         self.frame_buckets = tuple(
             sorted(frame_buckets)
@@ -98,6 +111,11 @@ class CodecWorker:
     def end(self, seq, reason: FinishReason) -> None:
         self._jobs.put(EndJob(seq, reason))
 
+    def capture_later(self, graphs: list[tuple[int, int]], captured: Callable[[], None]) -> None:
+        """Capture these graphs on the codec thread while it has nothing to decode
+        (after start-up: a chunk waits for at most one capture)."""
+        self._jobs.put(CaptureLater(list(graphs), captured))
+
     def stop(self) -> None:
         self._jobs.put(None)
         self._thread.join()
@@ -106,11 +124,17 @@ class CodecWorker:
         if self.stream is not None:
             torch.cuda.set_device(self.device.index if self.device.index is not None else 0)
         while True:
+            if self._later is not None and self._jobs.empty():
+                self._capture_one()
+                continue
             jobs = [self._jobs.get()]
             while not self._jobs.empty():
                 jobs.append(self._jobs.get())
             stop = None in jobs
-            jobs = [j for j in jobs if j is not None]
+            for job in jobs:
+                if isinstance(job, CaptureLater):
+                    self._later = job
+            jobs = [j for j in jobs if j is not None and not isinstance(j, CaptureLater)]
             started = time.monotonic()
             try:
                 with torch.inference_mode(), _on(self.stream):
@@ -124,6 +148,24 @@ class CodecWorker:
             self.busy_s += time.monotonic() - started
             if stop:
                 return
+
+    def _capture_one(self) -> None:
+        later = self._later
+        batch, frames = later.graphs.pop(0)
+        if not later.graphs:
+            self._later = None
+        try:
+            with self.capture_lock, torch.inference_mode(), _on(self.stream):
+                self.codec.capture([batch], [frames])
+        except Exception:
+            # Its batches replay a larger captured graph instead (or run eagerly).
+            log.exception(
+                "capturing a codec graph failed; capturing no more",
+                extra={"batch": batch, "frames": frames},
+            )
+            self._later = None
+            return
+        later.captured()
 
     def _process(self, jobs: list) -> None:
         # Waves: a stream appears at most once per wave, so its chunks decode in order.

@@ -39,10 +39,12 @@ from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecWorker
+from .compile_cache import use_compile_cache
 from .kv_blocks import KVBlocks
 from .model_runner import PREFILL_PROMPTS, ModelRunner, Prompt, SlotParams, prefill_buckets
 from .scheduler import Scheduler, StepRules
 from .sequence import Sequence, Status
+from .startup import StartupClock
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +78,15 @@ class EngineCore:
         kv_cache_memory: float,
         kv_blocks: int | None,
         kv_block_size: int,
+        compile_cache_dir: Path | None = None,
+        startup: StartupClock | None = None,
     ):
         self.path = path
+        self.compile_cache_dir = compile_cache_dir
+        self.startup = startup or StartupClock()
+        self._graphs_left = 0  # captured after ready (engine and codec thread together)
+        self._capture_runner_later = False
+        self._background_started = 0.0
         self.config = config
         self.builder = builder
         self.device = device
@@ -93,8 +102,9 @@ class EngineCore:
         self.kv_cache_memory = kv_cache_memory
         self.kv_blocks = kv_blocks
         self.kv_block_size = kv_block_size
-        # False: decode graphs are captured on first use of a bucket (quicker
-        # start; the first step of each new bucket pays the capture).
+        # True: a few graphs before ready, the rest while idle after it (see
+        # `start_background_capture`). False (benchmarks): decode and prefill
+        # graphs are captured on first use of a bucket, the codec's all at load.
         self.capture_all_graphs = capture_all_graphs
         self.progress = progress
         self.scheduler: Scheduler[Sequence] = Scheduler(
@@ -130,9 +140,17 @@ class EngineCore:
         self.codec_worker: CodecWorker | None = None
 
     # ------------------------------------------------------------ lifecycle
-    def load(self) -> None:
+    def load(self, load_first: Callable[[], object] | None = None) -> None:
+        """Weights, KV cache pool, codec and graphs. `load_first`: weights to put on the
+        device before the talker's, whose KV pool takes a share of what is left (a Base
+        model's voice encoders); their time counts as load_weights."""
         t0 = time.monotonic()
         say = self.progress
+        clock = self.startup
+        clock.done("import")
+        if load_first is not None:
+            load_first()
+        use_compile_cache(self.compile_cache_dir, self.device)
         self.model = load_model(
             self.path, self.device, self.dtype, max_positions=self.max_len, progress=say
         )
@@ -155,31 +173,83 @@ class EngineCore:
         if torch.device(self.device).type == "cuda":
             codec_convs.use(self.codec_conv_route)
         self.codec = StreamingCodec(decoder, self.max_batch, self.device)
+        clock.done("load_weights")
+        frame_buckets = []
         if self.runner.use_graphs:
-            if self.capture_all_graphs:
-                self.runner.capture_all(say)
+            self.runner.compile()
+            clock.done("compile")
             frame_buckets = list(self.rules.chunk_sizes())
-            t_codec = time.monotonic()
-            # cuDNN's heuristics pick slow kernels for these channels-last shapes (and
-            # the server served 4x worse on them); timing the candidates once per shape
-            # in the warm-up before each capture is what the benchmarks measured.
-            with torch.backends.cudnn.flags(enabled=True, benchmark=True):
-                self.codec.capture(list(self.runner.batch_buckets), frame_buckets)
-            say(f"captured codec graphs in {time.monotonic() - t_codec:.1f}s")
-        else:
-            frame_buckets = []
+            codec_buckets = self.runner.batch_buckets
+            if self.capture_all_graphs:
+                # The largest and smallest buckets now, the rest once the engine
+                # serves: the start does not grow with the number of buckets.
+                self.runner.capture_decode_for_start()
+                clock.done("capture_decode_graphs")
+                self.runner.capture_prefill_for_start()
+                clock.done("capture_prefill_graphs")
+                codec_buckets = (codec_buckets[0], codec_buckets[-1])
+            self.codec.capture(list(codec_buckets), frame_buckets)
+            clock.done("capture_codec_graphs")
         self.codec_worker = CodecWorker(
             self.codec,
             self.device,
             SAMPLE_RATE,
             tuple(frame_buckets),
             on_failure=self._codec_failed,
+            capture_lock=self.runner.capture_lock,
         )
-        say(f"engine ready in {time.monotonic() - t0:.1f}s")
+        say(f"engine loaded in {time.monotonic() - t0:.1f}s")
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()
+
+    def start_background_capture(self) -> None:
+        """Once serving: capture the graphs the start left out, the decode and
+        prefill ones on the engine thread and the codec's on its thread, each
+        while it has nothing else to do. `capture_background` records how long
+        until the last one."""
+        if not self.runner.use_graphs:
+            return
+        codec = [
+            (batch, frames)
+            for frames in self.codec_worker.frame_buckets
+            for batch in self.runner.batch_buckets
+            if not self.codec.has_graph(batch, frames)
+        ]
+        runner = len(self.runner.graphs_left) if self.capture_all_graphs else 0
+        with self.lock:
+            self._graphs_left = runner + len(codec)
+            self._background_started = time.monotonic()
+        self._capture_runner_later = runner > 0
+        if codec:
+            self.codec_worker.capture_later(codec, self._graph_captured)
+        self._wake.set()
+
+    def _graph_captured(self) -> None:
+        with self.lock:
+            self._graphs_left -= 1
+            if self._graphs_left:
+                return
+        seconds = time.monotonic() - self._background_started
+        self.startup.after_ready("capture_background", seconds)
+
+    def _capture_while_idle(self) -> bool:
+        """Capture one decode or prefill graph left for after ready: True when
+        there was one."""
+        if not self._capture_runner_later:
+            return False
+        try:
+            captured = self.runner.capture_next()
+        except Exception:
+            # Steps replay a larger captured graph instead: slower, still correct.
+            log.exception("capturing a graph after start-up failed; capturing no more")
+            captured = False
+        if not captured:
+            self._capture_runner_later = False
+            return False
+        self._graph_captured()
+        return True
 
     def stop(self) -> None:
         """Stop the thread (callers first finish what is left); blocks until it ends."""
@@ -260,7 +330,7 @@ class EngineCore:
                     for seq in list(self.scheduler.running.values()):
                         self._finish(seq, "error", _failure("the engine failed", exc))
                 did_work = True
-            if not did_work:
+            if not did_work and not self._capture_while_idle():
                 self._wake.wait(timeout=0.05)
                 self._wake.clear()
 

@@ -21,8 +21,11 @@ block table the engine fills as streams grow (`set_blocks`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -175,6 +178,9 @@ class ModelRunner:
         self.prefill_buckets = prefill_buckets(max_len)
         self._allocate_prefill(cfg)
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # Held while a graph is captured: the codec worker captures its own graphs
+        # on its thread after start-up, never at the same time as this runner.
+        self.capture_lock = threading.Lock()
         # Predictor step g writes position g of its 16-long cache, every row alike.
         self.predictor_positions = [
             torch.full((max_batch,), g, dtype=torch.int64, device=self.device)
@@ -270,7 +276,7 @@ class ModelRunner:
                 f"{len(prompts)} prompts of {total} positions exceed the prefill limit "
                 f"({N} prompts, {self.max_prompt} positions)"
             )
-        P = next(n for n in self.prefill_buckets if n >= total)
+        P = self._prefill_bucket(total)
         starts = [sum(lengths[:i]) for i in range(len(prompts))]
         self.prefill_embeds[:total] = torch.cat([p.embeds for p in prompts]).to(self.dtype)
         self.prefill_embeds[total:P] = 0
@@ -346,19 +352,19 @@ class ModelRunner:
             getattr(s, name).index_copy_(0, ints["slot"], value)
 
     def _capture_prefill(self, P: int) -> torch.cuda.CUDAGraph:
-        # Warm-up and capture write only the rows' slots (at start-up the
-        # scratch row; on first use the slots being prefilled, which the
-        # replay then overwrites) and the scratch keys/values.
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._prefill_step(P)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.graph_pool):
-            self._prefill_step(P)
-        if self.graph_pool is None:
-            self.graph_pool = graph.pool()
+        # Warm-up and capture write the scratch keys/values and the slots of the
+        # rows (those of the last prefill, running now: their state is put back).
+        with self.capture_lock, self._state_kept():
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self._prefill_step(P)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
+                self._prefill_step(P)
+            if self.graph_pool is None:
+                self.graph_pool = graph.pool()
         self.prefill_graphs[P] = graph
         return graph
 
@@ -491,7 +497,7 @@ class ModelRunner:
         s.active.zero_()
         s.active[:batch] = to_device(torch.tensor(active), self.device)
         if self.use_graphs:
-            B = self.bucket(batch)
+            B = self._decode_bucket(batch)
             graph = self.graphs.get(B) or self.capture(B)
             graph.replay()
         else:
@@ -500,26 +506,117 @@ class ModelRunner:
         return out[:, : self.groups], out[:, self.groups]
 
     # ------------------------------------------------------------ CUDA graphs
+    # Start-up captures few graphs (`capture_*_for_start`): the largest bucket of
+    # each kind, which every batch and every prompt fits (padded), and the
+    # smallest, which single streams use. The others follow once the engine
+    # serves (`capture_next`, on the engine thread while it is idle), so the
+    # time to ready does not grow with the number of buckets. A step replays
+    # the smallest captured graph that holds it: a larger one only pads more
+    # free slots (position 0, no blocks: they write the scratch block) or more
+    # positions of the padding prompt, so its results are the same.
+    def _decode_bucket(self, batch: int) -> int:
+        """The bucket a step over `batch` slots replays: the smallest captured one
+        that holds it, else its own (captured on this first use)."""
+        fitting = [size for size in self.graphs if size >= batch]
+        return min(fitting) if fitting else self.bucket(batch)
+
+    def _prefill_bucket(self, positions: int) -> int:
+        """Likewise for a packed prefill of `positions`."""
+        fitting = [size for size in self.prefill_graphs if size >= positions]
+        return min(fitting) if fitting else next(n for n in self.prefill_buckets if n >= positions)
+
+    @contextlib.contextmanager
+    def _state_kept(self):
+        """Steps run inside advance nothing: every state tensor is put back after."""
+        s = self.state
+        saved = {n: t.clone() for n, t in vars(s).items() if isinstance(t, torch.Tensor)}
+        s.active.zero_()
+        try:
+            yield
+        finally:
+            for n, t in saved.items():
+                getattr(s, n).copy_(t)
+
     def capture(self, B: int) -> torch.cuda.CUDAGraph:
         """Capture the decode step of batch bucket B over the whole KV cache."""
         L = self.max_len
-        s = self.state
-        saved = {n: t.clone() for n, t in vars(s).items() if isinstance(t, torch.Tensor)}
-        s.active.zero_()  # warm-up and capture must not advance anything
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            self._step(B, L)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.graph_pool):
-            self._step(B, L)
-        if self.graph_pool is None:
-            self.graph_pool = graph.pool()
-        for n, t in saved.items():
-            getattr(s, n).copy_(t)
+        # The step writes keys and values through the block table: the device's
+        # copy must be the scheduler's (as before any step), not one step old.
+        self.cache.flush()
+        with self.capture_lock, self._state_kept():
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self._step(B, L)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the codec worker may use the device meanwhile.
+            with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
+                self._step(B, L)
+            if self.graph_pool is None:
+                self.graph_pool = graph.pool()
         self.graphs[B] = graph
         return graph
+
+    @torch.inference_mode()
+    def compile(self) -> float:
+        """Run the decode step and the packed prefill once eagerly at their largest
+        buckets, advancing nothing: torch.compile compiles the helpers and Triton
+        the kernels here (or loads them from the compile cache), so the start-up
+        log tells compiling from capturing. -> seconds taken."""
+        if not self.use_graphs:
+            return 0.0
+        t0 = time.monotonic()
+        self.cache.flush()
+        with self._state_kept():
+            self._step(self.batch_buckets[-1], self.max_len)
+            self._prefill_step(self.prefill_buckets[-1])
+        torch.cuda.synchronize()
+        return time.monotonic() - t0
+
+    @torch.inference_mode()
+    def capture_decode_for_start(self) -> float:
+        """The decode graphs serving needs from its first request: the largest
+        bucket (every batch fits it, padded; captured first, it sizes the shared
+        memory pool once) and the smallest (a single stream). -> seconds taken."""
+        return self._capture_ends(self.batch_buckets, self.capture)
+
+    @torch.inference_mode()
+    def capture_prefill_for_start(self) -> float:
+        """Likewise the largest and the smallest prefill bucket. -> seconds taken."""
+        return self._capture_ends(self.prefill_buckets, self._capture_prefill)
+
+    def _capture_ends(self, buckets: tuple[int, ...], capture: Callable[[int], object]) -> float:
+        if not self.use_graphs:
+            return 0.0
+        t0 = time.monotonic()
+        for size in sorted({buckets[0], buckets[-1]}, reverse=True):
+            capture(size)
+        torch.cuda.synchronize()
+        return time.monotonic() - t0
+
+    @property
+    def graphs_left(self) -> list[tuple[str, int]]:
+        """Buckets without a graph yet, in the order `capture_next` takes them:
+        small ones first (what light load runs), decode and prefill in turn."""
+        decode = [("decode", B) for B in self.batch_buckets if B not in self.graphs]
+        prefill = [("prefill", P) for P in self.prefill_buckets if P not in self.prefill_graphs]
+        turns = itertools.zip_longest(decode, prefill)
+        return [kind for pair in turns for kind in pair if kind is not None]
+
+    @torch.inference_mode()
+    def capture_next(self) -> bool:
+        """Capture one graph not captured yet (engine thread, between steps).
+        -> False when there was none left."""
+        left = self.graphs_left if self.use_graphs else []
+        if not left:
+            return False
+        kind, size = left[0]
+        if kind == "decode":
+            self.capture(size)
+        else:
+            self._capture_prefill(size)
+        return True
 
     @torch.inference_mode()
     def capture_all(self, progress: Callable[[str], None] | None = None) -> float:

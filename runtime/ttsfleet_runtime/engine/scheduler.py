@@ -126,6 +126,15 @@ class StepRules:
             index += 1
         return tuple(sorted(sizes | {self.chunk_frames}))
 
+    def ramp_frames(self) -> int:
+        """Frames a stream makes up to its first steady-size chunk: a stream this
+        long has made a chunk of every size in `chunk_sizes()` (the warm-up's length)."""
+        total, index = 0, 0
+        while (size := self.chunk_limit(index)) != self.chunk_frames:
+            total += size
+            index += 1
+        return total + self.chunk_frames
+
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:

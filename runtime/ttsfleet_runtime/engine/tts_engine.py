@@ -38,12 +38,14 @@ from .api import (
     InvalidRequest,
     ModelInfo,
     QueueFull,
+    SamplingParams,
     SynthesisRequest,
 )
 from .engine_core import SAMPLE_RATE, EngineCore
 from .kv_blocks import BLOCK_POSITIONS
 from .scheduler import QueueFullError
 from .sequence import Sequence, TextFeed
+from .startup import StartupClock
 from .stream import EngineStream
 from .text_pieces import split_text
 from .voice_encoders import VoiceEncoders
@@ -77,7 +79,11 @@ class TTSEngine:
         kv_cache_memory: float = 0.5,  # share of the GPU memory free after the weights
         kv_blocks: int | None = None,  # the KV pool's blocks instead (tests)
         kv_block_size: int = BLOCK_POSITIONS,
+        compile_cache_dir: str | Path | None = None,  # Triton/Inductor caches kept here
+        warm_up: bool | None = None,  # a synthesis before ready; None: on a GPU
     ):
+        # First, so the start-up phases are measured from the process's start.
+        self.startup = StartupClock()
         if not 1 <= piece_tokens <= max_text_tokens:
             raise ValueError(f"piece_tokens must be in [1, max_text_tokens={max_text_tokens}]")
         self.model_ref = model
@@ -86,6 +92,7 @@ class TTSEngine:
         self.max_queue = max_queue
         self.piece_tokens = piece_tokens
         self._draining = False
+        self.warm_up = device.startswith("cuda") if warm_up is None else warm_up
         self._ready = False
         self._started = False
         path = resolve_checkpoint(model, revision)
@@ -126,6 +133,8 @@ class TTSEngine:
             kv_cache_memory=kv_cache_memory,
             kv_blocks=kv_blocks,
             kv_block_size=kv_block_size,
+            compile_cache_dir=Path(compile_cache_dir) if compile_cache_dir else None,
+            startup=self.startup,
         )
 
     @classmethod
@@ -170,13 +179,57 @@ class TTSEngine:
         if self._started:
             return
         self._started = True
-        loop = asyncio.get_running_loop()
-        if self.info.supports_voice_clone:
-            # Before the talker: its KV cache is sized from the memory left after both.
-            await loop.run_in_executor(None, self._loaded_voice_encoders)
-        await loop.run_in_executor(None, self.core.load)
+        # A Base model's voice encoders load before the talker: its KV cache is sized
+        # from the memory left after both.
+        first = self._loaded_voice_encoders if self.info.supports_voice_clone else None
+        await asyncio.get_running_loop().run_in_executor(None, self.core.load, first)
         self.core.start()
+        if self.warm_up:
+            await self._warm_up()
+            self.startup.done("warm_up")
         self._ready = True
+        self.startup.ready()
+        self.core.start_background_capture()
+
+    async def _warm_up(self) -> None:
+        """One short synthesis through the whole path (admission, prefill, decode
+        steps, a chunk of every size the ramp makes, the codec, delivery) before
+        ready, so the first user request pays no first-call costs. It counts like
+        any request in the engine's counters (docs/metrics.md); only the slot time
+        behind retry hints is put back. A failure here fails the start: an engine
+        that cannot speak must not turn ready."""
+        voice = instructions = cloned = None
+        if self.builder.speakers:
+            voice = self.builder.speakers[0]
+        elif self.builder.supports_instructions:
+            instructions = "A calm voice."
+        elif self.info.supports_voice_clone:
+            # A Base model speaks clones only: one of a second of a tone (x-vector),
+            # which is the speaker encoder's first call too.
+            tone = np.sin(2 * np.pi * 220 * np.arange(SAMPLE_RATE) / SAMPLE_RATE)
+            cloned = await asyncio.to_thread(
+                self.clone_voice, (0.3 * tone).astype(np.float32), SAMPLE_RATE, None
+            )
+        else:
+            log.info("no warm-up: the model has no voice to speak with")
+            return
+        frames = self.core.rules.ramp_frames()
+        request = SynthesisRequest(
+            text="Hello there.",
+            voice=voice,
+            cloned_voice=cloned,
+            instructions=instructions,
+            params=SamplingParams(seed=0, max_frames=frames, min_frames=frames),
+            request_id="warm-up",
+        )
+        slot_seconds = self.core.scheduler.mean_slot_seconds
+        stream = self._submit(request)
+        async for _ in stream:
+            pass
+        if stream.finish_reason not in ("eos", "length"):
+            raise RuntimeError(f"the warm-up synthesis failed: {stream.error!r}")
+        with self.core.lock:
+            self.core.scheduler.mean_slot_seconds = slot_seconds  # retry hints: users' slots only
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self._draining = True
@@ -215,6 +268,9 @@ class TTSEngine:
     def submit(self, request: SynthesisRequest) -> EngineStream:
         if self._draining or not self._ready:
             raise EngineStopped("the engine is not accepting requests")
+        return self._submit(request)
+
+    def _submit(self, request: SynthesisRequest) -> EngineStream:
         params = request.params
         params.validate()
         # Refuse under overload before the admission work (tokenising the
@@ -317,6 +373,7 @@ class TTSEngine:
             gpu_memory_total_bytes=total,
             kv_cache_used_bytes=kv_used * block_bytes,
             kv_cache_total_bytes=kv_total * block_bytes,
+            startup_seconds=self.startup.seconds,
         )
 
 

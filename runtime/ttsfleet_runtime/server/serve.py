@@ -64,6 +64,7 @@ def build_engine(settings: ServerSettings):
         max_queue=settings.max_queue,
         dtype=dtype,
         cuda_graphs=settings.cuda_graphs,
+        compile_cache_dir=settings.compile_cache_dir,
     )
 
 

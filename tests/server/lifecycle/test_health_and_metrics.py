@@ -106,3 +106,13 @@ def test_log_lines_are_json_with_the_extra_fields():
     line = json.loads(JsonFormatter().format(record))
     assert line["msg"] == "request" and line["request_id"] == "req_abc" and line["status"] == 200
     assert line["level"] == "info" and line["ts"].endswith("+00:00")
+
+
+def test_the_start_up_phases_are_exported_once_ready(server):
+    family = families(server.base_url)[metrics.STARTUP_SECONDS]
+    seconds = {s.labels["phase"]: s.value for s in family.samples}
+    assert set(seconds) >= {"import", "load_weights", "total"}
+    assert set(seconds) <= set(metrics.STARTUP_PHASES)
+    steps = sum(v for phase, v in seconds.items() if phase != "total")
+    # The phases follow each other from process start; "total" ends at ready.
+    assert steps <= seconds["total"] <= steps + 1.0
