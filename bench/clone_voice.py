@@ -142,26 +142,26 @@ def parts_section(engine, seconds: float, args) -> dict:
 
 
 async def started_engine(ckpt: str, args):
-    """An engine for batch-1 timing: a few slots, the batch-1 decode graph captured."""
+    """An engine started as `serve` starts one (start-up graphs, warm-up on a GPU),
+    with a few slots (batch-1 timing needs no more), once its background captures end."""
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
-    cuda = args.device.startswith("cuda")
     engine = TTSEngine.from_pretrained(
         ckpt,
         args.device,
         dtype=args.dtype,
         max_batch=4,
-        cuda_graphs=cuda,
-        capture_all_graphs=False,
+        cuda_graphs=args.device.startswith("cuda"),
         kv_cache_memory=0.2,
     )
     await engine.start()
-    runner = engine.runner
-    if runner.use_graphs:
-        with torch.inference_mode():
-            if runner.bucket(1) not in runner.graphs:
-                runner.capture(runner.bucket(1))
-        torch.cuda.synchronize()
+    # No captures mid-timing: with graphs, bucket 2 is left for after ready, and the
+    # capture_background phase is recorded once the last graph is captured.
+    deadline = time.monotonic() + 300
+    while engine.runner.use_graphs and "capture_background" not in engine.stats().startup_seconds:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the graphs left for after ready took over 300 s")
+        await asyncio.sleep(0.05)
     return engine
 
 
