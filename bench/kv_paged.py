@@ -33,6 +33,8 @@ import traceback
 
 import torch
 
+from ttsfleet_runtime.benchmark import run_sections
+
 T0 = time.time()
 BEFORE_MS = {1: 4.24, 32: 5.81, 128: 7.02}  # static cache, 1.7B, H100 (issue 12)
 
@@ -225,17 +227,7 @@ def main() -> None:
             for b in sorted((int(x) for x in args.batches.split(",")), reverse=True)
         ]
         with torch.inference_mode():
-            for key, run in todo:
-                if time.time() - T0 > args.budget_s:
-                    sections[key] = dict(skipped="time budget")
-                    continue
-                try:
-                    sections[key] = run()
-                    log(key, {k: v for k, v in sections[key].items() if k != "samples_ms"})
-                except Exception as e:
-                    sections[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
-                    log(key, "FAILED", traceback.format_exc())
-                dump()
+            run_sections(todo, sections, started=T0, budget_s=args.budget_s, dump=dump, log=log)
         if torch.cuda.is_available():
             sections["memory"]["after_graphs_allocated_gib"] = round(
                 torch.cuda.memory_allocated() / 2**30, 2

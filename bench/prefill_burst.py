@@ -103,7 +103,7 @@ def prefill_ms(engine, iters: int = 20) -> dict:
     """One packed call per bucket, while the engine is idle (every slot free)."""
     runner, builder = engine.runner, engine.builder
     voice = builder.voice("ryan", None, "english")
-    embeds = builder.prefill_embeds(engine.model.talker, voice, builder.text_ids(TEXT)[0])
+    embeds = builder.prefill_embeds(engine.model, voice, builder.text_ids(TEXT)[:1])
     T = embeds.shape[0]
     params = SlotParams(0.9, 50, 1.0, 1.05, 0.9, 50, 1.0, 7, 0)
     out = dict(prompt_positions=T, by_bucket={})

@@ -42,6 +42,8 @@ from pathlib import Path
 
 import torch
 
+from ttsfleet_runtime.benchmark import run_sections
+
 T0 = time.time()
 REPO = Path(__file__).resolve().parents[1]
 NAME_CHARS = 120
@@ -287,17 +289,16 @@ def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> No
         for b, n in codec_steps
     ]
     with torch.inference_mode():
-        for key, run in sections:
-            if time.time() - T0 > args.budget_s:
-                r[key] = dict(skipped="time budget")
-                continue
-            try:
-                r[key] = run()
-                log(f"{size} {key}: {row(r[key])}")
-            except Exception as e:
-                r[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
-                log(f"{size} {key} FAILED", traceback.format_exc())
-            dump()
+        run_sections(
+            sections,
+            r,
+            started=T0,
+            budget_s=args.budget_s,
+            dump=dump,
+            log=log,
+            label=f"{size} ",
+            describe=row,
+        )
     b1 = r.get("decode_B1", {})
     r["summary"] = dict(
         kernels_per_step_b1=b1.get("kernels_per_step"),

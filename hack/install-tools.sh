@@ -3,6 +3,7 @@
 #   helm      built from its Go module (no release tarballs are reachable here)
 #   promtool  Debian's prometheus package (promtool check/test rules, real Prometheus in e2e)
 #   chromium  Debian's chromium, for the playground page's browser test
+#   redis-server  Debian's redis-server, the shared voice store the voice tests start
 # Idempotent: present tools are kept. Fails with the step that broke.
 set -euo pipefail
 
@@ -37,8 +38,9 @@ apt_install() {
 want=()
 command -v promtool >/dev/null || want+=(prometheus)
 command -v chromium >/dev/null || want+=(chromium)
+command -v redis-server >/dev/null || want+=(redis-server)
 if ((${#want[@]})); then apt_install "${want[@]}"; fi
-for tool in promtool prometheus chromium; do
+for tool in promtool prometheus chromium redis-server; do
   ln -sf "$(command -v "$tool")" "$bin/$tool"
 done
 step "ready: $(ls "$bin" | tr '\n' ' ')"

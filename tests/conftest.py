@@ -26,6 +26,17 @@ def tiny_custom_voice(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory) -> Path:
+    """A tiny random Base checkpoint (seed 0): speaker encoder and speech tokenizer
+    encoder included, for the voice-cloning tests."""
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-base"), "tiny", "Base", seed=0, progress=lambda *_: None
+    )
+
+
+@pytest.fixture(scope="session")
 def bare_prometheus(tmp_path_factory):
     """A real Prometheus with no targets: PromQL is parsed and evaluated by the
     same server that will run it in production."""

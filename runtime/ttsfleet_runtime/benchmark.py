@@ -69,20 +69,23 @@ def dump(out: str) -> None:
         json.dump(RESULTS, f, indent=1, default=str)
 
 
-def request(frames: int, seed: int, text: str = TEXT):
+def request(frames: int, seed: int, text: str = TEXT, cloned=None):
+    """Exactly `frames` frames of `text`, spoken by the built-in speaker ryan, or with
+    `cloned` (a `ClonedVoice`) by a Base model."""
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 
     return SynthesisRequest(
         text=text,
-        voice="ryan",
+        voice="ryan" if cloned is None else None,
+        cloned_voice=cloned,
         language="english",
         params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames),
     )
 
 
-async def run_one(engine, frames: int, seed: int) -> dict:
+async def run_one(engine, frames: int, seed: int, cloned=None) -> dict:
     t_submit = time.monotonic()
-    stream = engine.submit(request(frames, seed))
+    stream = engine.submit(request(frames, seed, cloned=cloned))
     arrivals = []
     n_frames = 0
     async for chunk in stream:
@@ -181,19 +184,48 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     return round(start.elapsed_time(end) / iters, 3)
 
 
-def checkpoint_path(size: str, args) -> str:
-    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-CustomVoice-random")
+def run_sections(
+    todo: list,
+    into: dict,
+    *,
+    started: float,
+    budget_s: float,
+    dump,
+    log,
+    label: str = "",
+    describe=lambda r: {k: v for k, v in r.items() if k != "samples_ms"},
+) -> None:
+    """The bench scripts' section loop: each (key, section) of `todo` runs in order into
+    `into[key]`, and `dump()` writes the JSON after it. A section that raises records its
+    error and the rest still run; one due past `budget_s` seconds after `started` is
+    recorded as skipped. `log(label + key, describe(result))` reports each."""
+    for key, run in todo:
+        if time.time() - started > budget_s:
+            into[key] = dict(skipped="time budget")
+            continue
+        try:
+            into[key] = run()
+            log(label + key, describe(into[key]))
+        except Exception as e:
+            into[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
+            log(label + key, "FAILED", traceback.format_exc())
+        dump()
 
 
-def ready_checkpoint(size: str, args) -> str:
-    """`checkpoint_path(size, args)`, first writing the random checkpoint of `size` there
-    (on `args.device`) when no `args.model` is given and none is there yet."""
-    ckpt = checkpoint_path(size, args)
+def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
+    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-{variant}-random")
+
+
+def ready_checkpoint(size: str, args, variant: str = "CustomVoice") -> str:
+    """`checkpoint_path(size, args, variant)`, first writing the random checkpoint of
+    `size` and `variant` there (on `args.device`) when no `args.model` is given and none
+    is there yet."""
+    ckpt = checkpoint_path(size, args, variant)
     if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
         from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
         write_random_checkpoint(
-            ckpt, size, "CustomVoice", seed=0, device=args.device, progress=lambda m: None
+            ckpt, size, variant, seed=0, device=args.device, progress=lambda m: None
         )
     return ckpt
 

@@ -203,16 +203,18 @@ def _add_voices(subparsers) -> None:
     p = subparsers.add_parser(
         "voices",
         help="administer the uploaded-voice store directly (erasure requests)",
-        description="Work on a voices directory (--voices-dir of `serve`) without the server.",
+        description="Work on the voice store of `serve` without the server: the shared store "
+        f"of {SETTINGS['voice_store_url'].env} when it is set, else a voices directory.",
     )
     actions = p.add_subparsers(dest="voices_command", required=True)
     delete = actions.add_parser(
         "delete",
         help="erase a tenant's voices, or one voice, whoever owns it",
-        description="Erase uploaded voices for a data-protection request: audio, profile and consent "
-        "record, and the staging leftovers of the tenant's interrupted uploads. Prints one "
-        "line per erased folder. Exit 0: something was erased; 1: nothing matched; "
-        "2: bad arguments or no voices directory.",
+        description="Erase uploaded voices for a data-protection request: audio, prompt, profile "
+        "and consent record, and the staging leftovers of the tenant's interrupted uploads. "
+        "Servers sharing a store stop speaking an erased voice within seconds. Prints one "
+        "line per erased voice. Exit 0: something was erased; 1: nothing matched; "
+        "2: bad arguments or no store.",
     )
     which = delete.add_mutually_exclusive_group(required=True)
     which.add_argument(
@@ -223,33 +225,62 @@ def _add_voices(subparsers) -> None:
     delete.add_argument(
         "--voices-dir",
         type=Path,
-        default=os.environ.get(voices_dir.env) or None,
-        required=not os.environ.get(voices_dir.env),
-        help=f"the server's voices directory [{voices_dir.env}]",
+        help=f"the server's voices directory [{voices_dir.env}; "
+        f"unused when {SETTINGS['voice_store_url'].env} is set]",
     )
     delete.set_defaults(handler=_voices_delete)
+
+
+def _voices_store(args: argparse.Namespace):
+    """The store to erase on, or an error message: --voices-dir, else the server's
+    own variables (the shared store's URL first, as `serve` reads them)."""
+    from .server.voice_store_local import LocalVoiceStore
+    from .server.voice_store_redis import RedisVoiceStore, StoreUrlError
+
+    url = os.environ.get(SETTINGS["voice_store_url"].env)
+    if args.voices_dir is None and url:
+        try:
+            return RedisVoiceStore.from_url(url)
+        except StoreUrlError as exc:
+            return str(exc)
+    voices_dir = args.voices_dir or os.environ.get(SETTINGS["voices_dir"].env)
+    if not voices_dir:
+        return (
+            f"give --voices-dir, or set {SETTINGS['voices_dir'].env} or "
+            f"{SETTINGS['voice_store_url'].env}"
+        )
+    if not Path(voices_dir).is_dir():
+        return f"no voices directory at {voices_dir}"
+    return LocalVoiceStore(Path(voices_dir))
 
 
 def _voices_delete(args: argparse.Namespace) -> int:
     import sys
 
     from .server.errors import ApiError
-    from .server.voice_store import VoiceStore
 
-    if not args.voices_dir.is_dir():
-        print(f"no voices directory at {args.voices_dir}", file=sys.stderr)
+    store = _voices_store(args)
+    if isinstance(store, str):
+        print(store, file=sys.stderr)
         return 2
-    store = VoiceStore(args.voices_dir)
-    if args.owner is not None:
-        erased = store.erase_owner(args.owner)
-    else:
-        try:
-            erased = [store.delete(args.voice_id, owner=None)]
-        except ApiError:
-            erased = []
+    try:
+        if args.owner is not None:
+            erased = store.erase_owner(args.owner)
+        else:
+            try:
+                erased = [store.delete(args.voice_id, owner=None)]
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                erased = []
+    except ApiError as exc:  # the shared store unreachable
+        print(exc.message, file=sys.stderr)
+        return 2
+    finally:
+        store.close()
     for item in erased:
         kind = "upload leftover" if item.staging else "voice"
-        print(f"erased {kind} {item.voice_id} (owner {item.owner or 'unknown'}): {item.path}")
+        print(f"erased {kind} {item.voice_id} (owner {item.owner or 'unknown'}): {item.where}")
     if not erased:
         print(
             f"nothing to erase: no voices of owner {args.owner!r}"

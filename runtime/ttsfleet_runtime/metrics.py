@@ -31,7 +31,8 @@ What each metric means, exactly:
   SERVER_FAULT_ERRORS (the server failed: internal, cuda_oom, engine_error),
   CLIENT_FAULT_ERRORS (what the client sent or did: bad input, text the
   engine finds too long, bad key, limits, a client that left) and
-  CAPACITY_ERRORS (load and lifecycle: queue_full, draining, engine_stopped).
+  CAPACITY_ERRORS (load, lifecycle and the voice store: queue_full, draining,
+  engine_stopped, voice_store_unavailable).
   The canary analysis and the error-ratio alert count the server's faults
   only, so no client can push a canary into rollback.
 - ttsfleet_audio_seconds_total (counter): seconds of audio sent to clients.
@@ -58,6 +59,13 @@ What each metric means, exactly:
 - ttsfleet_request_duration_seconds (histogram): request received -> last audio.
 - ttsfleet_real_time_factor (histogram): (last audio - request received) /
   seconds of audio, per request; below 1 is faster than real time.
+- ttsfleet_voice_clone_seconds (histogram, label source = upload | request):
+  the engine's cloning of one reference recording (speaker encoder and speech
+  tokenizer encoder), once per upload, or per speech request that brings its
+  own reference (one-shot cloning). Speaking a stored voice costs none.
+- ttsfleet_voice_cache_lookups_total (counter, label result = hit | miss):
+  stored voices resolved for speech from the pod's prompt cache, or read from
+  the voice store (a miss).
 - ttsfleet_startup_seconds (gauge, label phase): where this process's start
   went, one of STARTUP_PHASES below; the phases up to warm_up follow each
   other and add up to phase="total" (process start -> ready). Set once each
@@ -95,6 +103,7 @@ FRAMES = "ttsfleet_frames_total"  # codec frames produced
 UNDERRUN_STEPS = "ttsfleet_underrun_steps_total"  # steps with a playing stream out of audio
 PREFILL_DEFERRED = "ttsfleet_prefill_deferred_total"  # prefills held back for running streams
 ENGINE_BUSY = "ttsfleet_engine_busy_seconds_total"  # label: phase; engine threads' busy time
+VOICE_CACHE_LOOKUPS = "ttsfleet_voice_cache_lookups_total"  # label: result (hit, miss)
 AUTH_KEYS_RELOAD_ERRORS = (
     "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 )
@@ -103,6 +112,7 @@ AUTH_KEYS_RELOAD_ERRORS = (
 TIME_TO_FIRST_AUDIO = "ttsfleet_time_to_first_audio_seconds"  # request received -> first audio byte
 REQUEST_DURATION = "ttsfleet_request_duration_seconds"  # request received -> last audio byte
 REAL_TIME_FACTOR = "ttsfleet_real_time_factor"  # generation time / audio duration, per request
+VOICE_CLONE = "ttsfleet_voice_clone_seconds"  # label: source (upload, request)
 
 # Error types that mean the server failed (not the client, not load).
 SERVER_FAULT_ERRORS = ("internal", "cuda_oom", "engine_error")
@@ -124,7 +134,7 @@ CLIENT_FAULT_ERRORS = (
     "client_disconnect",
 )
 # Error types of load and lifecycle: retry later or elsewhere.
-CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped")
+CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped", "voice_store_unavailable")
 
 # The phases of a start (engine/startup.py), in order: each lasts from the end of
 # the one before. bench/startup.py reads these names; its cold starts (an empty compile
@@ -132,7 +142,7 @@ CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped")
 # (gpu_classes.MEASURED_STARTUP_SECONDS).
 STARTUP_PHASES = (
     "import",  # process start -> the engine loads: interpreter, imports, tokenizer, app
-    "load_weights",  # talker and codec weights onto the device, the KV cache pool
+    "load_weights",  # talker, codec (Base: voice encoder) weights onto the device, the KV pool
     "compile",  # torch.compile and the Triton kernels, by one eager step of each graph kind
     "capture_decode_graphs",  # the decode step's CUDA graphs captured before ready
     "capture_prefill_graphs",  # the packed prefill's CUDA graphs captured before ready
@@ -146,6 +156,8 @@ STARTUP_PHASES = (
 TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+# Encoding up to 30 s of reference: tens of ms on a GPU, seconds on a CPU.
+VOICE_CLONE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 def _strip_total(name: str) -> str:
@@ -193,6 +205,19 @@ class RuntimeMetrics:
         )
         self.rtf = Histogram(
             REAL_TIME_FACTOR, "Generation time per second of audio", buckets=RTF_BUCKETS, registry=r
+        )
+        self.voice_clone = Histogram(
+            VOICE_CLONE,
+            "Cloning one reference recording",
+            ["source"],
+            buckets=VOICE_CLONE_BUCKETS,
+            registry=r,
+        )
+        self.voice_cache_lookups = Counter(
+            _strip_total(VOICE_CACHE_LOOKUPS),
+            "Stored voices resolved for speech, by cache result",
+            ["result"],
+            registry=r,
         )
         self.build_info = Gauge(
             BUILD_INFO,

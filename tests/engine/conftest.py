@@ -24,12 +24,13 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture
 async def make_engine(tiny_checkpoint):
-    """make_engine(**kwargs) -> a started TTSEngine; all are stopped after the test."""
+    """make_engine(**kwargs) -> a started TTSEngine on the tiny CustomVoice checkpoint
+    (or on `checkpoint=`); all are stopped after the test."""
     engines: list[TTSEngine] = []
 
-    async def make(**kwargs) -> TTSEngine:
+    async def make(checkpoint: Path | None = None, **kwargs) -> TTSEngine:
         kwargs.setdefault("dtype", "float32")
-        engine = TTSEngine.from_pretrained(str(tiny_checkpoint), "cpu", **kwargs)
+        engine = TTSEngine.from_pretrained(str(checkpoint or tiny_checkpoint), "cpu", **kwargs)
         await engine.start()
         engines.append(engine)
         return engine

@@ -211,3 +211,43 @@ def test_the_start_captures_the_largest_and_smallest_buckets_the_rest_come_later
     # Each batch now replays its own bucket.
     assert [runner._decode_bucket(b) for b in (2, 3, 25, 200)] == [2, 4, 32, 256]
     assert [runner._prefill_bucket(n) for n in (33, 300)] == [64, 512]
+
+
+async def test_a_base_model_warms_up_speaking_a_clone_and_loads_its_encoders_as_weights(
+    tiny_base,
+):
+    engine = TTSEngine.from_pretrained(str(tiny_base), "cpu", dtype="float32", warm_up=True)
+    submitted = []
+    real_submit = engine._submit
+
+    def watch(request):
+        stream = real_submit(request)
+        submitted.append((request, stream))
+        return stream
+
+    engine._submit = watch
+    phases_at_encoder_load = []
+    real_load = engine._loaded_voice_encoders
+
+    def load():
+        if engine._voice_encoders is None:
+            phases_at_encoder_load.append(list(engine.startup.seconds))
+        return real_load()
+
+    engine._loaded_voice_encoders = load
+    await engine.start()
+    try:
+        # The encoders loaded first, within load_weights (before the talker's KV pool).
+        assert phases_at_encoder_load == [["import"]]
+        ((request, stream),) = submitted
+        assert request.cloned_voice is not None and request.cloned_voice.ref_codes is None
+        assert stream.finish_reason == "length" and engine.ready
+        assert engine.stats().frames_total == request.params.max_frames
+        assert list(engine.stats().startup_seconds) == [
+            "import",
+            "load_weights",
+            "warm_up",
+            "total",
+        ]
+    finally:
+        await engine.stop(drain_timeout_s=0)

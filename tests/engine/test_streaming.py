@@ -9,7 +9,7 @@ import asyncio
 
 import numpy as np
 
-from support.engine_requests import codes_of, collect, fixed_length, request
+from support.engine_requests import codes_of, collect, fixed_length, record_codec_calls, request
 from ttsfleet_runtime.codec.decoder import load_speech_tokenizer
 from ttsfleet_runtime.engine.api import SynthesisRequest
 
@@ -79,14 +79,7 @@ async def test_a_short_last_chunk_is_padded_to_a_captured_frame_count_and_cut_ba
     and its audio cut back to its own frames, sample for sample."""
     engine = await make_engine(max_batch=2, first_chunk_frames=2, chunk_frames=3)
     engine.codec_worker.frame_buckets = (2, 3)
-    decoded_lengths = []
-    decode = engine.codec.decode
-
-    def recording_decode(slots, codes):
-        decoded_lengths.append(codes.shape[1])
-        return decode(slots, codes)
-
-    engine.codec.decode = recording_decode
+    decoded_lengths = record_codec_calls(engine)
     stream = engine.submit(request(frames=8, seed=4))
     chunks, pcm = await collect(stream)
     assert [c.frames for c in chunks] == [2, 2, 3, 1]

@@ -35,3 +35,16 @@ async def collect(stream) -> tuple[list, np.ndarray]:
 
 def codes_of(stream) -> np.ndarray:
     return np.stack(stream.seq.all_codes)
+
+
+def record_codec_calls(engine) -> list[int]:
+    """The frame counts of the engine's codec decode calls from now on, in order."""
+    calls: list[int] = []
+    decode = engine.codec.decode
+
+    def recording_decode(slots, codes):
+        calls.append(codes.shape[1])
+        return decode(slots, codes)
+
+    engine.codec.decode = recording_decode
+    return calls

@@ -31,20 +31,22 @@ def our_codes(
     language: str,
     frames: int,
     params: SlotParams = GREEDY,
+    cloned=None,
 ) -> torch.Tensor:
-    """-> codes [n <= frames, 16], stopping at EOS like the reference."""
+    """-> codes [n <= frames, 16], stopping at EOS like the reference. `cloned`: a
+    `ClonedVoice` for a Base checkpoint."""
     model = load_model(checkpoint, "cpu", "float32", max_positions=512)
     builder = PromptBuilder(model.config, TextTokenizer.from_checkpoint(checkpoint))
     runner = ModelRunner(
         model, max_batch=2, max_len=512, max_text=256, device="cpu", cuda_graphs=False
     )
-    prompt = builder.voice(voice, instructions, language)
-    ids = builder.text_ids(text)
-    embeds = builder.prefill_embeds(model.talker, prompt, ids[0])
+    prompt = builder.voice(voice, instructions, language, cloned)
+    stream = builder.text_stream(prompt, builder.text_ids(text), closed=True)
+    embeds = builder.prefill_embeds(model, prompt, stream[: prompt.prompt_text_ids])
     # The engine's scheduler hands out KV blocks; here slot 0 takes every position's.
     runner.set_blocks(0, list(range(1, 1 + runner.cache.host_table.shape[1])))
     runner.prefill([Prompt(0, embeds, params)])
-    runner.set_text(0, ids[1:] + [model.config.tts_eos_token_id], 0)
+    runner.set_text(0, stream[prompt.prompt_text_ids :], 0)
     out = []
     position = embeds.shape[0]
     for _ in range(frames):

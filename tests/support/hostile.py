@@ -8,6 +8,7 @@ whole.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import httpx
@@ -22,13 +23,21 @@ json_values = st.recursive(
 )
 
 
-class Bystander:
-    """Streams pcm speech back to back on its own thread until stopped."""
+FRAMES_PER_S = 12.5  # the tiny checkpoints' 12 Hz tokenizer
+BYTES_PER_FRAME = 1920 * 2  # 16-bit pcm samples at 24 kHz
 
-    def __init__(self, server, key: str, expected_bytes: int):
+
+class Bystander:
+    """Streams pcm speech back to back on its own thread until stopped.
+
+    Every stream must run to the server's `max_audio_seconds` (`audio_s`), as
+    the server rounds it up to whole frames: random checkpoints never say EOS
+    (random_checkpoint.py), so a shorter or longer stream is a real fault."""
+
+    def __init__(self, server, key: str, audio_s: float):
         self.server = server
         self.key = key
-        self.expected_bytes = expected_bytes
+        self.expected_frames = math.ceil(audio_s * FRAMES_PER_S)
         self.finished = 0
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -47,8 +56,12 @@ class Bystander:
                 try:
                     with client.stream("POST", "/v1/audio/speech", json=body) as response:
                         data = b"".join(response.iter_bytes())
-                    if response.status_code != 200 or len(data) != self.expected_bytes:
-                        self.failures.append(f"status {response.status_code}, {len(data)} bytes")
+                    frames = len(data) / BYTES_PER_FRAME
+                    if response.status_code != 200 or frames != self.expected_frames:
+                        self.failures.append(
+                            f"status {response.status_code}, {frames:g} frames "
+                            f"({len(data)} bytes), expected {self.expected_frames}"
+                        )
                     else:
                         self.finished += 1
                 except httpx.HTTPError as exc:

@@ -34,7 +34,9 @@ def write_tiny_checkpoint(out: Path, variant: str = "CustomVoice") -> Path:
 
 class RuntimeProcess:
     """`ttsfleet serve --model checkpoint` on CPU on a free loopback port, with auth off;
-    `flags` are further serve options. Its output goes to `<workdir>/<name>.log`.
+    `flags` are further serve options, `env` further variables. Its output goes to
+    `<workdir>/<name>.log`. With `checkpoint=None` the process serves the stand-in
+    engine's Base variant instead (support/stand_in_serve.py).
 
     Random weights never say EOS: every utterance runs to --max-audio-seconds.
     """
@@ -42,20 +44,26 @@ class RuntimeProcess:
     def __init__(
         self,
         workdir: Path,
-        checkpoint: Path,
+        checkpoint: Path | None,
         *flags: str,
         name: str = "serve",
         log_level: str = "warning",
+        env: dict[str, str] | None = None,
     ):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"{name}.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115 (open while the process runs; stop() closes it)
+        if checkpoint is None:
+            tests_dir = str(Path(__file__).resolve().parents[1])
+            program = [sys.executable, "-m", "support.stand_in_serve", "--model", "stand-in"]
+            path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+            env = {"PYTHONPATH": path, **(env or {})}
+        else:
+            program = ttsfleet("serve", "--model", str(checkpoint))
         self.process = subprocess.Popen(
-            ttsfleet(
-                "serve",
-                "--model",
-                str(checkpoint),
+            [
+                *program,
                 "--device",
                 "cpu",
                 "--host",
@@ -65,10 +73,10 @@ class RuntimeProcess:
                 "--auth",
                 "disabled",
                 *flags,
-            ),
+            ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "TTSFLEET_LOG_LEVEL": log_level},
+            env={**os.environ, "TTSFLEET_LOG_LEVEL": log_level, **(env or {})},
         )
 
     def log_text(self) -> str:

@@ -6,6 +6,11 @@ demand (a CUDA out-of-memory error in the middle of generation). It makes a
 deterministic tone: one chunk per `frame_s`, `frames_per_chunk` codec frames of
 1920 samples each, `frames` frames in all (or `frames_per_char` per character).
 
+For a "Base" variant it clones deterministically (`clone_voice`: the speaker
+embedding is a digest of the recording, the reference codes one row per 80 ms of
+it) and speaks a cloned voice at a pitch set by its embedding, so a test hears
+which voice reached the engine. The real encoders are the engine's to test.
+
 It keeps the real engine's stream contract (engine/stream.py): iterating never
 raises; a failed generation ends with finish_reason "error" and `.error` says
 why (an `EngineError`, the original failure in its message), or is None when
@@ -15,6 +20,7 @@ unknown (a "quiet" failure, as when the real codec worker fails a stream).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 
 import numpy as np
@@ -23,6 +29,15 @@ from ttsfleet_runtime.engine import api
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
+EMBEDDING_SIZE = 16
+CODE_GROUPS = 16
+
+
+def pitch_hz(request: api.SynthesisRequest) -> float:
+    """The tone's pitch: 220 Hz, or for a cloned voice 150-350 Hz by its embedding."""
+    if request.cloned_voice is None:
+        return 220.0
+    return 150.0 + 200.0 * float(request.cloned_voice.speaker_embedding[0])
 
 
 class CudaOutOfMemory(RuntimeError):
@@ -43,6 +58,7 @@ class _Stream:
         self._chunks: asyncio.Queue = asyncio.Queue()
         self._finish: api.FinishReason | None = None
         self._error: api.EngineError | None = None
+        self.pitch_hz = pitch_hz(request)
         self._task = asyncio.get_running_loop().create_task(self._generate())
 
     @property
@@ -94,7 +110,7 @@ class _Stream:
                         t = (
                             np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME
                         ) / SAMPLE_RATE
-                        pcm = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+                        pcm = (0.3 * np.sin(2 * np.pi * self.pitch_hz * t)).astype(np.float32)
                         done += n
                         engine._frames_total += n
                         self._chunks.put_nowait(
@@ -163,6 +179,7 @@ class StandInEngine:
         # What a failure that says why raises inside generation (default: CUDA
         # out of memory); the stream carries it as `.error`.
         self.fail_with = fail_with
+        self.clones = 0  # clone_voice calls: speaking a stored voice must not add any
         self._ready = False
         self._stopped = False
         self._stopping_now = False
@@ -179,14 +196,29 @@ class StandInEngine:
         self._slots = asyncio.Semaphore(self.max_batch)
         self._ready = True
 
+    def clone_voice(self, audio: np.ndarray, sample_rate: int, transcript: str | None):
+        if not self.info.supports_voice_clone:
+            raise api.InvalidRequest(f"model {self.info.name} cannot clone voices")
+        self.clones += 1
+        digest = hashlib.sha256(np.asarray(audio, np.float32).tobytes()).digest()
+        embedding = np.frombuffer(digest[:EMBEDDING_SIZE], np.uint8).astype(np.float32) / 255
+        frames = max(1, len(audio) * 25 // (2 * sample_rate))  # 12.5 codec frames a second
+        codes = np.arange(frames * CODE_GROUPS, dtype=np.int64).reshape(frames, CODE_GROUPS)
+        return api.ClonedVoice(
+            speaker_embedding=embedding,
+            ref_codes=codes % 2048 if transcript else None,
+            ref_text=transcript or None,
+            model=self.info.name,
+        )
+
     def submit(self, request: api.SynthesisRequest):
         if self._stopped:
             raise api.EngineStopped("stopped")
-        if (
-            request.voice is not None
-            and request.voice not in self.info.speakers
-            and not request.voice.startswith("voice_")
-        ):
+        if self.info.supports_voice_clone and request.cloned_voice is None:
+            raise api.InvalidRequest("a Base model needs a cloned voice", param="cloned_voice")
+        if not self.info.supports_voice_clone and request.cloned_voice is not None:
+            raise api.InvalidRequest(f"{self.info.name} cannot clone", param="cloned_voice")
+        if request.voice is not None and request.voice not in self.info.speakers:
             raise api.InvalidRequest(f"unknown voice {request.voice!r}")
         request.params.validate()
         if self._queued + self._active >= self.max_batch + self.max_queue:

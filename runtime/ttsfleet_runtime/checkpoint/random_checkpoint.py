@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,8 @@ import torch
 from safetensors.torch import save_file
 
 from ..model.config import TTSConfig
+from ..model.speaker_encoder import CHECKPOINT_PREFIX as SPEAKER_ENCODER_PREFIX
+from ..model.speaker_encoder import speaker_encoder_shapes
 from ..model.tensor_layout import tensor_shapes
 from .sizes import GENERATION_CONFIG, model_config
 from .text_tokenizer_files import write_text_tokenizer
@@ -30,7 +33,14 @@ def random_tensor(
     name: str, shape: tuple[int, ...], gen: torch.Generator, device: str
 ) -> torch.Tensor:
     """Initialise like the reference's `_init_weights`: N(0, 0.02) matrices,
-    unit norms, zero biases."""
+    unit norms, zero biases. The speaker encoder's convolutions are variance-preserving
+    instead, with small random biases: an embedding that N(0, 0.02) shrinks to nearly
+    nothing would let a parity test pass whatever the code computes."""
+    if name.startswith(SPEAKER_ENCODER_PREFIX):
+        if name.endswith(".bias"):
+            return torch.randn(shape, generator=gen, device=device) * 0.1
+        fan_in = math.prod(shape[1:])
+        return torch.randn(shape, generator=gen, device=device) / math.sqrt(fan_in)
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=device)
     if name.endswith(".bias"):
@@ -49,8 +59,9 @@ def write_random_checkpoint(
     with_speech_tokenizer: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write config.json, generation_config.json, model.safetensors, the text
-    tokenizer and speech_tokenizer/ into `out_dir`; return the folder.
+    """Write config.json, generation_config.json, model.safetensors (with the speaker
+    encoder for Base), the text tokenizer and speech_tokenizer/ into `out_dir`; return
+    the folder.
 
     Tiny checkpoints default to float32 (exact CPU parity tests), real sizes
     to bfloat16 (the released dtype)."""
@@ -65,7 +76,8 @@ def write_random_checkpoint(
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
     write_text_tokenizer(out)
 
-    shapes = tensor_shapes(TTSConfig.from_dict(config))
+    parsed = TTSConfig.from_dict(config)
+    shapes = {**tensor_shapes(parsed), **speaker_encoder_shapes(parsed)}
     gen = torch.Generator(device=device).manual_seed(seed)
     tensors = {}
     total = sum(_numel(s) for s in shapes.values())

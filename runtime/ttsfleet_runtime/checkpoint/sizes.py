@@ -130,6 +130,13 @@ _TINY_PREDICTOR = dict(
     num_key_value_heads=2,
     head_dim=12,
 )
+# The speaker encoder of tiny Base checkpoints: the reference's ECAPA-TDNN, narrower. The
+# mel front end (128 bins) is fixed by the reference's `extract_speaker_embedding`.
+_TINY_SPEAKER_ENCODER = dict(
+    enc_channels=[32, 32, 32, 32, 96],
+    enc_attention_channels=16,
+    enc_se_channels=16,
+)
 
 
 def model_config(size: str, variant: str) -> dict[str, Any]:
@@ -164,6 +171,14 @@ def model_config(size: str, variant: str) -> dict[str, Any]:
         tts_eos_token_id=SPECIAL_TOKENS["<tts_text_eod>"],
         torch_dtype="bfloat16",
     )
+    if variant == "Base":
+        # As published: the embedding is as wide as the talker (it takes a speaker
+        # token's place in the prompt); the rest are the reference's defaults.
+        config["speaker_encoder_config"] = dict(
+            enc_dim=talker["hidden_size"],
+            sample_rate=24000,
+            **(_TINY_SPEAKER_ENCODER if size == "tiny" else {}),
+        )
     return config
 
 

@@ -1,9 +1,9 @@
 """Configuration of the 12 Hz speech tokenizer (`speech_tokenizer/config.json`).
 
 The file's keys are the official ones (model_type `qwen3_tts_tokenizer_12hz`), so a
-downloaded checkpoint and one written by `checkpoint.speech_tokenizer_files` read the same way. Only the
-decoder half is typed: the encoder (a Mimi model, used later for voice cloning) is kept
-as the raw dict it was read from.
+downloaded checkpoint and one written by `checkpoint.speech_tokenizer_files` read the same way.
+The encoder (a Mimi model, for voice cloning) is kept as the raw dict it was read from,
+which the writer copies as is; `CodecEncoderConfig` types the keys the encoder runs on.
 """
 
 from __future__ import annotations
@@ -63,6 +63,62 @@ class CodecDecoderConfig:
         out["upsample_rates"] = list(self.upsample_rates)
         out["upsampling_ratios"] = list(self.upsampling_ratios)
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CodecEncoderConfig:
+    """`encoder_config` of the speech tokenizer (a Mimi encoder): 24 kHz audio -> codes.
+
+    Defaults are the published tokenizer's."""
+
+    audio_channels: int = 1
+    sampling_rate: int = 24000
+    frame_rate: float = 12.5  # the file's `_frame_rate`
+    num_filters: int = 64
+    kernel_size: int = 7
+    residual_kernel_size: int = 3
+    last_kernel_size: int = 3
+    num_residual_layers: int = 1
+    dilation_growth_rate: int = 2
+    compress: int = 2
+    upsampling_ratios: tuple[int, ...] = (8, 6, 5, 4)
+    hidden_size: int = 512
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int = 64
+    intermediate_size: int = 2048
+    hidden_act: str = "gelu"
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    attention_bias: bool = False
+    num_semantic_quantizers: int = 1
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    vector_quantization_hidden_dimension: int = 256
+
+    @property
+    def seanet_stride(self) -> int:
+        """Samples per frame of the convolutional encoder (25 Hz for the published one)."""
+        return math.prod(self.upsampling_ratios)
+
+    @property
+    def downsample_kernel(self) -> int:
+        """Kernel of the conv from the encoder's rate to the frame rate: twice Mimi's
+        `encodec_frame_rate / frame_rate` (its stride is 2 whatever that ratio)."""
+        return 2 * int(self.sampling_rate / self.seanet_stride / self.frame_rate)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CodecEncoderConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in known}
+        if "_frame_rate" in raw:
+            values["frame_rate"] = raw["_frame_rate"]
+        if "upsampling_ratios" in values:
+            values["upsampling_ratios"] = tuple(values["upsampling_ratios"])
+        if raw.get("use_conv_shortcut") or not raw.get("use_causal_conv", True):
+            raise ValueError("only causal Mimi encoders without conv shortcuts are supported")
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)

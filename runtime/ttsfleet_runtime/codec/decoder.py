@@ -157,7 +157,7 @@ def load_speech_tokenizer(
         raise FileNotFoundError(f"no decoder tensors in {directory}/*.safetensors")
     decoder.load_state_dict(tensors, strict=True, assign=True)
     # Not in the checkpoint, so still on the meta device; and it must stay float32.
-    inv_freq = rope_inverse_frequencies(cfg.decoder)
+    inv_freq = rope_inverse_frequencies(cfg.decoder.head_dim, cfg.decoder.rope_theta)
     decoder.pre_transformer.inv_freq = inv_freq
     decoder.to(device=device, dtype=dtype)
     decoder.pre_transformer.inv_freq = inv_freq.to(device)

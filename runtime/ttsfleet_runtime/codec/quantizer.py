@@ -16,6 +16,12 @@ from torch.nn import functional as F
 _EPSILON = 1e-5
 
 
+def codebook_vectors(summed: torch.Tensor, usage: torch.Tensor) -> torch.Tensor:
+    """The codebook entries [size, dim] of EMA statistics: sums over usage counts (floored
+    at 1e-5, as the reference)."""
+    return summed / usage.clamp(min=_EPSILON)[:, None]
+
+
 class Codebook(nn.Module):
     def __init__(self, size: int, dim: int):
         super().__init__()
@@ -23,7 +29,7 @@ class Codebook(nn.Module):
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
 
     def vectors(self) -> torch.Tensor:
-        return self.embedding_sum / self.cluster_usage.clamp(min=_EPSILON)[:, None]
+        return codebook_vectors(self.embedding_sum, self.cluster_usage)
 
 
 class CodebookLayer(nn.Module):

@@ -60,10 +60,10 @@ class Mlp(nn.Module):
         return self.down_proj(self.act(gate) * up)
 
 
-def rope_inverse_frequencies(cfg: CodecDecoderConfig) -> torch.Tensor:
+def rope_inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
     """float32 [head_dim / 2], the default (unscaled) RoPE of the reference."""
-    exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
-    return 1.0 / (cfg.rope_theta**exponents)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    return 1.0 / (theta**exponents)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -163,7 +163,9 @@ class PreTransformer(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
-        self.register_buffer("inv_freq", rope_inverse_frequencies(cfg), persistent=False)
+        self.register_buffer(
+            "inv_freq", rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta), persistent=False
+        )
 
     def state_spec(self) -> StateSpec:
         return {f"{self.state_key}.position": ((), torch.int64)}

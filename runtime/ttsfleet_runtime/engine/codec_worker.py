@@ -16,6 +16,15 @@ launches from Python, under the GIL the engine thread needs). The decoder is
 causal, so the padding changes no sample of the real frames; it only spoils
 the stream's codec state, which nothing reads after the last chunk.
 
+A stream that clones a voice in context continues a reference recording:
+the reference decodes its codes together with the generated ones and cuts
+the recording's audio off. The worker does the same to a stream's codec
+state: `prime` hands over the recording's codes before the first chunk, as
+pieces of the captured frame counts (so they replay CUDA graphs and batch
+with other streams' chunks; a remainder shorter than any runs eagerly,
+never padded, as padding would enter the state), and their audio is dropped.
+The first chunk's audio then follows the recording's without a seam.
+
 A failed decode ends only the streams that make it fail: the codec writes a
 stream's state back only after a successful call, so a failed batched call is
 retried one stream at a time, and a stream that fails alone ends with "error"
@@ -46,6 +55,7 @@ class ChunkJob:
     codes: np.ndarray  # [n, groups]
     index: int
     last: bool = False  # the stream's final chunk: its codec state is not needed after it
+    prime: bool = False  # reference codes: decoded into the codec state, audio dropped
 
 
 @dataclasses.dataclass
@@ -91,6 +101,12 @@ class CodecWorker:
 
     def chunk(self, seq, codes: np.ndarray, index: int, last: bool = False) -> None:
         self._jobs.put(ChunkJob(seq, codes, index, last))
+
+    def prime(self, seq, codes: np.ndarray) -> None:
+        """Decode a reference recording's codes [n, groups] into `seq`'s codec
+        state before its first chunk; their audio is dropped."""
+        for start, stop in prime_pieces(len(codes), self.frame_buckets):
+            self._jobs.put(ChunkJob(seq, codes[start:stop], index=-1, prime=True))
 
     def end(self, seq, reason: FinishReason) -> None:
         self._jobs.put(EndJob(seq, reason))
@@ -238,6 +254,8 @@ class CodecWorker:
         now = time.monotonic()
         spf = pcm.shape[1] // n
         for job, audio in zip(jobs, pcm, strict=True):
+            if job.prime:
+                continue
             frames = len(job.codes)
             job.seq.stream.deliver(
                 AudioChunk(
@@ -249,6 +267,19 @@ class CodecWorker:
                     t_emitted=now,
                 )
             )
+
+
+def prime_pieces(frames: int, buckets: tuple[int, ...]) -> list[tuple[int, int]]:
+    """[start, stop) pieces of `frames` reference frames: the largest captured
+    frame counts first, then what is left as one piece."""
+    pieces, start = [], 0
+    for size in sorted(buckets, reverse=True):
+        while frames - start >= size:
+            pieces.append((start, start + size))
+            start += size
+    if start < frames:
+        pieces.append((start, frames))
+    return pieces
 
 
 class _on:

@@ -140,11 +140,16 @@ class EngineCore:
         self.codec_worker: CodecWorker | None = None
 
     # ------------------------------------------------------------ lifecycle
-    def load(self) -> None:
+    def load(self, load_first: Callable[[], object] | None = None) -> None:
+        """Weights, KV cache pool, codec and graphs. `load_first`: weights to put on the
+        device before the talker's, whose KV pool takes a share of what is left (a Base
+        model's voice encoders); their time counts as load_weights."""
         t0 = time.monotonic()
         say = self.progress
         clock = self.startup
         clock.done("import")
+        if load_first is not None:
+            load_first()
         use_compile_cache(self.compile_cache_dir, self.device)
         self.model = load_model(
             self.path, self.device, self.dtype, max_positions=self.max_len, progress=say
@@ -483,10 +488,8 @@ class EngineCore:
             or seq.text_final
         ):
             return
-        ids = seq.text.ids
-        trailing = ids[1:]
-        if seq.text.closed:
-            trailing = trailing + [self.config.tts_eos_token_id]
+        stream = self.builder.text_stream(seq.voice, seq.text.ids, seq.text.closed)
+        trailing = stream[seq.voice.prompt_text_ids :]  # what the prompt did not take
         new = trailing[seq.text_sent :]
         if new:
             self.runner.set_text(seq.slot, new, seq.text_sent)
@@ -539,11 +542,16 @@ class EngineCore:
                 if not seq.finished:
                     seq.status = Status.RUNNING
                     seq.awaiting_prefill = False
+                    if seq.piece == 0 and seq.voice.ref_codes is not None:
+                        # Before its first chunk: the codec continues the recording.
+                        self.codec_worker.prime(seq, seq.voice.ref_codes.numpy())
                     self._take_text(seq)
 
     def _prompt(self, seq: Sequence) -> Prompt:
         p = seq.params
-        embeds = self.builder.prefill_embeds(self.model.talker, seq.voice, seq.text.ids[0])
+        stream = self.builder.text_stream(seq.voice, seq.text.ids, seq.text.closed)
+        lead = stream[: seq.voice.prompt_text_ids]
+        embeds = self.builder.prefill_embeds(self.model, seq.voice, lead)
         # min_frames counts the whole request: later pieces owe what is left.
         min_frames = max(0, p.min_frames - seq.frames)
         params = SlotParams(

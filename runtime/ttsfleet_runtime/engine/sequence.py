@@ -119,7 +119,10 @@ class Sequence:
 
     @property
     def ready_for_prefill(self) -> bool:
-        return bool(self.text.ids) or self.text.closed
+        # The prompt takes the first ids of the text stream (a cloned voice's
+        # transcript, then the text): all of them must be known, or the text done.
+        known = len(self.voice.ref_text_ids) + len(self.text.ids)
+        return known >= self.voice.prompt_text_ids or self.text.closed
 
     @property
     def runnable(self) -> bool:

@@ -7,8 +7,9 @@ step -> codec -> deliver. Chunks reach the caller's loop through its
 
 Admission decides everything that can be known before a request runs, so a
 request that cannot be served is refused here and never reaches a batch:
-bad sampling parameters, an unknown voice or language, instructions longer
-than a prompt may be, empty text. A whole text longer than one piece is split
+bad sampling parameters, an unknown voice or language, a cloned voice this
+model cannot speak, instructions or a reference recording longer than a prompt
+may be, empty text. A whole text longer than one piece is split
 here (text_pieces.py) and spoken piece after piece into its one stream.
 """
 
@@ -17,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..model.config import TTSConfig
@@ -29,6 +32,7 @@ from ..model.prompt import PromptBuilder, PromptError
 from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
 from .api import (
+    ClonedVoice,
     EngineStats,
     EngineStopped,
     InvalidRequest,
@@ -44,6 +48,7 @@ from .sequence import Sequence, TextFeed
 from .startup import StartupClock
 from .stream import EngineStream
 from .text_pieces import split_text
+from .voice_encoders import VoiceEncoders
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +97,10 @@ class TTSEngine:
         self._started = False
         path = resolve_checkpoint(model, revision)
         config = TTSConfig.from_file(path / "config.json")
-        self.builder = PromptBuilder(config, TextTokenizer.from_checkpoint(path))
+        name = model_name(model)
+        self.builder = PromptBuilder(config, TextTokenizer.from_checkpoint(path), name)
         self.info = ModelInfo(
-            name=model_name(model),
+            name=name,
             size=_SIZE_NAMES.get(config.tts_model_size, config.tts_model_size),
             variant=_VARIANT_NAMES.get(config.tts_model_type, config.tts_model_type),
             tokenizer_rate_hz=25 if "25hz" in config.tokenizer_type else 12,
@@ -102,8 +108,11 @@ class TTSEngine:
             speakers=self.builder.speakers,
             languages=self.builder.languages,
             supports_instructions=self.builder.supports_instructions,
-            supports_voice_clone=False,
+            supports_voice_clone=self.builder.supports_voice_clone,
         )
+        self._checkpoint = path
+        self._voice_encoders = None  # Base only: loaded by start(), or by the first clone
+        self._voice_encoders_lock = threading.Lock()
         self.core = EngineCore(
             path,
             config,
@@ -156,6 +165,11 @@ class TTSEngine:
     def codec_worker(self):
         return self.core.codec_worker
 
+    @property
+    def voice_encoders(self) -> VoiceEncoders:
+        """Base models only: the voice encoders (loaded on first use)."""
+        return self._loaded_voice_encoders()
+
     # ------------------------------------------------------------ lifecycle
     @property
     def ready(self) -> bool:
@@ -165,7 +179,10 @@ class TTSEngine:
         if self._started:
             return
         self._started = True
-        await asyncio.get_running_loop().run_in_executor(None, self.core.load)
+        # A Base model's voice encoders load before the talker: its KV cache is sized
+        # from the memory left after both.
+        first = self._loaded_voice_encoders if self.info.supports_voice_clone else None
+        await asyncio.get_running_loop().run_in_executor(None, self.core.load, first)
         self.core.start()
         if self.warm_up:
             await self._warm_up()
@@ -181,10 +198,18 @@ class TTSEngine:
         any request in the engine's counters (docs/metrics.md); only the slot time
         behind retry hints is put back. A failure here fails the start: an engine
         that cannot speak must not turn ready."""
+        voice = instructions = cloned = None
         if self.builder.speakers:
-            voice, instructions = self.builder.speakers[0], None
+            voice = self.builder.speakers[0]
         elif self.builder.supports_instructions:
-            voice, instructions = None, "A calm voice."
+            instructions = "A calm voice."
+        elif self.info.supports_voice_clone:
+            # A Base model speaks clones only: one of a second of a tone (x-vector),
+            # which is the speaker encoder's first call too.
+            tone = np.sin(2 * np.pi * 220 * np.arange(SAMPLE_RATE) / SAMPLE_RATE)
+            cloned = await asyncio.to_thread(
+                self.clone_voice, (0.3 * tone).astype(np.float32), SAMPLE_RATE, None
+            )
         else:
             log.info("no warm-up: the model has no voice to speak with")
             return
@@ -192,6 +217,7 @@ class TTSEngine:
         request = SynthesisRequest(
             text="Hello there.",
             voice=voice,
+            cloned_voice=cloned,
             instructions=instructions,
             params=SamplingParams(seed=0, max_frames=frames, min_frames=frames),
             request_id="warm-up",
@@ -219,6 +245,25 @@ class TTSEngine:
             self._started = False
         self._ready = False
 
+    # ------------------------------------------------------------ voices
+    def clone_voice(
+        self, audio: np.ndarray, sample_rate: int, transcript: str | None
+    ) -> ClonedVoice:
+        """See `Engine.clone_voice`: blocking, safe from any thread beside the engine loop
+        (engine/voice_encoders.py)."""
+        if not self.info.supports_voice_clone:
+            raise InvalidRequest(
+                f"{self.info.name} is a {self.info.variant} model: only Base models clone voices",
+                param="model",
+            )
+        return self._loaded_voice_encoders().clone(audio, sample_rate, transcript, self.info.name)
+
+    def _loaded_voice_encoders(self) -> VoiceEncoders:
+        with self._voice_encoders_lock:
+            if self._voice_encoders is None:
+                self._voice_encoders = VoiceEncoders(self._checkpoint, self.device)
+            return self._voice_encoders
+
     # ------------------------------------------------------------ requests
     def submit(self, request: SynthesisRequest) -> EngineStream:
         if self._draining or not self._ready:
@@ -232,12 +277,15 @@ class TTSEngine:
         # voice, instructions and text); admit checks again under the lock.
         self._admit(self.core.scheduler.check_room)
         try:
-            voice = self.builder.voice(request.voice, request.instructions, request.language)
+            voice = self.builder.voice(
+                request.voice, request.instructions, request.language, request.cloned_voice
+            )
+            prompt_length = self.builder.check_fits(voice, self.core.runner.max_prompt)
         except PromptError as e:
             raise InvalidRequest(str(e), param=e.param) from e
         except InvalidText as e:
-            raise InvalidRequest(f"instructions: {e}", param="instructions") from e
-        prompt_length = self._check_prompt_fits(voice)
+            where = "cloned_voice" if request.cloned_voice is not None else "instructions"
+            raise InvalidRequest(f"{where}: {e}", param=where) from e
         if isinstance(request.text, str):
             try:
                 pieces = split_text(
@@ -282,18 +330,6 @@ class TTSEngine:
                 step()
             except QueueFullError as e:
                 raise QueueFull(str(e), e.retry_after_s) from e
-
-    def _check_prompt_fits(self, voice) -> int:
-        """The prompt's positions; InvalidRequest when a prefill cannot take them."""
-        length, limit = self.builder.prompt_length(voice), self.core.runner.max_prompt
-        if length > limit:
-            raise InvalidRequest(
-                f"instructions are too long: the prompt would take {length} positions, "
-                f"this server takes at most {limit}; shorten the instructions by "
-                f"{length - limit} tokens or more",
-                param="instructions",
-            )
-        return length
 
     async def _pump_text(self, seq: Sequence, deltas: AsyncIterator[str]) -> None:
         try:

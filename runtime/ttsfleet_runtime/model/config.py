@@ -90,6 +90,35 @@ class TalkerConfig(DecoderConfig):
 
 
 @dataclasses.dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """`speaker_encoder_config` of a Base checkpoint: the ECAPA-TDNN that turns a log-mel
+    spectrogram of a recording into the speaker embedding (`enc_dim` wide, the talker's
+    width: the embedding stands in the prompt where a built-in speaker's token would).
+    Defaults are the reference's; the published files set only `enc_dim` and
+    `sample_rate`."""
+
+    mel_dim: int = 128
+    enc_dim: int = 1024
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+    sample_rate: int = 24000
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpeakerEncoderConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
+        cfg = cls(**values)
+        lengths = {len(cfg.enc_channels), len(cfg.enc_kernel_sizes), len(cfg.enc_dilations)}
+        if len(lengths) != 1:
+            raise ValueError("enc_channels, enc_kernel_sizes and enc_dilations differ in length")
+        return cfg
+
+
+@dataclasses.dataclass(frozen=True)
 class TTSConfig:
     talker: TalkerConfig
     tokenizer_type: str  # "qwen3_tts_tokenizer_12hz" | "qwen3_tts_tokenizer_25hz"
@@ -100,6 +129,8 @@ class TTSConfig:
     tts_pad_token_id: int
     tts_bos_token_id: int
     tts_eos_token_id: int
+    # Base checkpoints only: the encoder of a reference recording's voice.
+    speaker_encoder: SpeakerEncoderConfig | None = None
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -114,6 +145,11 @@ class TTSConfig:
             tts_pad_token_id=d.get("tts_pad_token_id", 151671),
             tts_bos_token_id=d.get("tts_bos_token_id", 151672),
             tts_eos_token_id=d.get("tts_eos_token_id", 151673),
+            speaker_encoder=(
+                SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {})
+                if d.get("tts_model_type") == "base"
+                else None
+            ),
             raw=d,
         )
 

@@ -30,8 +30,8 @@ def _decoder_layers(prefix: str, c: DecoderConfig) -> dict[str, tuple[int, ...]]
 
 
 def tensor_shapes(cfg: TTSConfig) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every talker tensor (the speaker encoder of Base
-    checkpoints is not listed: voice cloning comes in a later issue)."""
+    """Name -> shape of every talker tensor (a Base checkpoint's speaker encoder:
+    `speaker_encoder.speaker_encoder_shapes`)."""
     t = cfg.talker
     p = t.code_predictor
     assert p is not None

@@ -41,16 +41,18 @@ def resolve_checkpoint(model: str, revision: str | None = None) -> Path:
     return Path(snapshot_download(model, revision=revision))
 
 
-def read_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """All tensors of model.safetensors, or of the shards an index names."""
+def checkpoint_files(path: Path) -> list[str]:
+    """model.safetensors, or the shards its index names."""
     index = path / "model.safetensors.index.json"
-    files = (
-        sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        if index.exists()
-        else ["model.safetensors"]
-    )
+    if index.exists():
+        return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    return ["model.safetensors"]
+
+
+def read_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The talker's tensors of the checkpoint in folder `path`."""
     tensors: dict[str, torch.Tensor] = {}
-    for name in files:
+    for name in checkpoint_files(path):
         with safe_open(str(path / name), framework="pt", device=device) as f:
             for key in f.keys():  # noqa: SIM118 (safe_open is no dict: it has keys(), no __iter__)
                 if key.startswith("talker."):

@@ -7,6 +7,7 @@ route needs hangs off `app.state.runtime` (a `Runtime`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 
@@ -32,7 +33,7 @@ from .drain import Drain
 from .http_guard import HttpGuard, record_error
 from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
 from .synthesis import Synthesizer
-from .voice_store import VoiceStore
+from .voice_library import VoiceLibrary
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class Runtime:
     ws_sessions: ConcurrencyLimiter
     metrics: metric_names.RuntimeMetrics
     drain: Drain
-    voices: VoiceStore | None
+    voices: VoiceLibrary | None
     synthesizer: Synthesizer
     served_models: tuple[str, ...]
     formats: tuple[str, ...]
@@ -80,8 +81,9 @@ def create_app(
     from importlib.metadata import PackageNotFoundError, version
 
     drain = Drain()
-    voices = voice_routes.open_store(settings, api_keys)
+    store = voice_routes.open_store(settings, api_keys)
     runtime_metrics = metric_names.RuntimeMetrics(engine.stats, lambda: runtime.ready(), gpu=gpu)
+    voices = None if store is None else VoiceLibrary(store, engine, runtime_metrics)
     runtime = Runtime(
         engine=engine,
         settings=settings,
@@ -123,7 +125,14 @@ def create_app(
             "engine started",
             extra={"model": info.name, "variant": info.variant, "formats": runtime.formats},
         )
+        housekeeping = None
+        if voices is not None:
+            await asyncio.to_thread(voices.store.watch)
+            housekeeping = asyncio.create_task(voices.keep())
         yield
+        if housekeeping is not None:
+            housekeeping.cancel()
+            voices.store.close()
         await runtime.stop_engine(settings.drain_timeout_s)
         log.info("engine stopped")
 
@@ -178,5 +187,6 @@ def create_app(
         limiter=runtime.limiter,
         auth_failures=runtime.auth_failures,
         metrics=runtime_metrics,
+        one_shot_cloning=info.supports_voice_clone,
     )
     return app

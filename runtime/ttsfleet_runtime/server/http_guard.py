@@ -4,7 +4,8 @@ A plain ASGI middleware (not Starlette's BaseHTTPMiddleware, which would hide
 client disconnects from streaming routes). In order:
 1. a request id: the client's `X-Request-Id` when it is sane, else a new one;
    echoed in the response and carried by every log line of the request;
-2. body size: `Content-Length` over the route's limit -> 413 before reading;
+2. body size: `Content-Length` over the route's limit (uploads, and speech
+   requests to a cloning model, have room for a recording) -> 413 before reading;
    a chunked body is counted as it arrives and cut at the limit; a body that
    has not fully arrived within the body timeout -> 408;
 3. `/v1/*` needs a bearer key (401) and spends a token of the caller's
@@ -106,8 +107,11 @@ class HttpGuard:
         limiter: TokenBucketLimiter,
         auth_failures: TokenBucketLimiter,
         metrics,
+        one_shot_cloning: bool = False,
     ):
         self.app = app
+        # A model that clones takes a reference recording in speech requests.
+        self.one_shot_cloning = one_shot_cloning
         self.settings = settings
         self.api_keys = api_keys
         self.limiter = limiter
@@ -117,6 +121,9 @@ class HttpGuard:
     def _body_limit(self, method: str, path: str) -> int:
         if method == "POST" and path.rstrip("/") == "/v1/audio/voices":
             return self.settings.max_voice_upload_bytes + _MULTIPART_SLACK
+        if method == "POST" and path.rstrip("/") == "/v1/audio/speech" and self.one_shot_cloning:
+            # Room for a reference recording in base64 (`voice_clone.audio`).
+            return self.settings.max_body_bytes + 4 * -(-self.settings.max_voice_upload_bytes // 3)
         return self.settings.max_body_bytes
 
     async def __call__(self, scope, receive, send):

@@ -150,8 +150,13 @@ def run(settings: ServerSettings) -> int:
         log.error(str(exc))
         return 2
     from .. import metrics
+    from .voice_store_redis import StoreUrlError
 
     engine = build_engine(settings)
-    app = create_app(engine, settings, api_keys, gpu=metrics.NvmlReader())
+    try:
+        app = create_app(engine, settings, api_keys, gpu=metrics.NvmlReader())
+    except StoreUrlError as exc:
+        log.error(str(exc))
+        return 2
     uvicorn_server(app, settings).run()
     return 0

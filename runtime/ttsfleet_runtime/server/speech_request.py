@@ -7,6 +7,10 @@ strict: `"1"` or `true` is not a number, `1.0` is not an integer (an integer
 is still a number); a client's type bug is reported, not guessed at. Text
 must be encodable as UTF-8: JSON's `"\\ud800"` decodes to a lone surrogate that
 would otherwise reach the tokenizer and fail there as a server fault.
+
+One-shot cloning rides in the JSON body (`voice_clone`, the recording as
+base64) because that is what OpenAI's SDKs can add to a speech request
+(`extra_body`); they cannot send multipart to this endpoint.
 """
 
 from __future__ import annotations
@@ -56,6 +60,25 @@ class SamplingFields(BaseModel):
         }
 
 
+class VoiceClone(BaseModel):
+    """A reference recording in the speech request itself: cloned for this request
+    only and never stored (one-shot cloning, Base models)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    audio: str = Field(
+        min_length=1,
+        description="The reference recording, base64: WAV, FLAC, OGG or MP3, within the "
+        "server's upload limits (bytes, 1-30 s).",
+    )
+    transcript: Text = Field(
+        min_length=1, max_length=2000, description="What is said in the recording."
+    )
+    consent: bool = Field(
+        description="true: the speaker consented to this voice being cloned (required)."
+    )
+
+
 class SpeechRequest(SamplingFields):
     model: Text = Field(
         min_length=1, max_length=256, description="The served model id (see GET /v1/models)."
@@ -66,7 +89,13 @@ class SpeechRequest(SamplingFields):
     voice: Text | None = Field(
         default=None,
         max_length=256,
-        description="A built-in speaker (CustomVoice models) or an uploaded voice id (Base models).",
+        description="A built-in speaker (CustomVoice models) or an uploaded voice id (Base "
+        "models); ignored when `voice_clone` is given.",
+    )
+    voice_clone: VoiceClone | None = Field(
+        default=None,
+        description="Base models: clone the voice of this reference for this request only "
+        "(nothing is stored).",
     )
     response_format: ResponseFormat = Field(
         default="mp3", description="Audio container; pcm is raw s16le mono."

@@ -8,6 +8,9 @@ Three shapes of response, chosen by `stream_format`:
 - "file": one complete file (exact headers, Content-Length) once all audio is
   made. flac cannot be streamed, so it is always a file unless "sse"/"audio"
   is asked for (400).
+The voice is a built-in speaker, a stored voice id (Base models), or a
+reference recording in `voice_clone` cloned for this request only (one-shot
+cloning: same checks and consent rule as an upload, nothing is kept).
 Streamed responses start only when the first chunk exists, so a failure
 before any audio still gets a proper status code; `Server-Timing` then carries
 the queue wait and time to first audio. A client that goes away cancels the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import json
 import logging
 
@@ -26,10 +30,13 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from ..engine import api
 from . import audio_encoding, errors
+from .auth import ANONYMOUS
 from .http_guard import record_error
-from .speech_request import SpeechRequest
+from .speech_request import SpeechRequest, VoiceClone
 from .synthesis import Utterance, generation_failure
+from .voice_library import clone_voice
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -161,14 +168,19 @@ async def create_speech(body: SpeechRequest, request: Request):
     runtime = request.app.state.runtime
     state = request.scope["state"]
     _check_request(body, runtime)
+    one_shot = None
+    if body.voice_clone is not None:
+        one_shot = await _one_shot_clone(body.voice_clone, request)
+    voice = await runtime.synthesizer.speaking_voice(
+        body.voice, state.get("caller", ANONYMOUS), one_shot
+    )
     synthesis_request = runtime.synthesizer.build_request(
         text=body.input,
-        voice=body.voice,
+        voice=voice,
         instructions=body.instructions,
         language=body.language,
         sampling=body.sampling_overrides(),
         request_id=state["request_id"],
-        caller=state.get("caller", "anonymous"),
     )
     utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
     headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}
@@ -217,6 +229,43 @@ async def create_speech(body: SpeechRequest, request: Request):
 
     return ClosingStreamingResponse(
         body_iter, media_type=media_type, headers=headers, on_close=on_close
+    )
+
+
+async def _one_shot_clone(clone: VoiceClone, request: Request) -> api.ClonedVoice:
+    """The request's own reference, checked like an upload and cloned; never stored."""
+    runtime = request.app.state.runtime
+    info = runtime.engine.info
+    if not info.supports_voice_clone:
+        raise errors.invalid_request(
+            f"model {info.name} cannot clone voices; use a Base model", param="voice_clone"
+        )
+    if not clone.consent:
+        raise errors.invalid_request(
+            "consent must be true: clone only voices whose speaker consented",
+            param="voice_clone.consent",
+        )
+    try:
+        data = base64.b64decode(clone.audio, validate=True)
+    except binascii.Error:
+        raise errors.invalid_request(
+            "audio is not valid base64", param="voice_clone.audio"
+        ) from None
+    if len(data) > runtime.settings.max_voice_upload_bytes:
+        raise errors.body_too_large(runtime.settings.max_voice_upload_bytes)
+    try:
+        pcm = await request.app.state.reference_decoder.decode(data)
+    except errors.ApiError as exc:
+        if exc.param == "audio":
+            exc.param = "voice_clone.audio"
+        raise
+    return await clone_voice(
+        runtime.engine,
+        runtime.metrics,
+        pcm,
+        clone.transcript,
+        source="request",
+        param="voice_clone.audio",
     )
 
 

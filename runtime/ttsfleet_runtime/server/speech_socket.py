@@ -58,7 +58,7 @@ from . import audio_encoding, errors
 from .auth import ANONYMOUS
 from .http_guard import authenticate, client_address, record_error, request_id_from
 from .speech_request import SamplingFields, Text, utf8_text
-from .synthesis import error_type, generation_failure
+from .synthesis import SpeakingVoice, error_type, generation_failure
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -239,7 +239,7 @@ class _Session:
                 "this server is shutting down; retry on another", code="draining"
             )
         # Validate voice and sampling once, before any text arrives.
-        self._build_request(text="")
+        self._build_request(text="", voice=await self._voice())
         await _send(
             ws,
             {
@@ -251,16 +251,20 @@ class _Session:
         )
         self.active_at = time.monotonic()
 
-    def _build_request(self, text):
+    async def _voice(self) -> SpeakingVoice:
+        """The session's voice, looked up again for each utterance: a stored voice
+        erased meanwhile is not spoken any more."""
+        return await self.runtime.synthesizer.speaking_voice(self.config.voice, self.caller)
+
+    def _build_request(self, text, voice: SpeakingVoice):
         c = self.config
         return self.runtime.synthesizer.build_request(
             text=text,
-            voice=c.voice,
+            voice=voice,
             instructions=c.instructions,
             language=c.language,
             sampling=c.sampling_overrides(),
             request_id=f"{self.request_id}.{self.count}",
-            caller=self.caller,
         )
 
     async def _next_message(self, current) -> dict | None:
@@ -354,7 +358,8 @@ class _Session:
                     yield text
 
             submitted = time.monotonic()
-            utterance = self.runtime.synthesizer.submit(self._build_request(deltas()), submitted)
+            request = self._build_request(deltas(), await self._voice())
+            utterance = self.runtime.synthesizer.submit(request, submitted)
             completed = False
             try:
                 index = 0

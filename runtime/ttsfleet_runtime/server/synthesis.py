@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from ..engine import api
 from . import errors
 from .drain import Drain
-from .voice_store import VoiceStore
+from .voice_library import VoiceLibrary
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +159,21 @@ class Utterance:
                 m.rtf.observe(elapsed / self.audio_s)
 
 
+@dataclasses.dataclass(frozen=True)
+class SpeakingVoice:
+    """Whose voice an utterance has: a built-in speaker, a clone, or the model's choice."""
+
+    speaker: str | None = None
+    cloned: api.ClonedVoice | None = None
+
+
 class Synthesizer:
     def __init__(
         self,
         engine: api.Engine,
         metrics,
         drain: Drain,
-        voices: VoiceStore | None,
+        voices: VoiceLibrary | None,
         max_input_chars: int,
         max_audio_seconds: float,
     ):
@@ -181,46 +189,68 @@ class Synthesizer:
         self.max_frames = max(1, math.ceil(max_audio_seconds * frames_per_s))
         self._speakers = {s.lower(): s for s in engine.info.speakers}
 
-    def resolve_voice(self, voice: str | None, caller: str) -> str | None:
-        """Canonical speaker name, or an uploaded voice id the caller owns."""
+    async def speaking_voice(
+        self, voice: str | None, caller: str, one_shot: api.ClonedVoice | None = None
+    ) -> SpeakingVoice:
+        """The voice to speak with: a one-shot clone, the caller's stored voice (Base
+        models), or a canonical built-in speaker; a 400 on `voice` saying why not."""
+        info = self.engine.info
+        if one_shot is not None:
+            return SpeakingVoice(cloned=one_shot)
+        if info.supports_voice_clone:
+            return SpeakingVoice(cloned=await self._stored_voice(voice, caller))
         if voice is None:
-            return None
-        if not self._speakers and not self.engine.info.supports_voice_clone:
+            return SpeakingVoice()
+        if not self._speakers:
             # VoiceDesign: the instructions describe the voice; OpenAI clients
             # must still send some `voice`, so it is ignored rather than refused.
-            return None
+            return SpeakingVoice()
         if voice.lower() in self._speakers:
-            return self._speakers[voice.lower()]
+            return SpeakingVoice(speaker=self._speakers[voice.lower()])
         if voice.startswith("voice_"):
-            if self.voices is None:
-                raise errors.invalid_request(
-                    "voice uploads are not enabled on this server", param="voice"
-                )
-            try:
-                self.voices.get(voice, caller)
-            except errors.ApiError:
-                raise errors.invalid_request(f"unknown voice {voice!r}", param="voice") from None
-            if not self.engine.info.supports_voice_clone:
-                raise errors.invalid_request(
-                    f"model {self.engine.info.name} cannot speak uploaded voices; use a Base model",
-                    param="voice",
-                )
-            return voice
-        known = ", ".join(self.engine.info.speakers) or "none"
+            raise errors.invalid_request(
+                f"model {info.name} cannot speak uploaded voices; use a Base model", param="voice"
+            )
+        known = ", ".join(info.speakers) or "none"
         raise errors.invalid_request(
             f"unknown voice {voice!r}; built-in voices: {known}", param="voice"
         )
+
+    async def _stored_voice(self, voice: str | None, caller: str) -> api.ClonedVoice:
+        name = self.engine.info.name
+        if voice is None or not voice.startswith("voice_"):
+            given = "no voice" if voice is None else f"unknown voice {voice!r}"
+            raise errors.invalid_request(
+                f"{given}: model {name} speaks cloned voices only; give `voice` as an uploaded "
+                "voice id (POST /v1/audio/voices) or a reference in `voice_clone`",
+                param="voice",
+            )
+        if self.voices is None:
+            raise errors.invalid_request(
+                "voice uploads are not enabled on this server; use `voice_clone`", param="voice"
+            )
+        try:
+            cloned = await self.voices.cloned_voice(voice, caller)
+        except errors.ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise errors.invalid_request(f"unknown voice {voice!r}", param="voice") from None
+        if cloned.model != name:
+            raise errors.invalid_request(
+                f"voice {voice!r} was cloned for model {cloned.model}, not {name}; upload it again",
+                param="voice",
+            )
+        return cloned
 
     def build_request(
         self,
         *,
         text,
-        voice: str | None,
+        voice: SpeakingVoice,
         instructions: str | None,
         language: str,
         sampling: dict,
         request_id: str,
-        caller: str,
     ) -> api.SynthesisRequest:
         if isinstance(text, str) and len(text) > self.max_input_chars:
             raise errors.invalid_request(
@@ -233,7 +263,8 @@ class Synthesizer:
             raise errors.invalid_request(str(exc), param=exc.param) from None
         return api.SynthesisRequest(
             text=text,
-            voice=self.resolve_voice(voice, caller),
+            voice=voice.speaker,
+            cloned_voice=voice.cloned,
             instructions=instructions,
             language=language,
             params=params,

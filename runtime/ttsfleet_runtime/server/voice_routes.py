@@ -1,5 +1,11 @@
 """Voices: the model's built-in speakers and the caller's uploaded voices.
 
+An upload is cloned once (voice_library.py) and stored with its audio and
+consent record; a tenant can read one back (`GET .../{id}`), export everything
+kept of it (`GET .../{id}/export`: audio as base64 WAV, transcript, consent
+record, in one JSON document) and erase it (`DELETE`). Only a model that
+clones (a Base model) takes uploads.
+
 Uploading a voice needs the speaker's explicit consent (`consent=true` and the
 statement the uploader makes), a transcript of the reference audio, and audio
 that decodes, lasts between the configured bounds and is not silent (checked
@@ -16,6 +22,7 @@ is started with `--anonymous-voices on`, which says so loudly in its log.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
@@ -25,7 +32,9 @@ from . import errors
 from .auth import ANONYMOUS, ApiKeys
 from .reference_audio import ReferenceDecoder, ReferenceLimits
 from .speech_routes import ERROR_RESPONSES
-from .voice_store import VoiceQuota, VoiceStore
+from .voice_library import VoiceLibrary
+from .voice_store import VoiceStore, open_voice_store
+from .voice_store_local import LocalVoiceStore
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -39,9 +48,9 @@ VOICE_RESPONSES = {
 def open_store(settings: ServerSettings, api_keys: ApiKeys) -> VoiceStore | None:
     """The voice store this server serves, or None (uploads off; the log says why).
 
-    Erases the staging leftovers of uploads killed mid-way: this process is the
-    only writer of its voices directory."""
-    if settings.voices_dir is None:
+    A local directory's staging leftovers of uploads killed mid-way are erased:
+    this process is the only writer of its voices directory."""
+    if settings.voices_dir is None and not settings.voice_store_url:
         return None
     if api_keys.disabled and not settings.anonymous_voices:
         log.warning(
@@ -49,16 +58,20 @@ def open_store(settings: ServerSettings, api_keys: ApiKeys) -> VoiceStore | None
             "erase) every voice; give API keys, or --anonymous-voices on to accept that"
         )
         return None
+    store = open_voice_store(settings)
     if api_keys.disabled:
         log.warning(
             "auth is disabled and --anonymous-voices is on: EVERY caller can list, use and erase "
             "EVERY uploaded voice in %s",
-            settings.voices_dir,
+            store.describe(),
         )
-    quota = VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
-    store = VoiceStore(settings.voices_dir, quota)
-    for leftover in store.remove_staging_leftovers():
-        log.warning("erased an interrupted voice upload", extra={"path": str(leftover.path)})
+    if isinstance(store, LocalVoiceStore):
+        for leftover in store.remove_staging_leftovers():
+            log.warning("erased an interrupted voice upload", extra={"path": leftover.where})
+    log.info(
+        "voice store open",
+        extra={"store": store.describe(), "retention_days": settings.voice_retention_days},
+    )
     return store
 
 
@@ -68,10 +81,11 @@ def reference_decoder(settings: ServerSettings, sample_rate: int) -> ReferenceDe
     return ReferenceDecoder(limits, sample_rate)
 
 
-def _store(request: Request) -> VoiceStore:
+def _library(request: Request) -> VoiceLibrary:
     runtime = request.app.state.runtime
     if runtime.voices is None:
-        why = "no --voices-dir" if runtime.settings.voices_dir is None else "auth is disabled"
+        stored = runtime.settings.voices_dir is not None or runtime.settings.voice_store_url
+        why = "auth is disabled" if stored else "no --voices-dir or voice store"
         raise errors.not_found(f"voice uploads are not enabled on this server ({why})")
     return runtime.voices
 
@@ -99,7 +113,8 @@ async def list_voices(request: Request) -> dict:
         for speaker in info.speakers
     ]
     if runtime.voices is not None:
-        data += [voice.public() for voice in runtime.voices.list(_caller(request))]
+        stored = await asyncio.to_thread(runtime.voices.store.list, _caller(request))
+        data += [voice.public() for voice in stored]
     return {"object": "list", "data": data}
 
 
@@ -125,22 +140,26 @@ async def create_voice(
     name: str = Form(default="", max_length=100),
     language: str = Form(default="auto", min_length=1, max_length=32),
 ) -> dict:
-    store = _store(request)
-    settings = request.app.state.runtime.settings
+    library = _library(request)
+    runtime = request.app.state.runtime
+    settings = runtime.settings
     if not consent:
         raise errors.invalid_request(
             "consent must be true: upload only voices whose speaker consented", param="consent"
         )
-    await asyncio.to_thread(store.check_quota, _caller(request))
+    if not runtime.engine.info.supports_voice_clone:
+        raise errors.invalid_request(
+            f"model {runtime.engine.info.name} cannot clone voices; upload to a Base model",
+            param="audio",
+        )
+    await asyncio.to_thread(library.store.check_quota, _caller(request))
     data = await audio.read()
     if len(data) > settings.max_voice_upload_bytes:
         raise errors.body_too_large(settings.max_voice_upload_bytes)
     decoder: ReferenceDecoder = request.app.state.reference_decoder
     pcm = await decoder.decode(data)
-    voice = await asyncio.to_thread(
-        store.create,
-        pcm=pcm,
-        sample_rate=decoder.target_rate,
+    voice = await library.add(
+        pcm,
         name=name or (audio.filename or "voice"),
         transcript=transcript,
         language=language,
@@ -155,6 +174,37 @@ async def create_voice(
     "/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="Erase an uploaded voice"
 )
 async def delete_voice(voice_id: str, request: Request) -> dict:
-    await asyncio.to_thread(_store(request).delete, voice_id, _caller(request))
+    await asyncio.to_thread(_library(request).store.delete, voice_id, _caller(request))
     log.info("voice erased", extra={"request_id": request.state.request_id, "voice_id": voice_id})
     return {"id": voice_id, "object": "voice", "deleted": True}
+
+
+@router.get(
+    "/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="One of your uploaded voices"
+)
+async def get_voice(voice_id: str, request: Request) -> dict:
+    voice = await asyncio.to_thread(_library(request).store.get, voice_id, _caller(request))
+    return voice.public()
+
+
+@router.get(
+    "/v1/audio/voices/{voice_id}/export",
+    responses=VOICE_RESPONSES,
+    summary="Everything kept of your voice: audio, transcript, consent record",
+)
+async def export_voice(voice_id: str, request: Request) -> dict:
+    """One JSON document (the audio as base64 WAV): what a data-access request gets."""
+    exported = await asyncio.to_thread(_library(request).store.export, voice_id, _caller(request))
+    voice = exported.voice
+    log.info("voice exported", extra={"request_id": request.state.request_id, "voice_id": voice_id})
+    return {
+        "object": "voice.export",
+        "voice": voice.public(),
+        "transcript": voice.transcript,
+        "consent": exported.consent,
+        "audio": {
+            "format": "wav",
+            "sample_rate": voice.sample_rate,
+            "data": base64.b64encode(exported.audio_wav).decode(),
+        },
+    }

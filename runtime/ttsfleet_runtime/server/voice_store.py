@@ -1,48 +1,56 @@
-"""Uploaded voices on disk (a PVC in Kubernetes): reference audio, profile, consent.
+"""Uploaded voices: what is kept of one, and the interface both stores implement.
 
-One folder per voice: `<voices_dir>/<voice_id>/{reference.wav, profile.json,
-consent.json}`; the audio is mono at the model's rate (reference_audio.py). A
-voice is written into a hidden staging folder and renamed into place, so a
-crash never leaves half a voice visible, and the server erases staging
-leftovers when it starts. Deleting a voice removes all three files and the
-folder: an erasure, not a flag. Each owner (a tenant, auth.py) sees only its
-own voices and keeps at most its quota of voices and bytes.
+A stored voice is four things kept and erased together: the reference audio (mono
+WAV at the model's rate, reference_audio.py), its profile (name, transcript,
+owner, when it was uploaded and when it expires), the speaker's consent record,
+and the prompt the engine computed from it once (`ClonedVoice.to_bytes()`), so
+speaking it later costs no encoder work.
+
+Two stores hold them: a directory for one pod (voice_store_local.py) and Redis,
+shared by every replica of a TTSService (voice_store_redis.py); `open_voice_store`
+picks by the settings. Both write a voice atomically (all four parts or none),
+erase it for real (no flag), keep each owner (a tenant, auth.py) to its own
+voices and its quota, and treat a voice past its expiry as gone at once: it is
+neither listed nor spoken, and `erase_expired` (the server's sweeper) erases it.
+Stores are blocking: the server calls them from worker threads. Listeners added
+with `on_erased` hear every erased voice id, for Redis also those erased through
+other pods, so caches can forget them.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import datetime
 import hashlib
-import json
-import os
-import re
+import io
 import secrets
-import shutil
 import threading
-from pathlib import Path
+import time
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from ..settings import ServerSettings
 from . import errors
 
-AUDIO_FILE = "reference.wav"
-PROFILE_FILE = "profile.json"
-CONSENT_FILE = "consent.json"
-_VOICE_ID = re.compile(r"^voice_[0-9a-f]{16}$")
+SECONDS_PER_DAY = 86_400
 
 
 @dataclasses.dataclass(frozen=True)
 class Voice:
+    """A stored voice's profile: what the API shows and the stores decide by."""
+
     id: str
     name: str
     transcript: str
     language: str
     owner: str
-    created_at: str
+    created_at: float  # unix seconds
+    expires_at: float | None  # unix seconds; None: kept until deleted
     duration_s: float
     sample_rate: int
-    audio_path: Path
+    stored_bytes: int  # all four parts: what the tenant's byte quota counts
 
     def public(self) -> dict:
         return {
@@ -53,13 +61,41 @@ class Voice:
             "language": self.language,
             "transcript": self.transcript,
             "duration_s": round(self.duration_s, 3),
-            "created_at": self.created_at,
+            "created_at": _iso(self.created_at),
+            "expires_at": None if self.expires_at is None else _iso(self.expires_at),
         }
+
+    def profile(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_profile(cls, profile: dict) -> Voice:
+        return cls(**{f.name: profile[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class VoiceRecord:
+    """Everything stored for one voice, as one store writes it."""
+
+    voice: Voice
+    audio_wav: bytes
+    consent: dict
+    prompt: bytes  # ClonedVoice.to_bytes()
+
+
+@dataclasses.dataclass(frozen=True)
+class VoiceExport:
+    """What a tenant may take away of its voice (GET .../export): not the prompt,
+    which is derived data of one checkpoint."""
+
+    voice: Voice
+    audio_wav: bytes
+    consent: dict
 
 
 @dataclasses.dataclass(frozen=True)
 class VoiceQuota:
-    """What one tenant may keep: voices and bytes on disk (all files of its voices)."""
+    """What one tenant may keep: voices, and bytes of everything stored for them."""
 
     max_voices: int
     max_bytes: int
@@ -67,11 +103,12 @@ class VoiceQuota:
 
 @dataclasses.dataclass(frozen=True)
 class Erased:
-    """One folder an erasure removed: a voice, or a staging leftover of an upload."""
+    """One voice an erasure removed (or a staging leftover of a local upload);
+    `where` is its folder or key, for the admin's record."""
 
     voice_id: str
     owner: str | None
-    path: Path
+    where: str
     staging: bool = False
 
 
@@ -79,25 +116,88 @@ def quota_exceeded(message: str) -> errors.ApiError:
     return errors.ApiError(409, message, code="voice_quota_exceeded", param="audio")
 
 
-class VoiceStore:
-    """The voices directory: per-owner voices, quotas, erasure.
+def unknown_voice(voice_id: str) -> errors.ApiError:
+    return errors.not_found(f"no voice {voice_id!r}")
 
-    Writes go through a staging folder `.voice_<id>.tmp` whose `profile.json`
-    (with the owner) is written first, so even a leftover of a killed upload
-    says whose it is. The server removes every leftover at start-up
-    (`remove_staging_leftovers`); the directory belongs to one server process.
+
+def new_voice_id() -> str:
+    return "voice_" + secrets.token_hex(8)
+
+
+class VoiceStore(abc.ABC):
+    """Per-owner voices with quotas, retention and erasure (see the module docstring).
+
+    `owner=None` in a method is the admin's view: every owner's voices.
+    `clock` (unix seconds) is injectable so tests move time instead of waiting.
     """
 
-    def __init__(self, root: Path, quota: VoiceQuota | None = None):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+    def __init__(
+        self,
+        quota: VoiceQuota | None = None,
+        retention_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+    ):
         self.quota = quota
-        # Quota check and commit are one step, also for parallel uploads.
-        self._commit_lock = threading.Lock()
+        self.retention_s = retention_s
+        self.clock = clock
+        self._listeners: list[Callable[[str], None]] = []
+        self._listeners_lock = threading.Lock()
 
-    def remove_staging_leftovers(self) -> list[Erased]:
-        """Erase what uploads killed mid-way left behind (only safe while no upload runs)."""
-        return [self._erase_folder(folder) for folder in self._staging_folders()]
+    # What each store implements.
+
+    @abc.abstractmethod
+    def _commit(self, record: VoiceRecord) -> None:
+        """Write all four parts or none; checks the owner's quota in the same step."""
+
+    @abc.abstractmethod
+    def _ids(self, owner: str | None) -> list[str]:
+        """Ids of the owner's stored voices, expired ones included (every owner's for None)."""
+
+    @abc.abstractmethod
+    def _load(self, voice_id: str) -> Voice | None:
+        """The voice's profile, expired or not; None when nothing is stored."""
+
+    @abc.abstractmethod
+    def _read(self, voice_id: str, *parts: str) -> dict[str, bytes] | None:
+        """Raw parts ("audio", "consent", "prompt") of a stored voice."""
+
+    @abc.abstractmethod
+    def _erase(self, voice_id: str, owner: str | None) -> Erased:
+        """Remove everything stored for the voice (and its index entries)."""
+
+    @abc.abstractmethod
+    def existing(self, voice_ids: Iterable[str]) -> set[str]:
+        """Which of these voices are still stored (the cache's reconciliation)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where the voices are, for logs (never a credential)."""
+
+    @abc.abstractmethod
+    def watch(self) -> None:
+        """Start hearing about erasures made elsewhere (a store shared by pods)."""
+
+    @property
+    @abc.abstractmethod
+    def watching(self) -> bool:
+        """False while erasures made elsewhere may go unheard (`watch` again)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop background work and release connections."""
+
+    # Shared behaviour.
+
+    def on_erased(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(voice_id)` for every voice this store learns was erased."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+    def _announce_erased(self, voice_id: str) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(voice_id)
 
     def create(
         self,
@@ -109,57 +209,60 @@ class VoiceStore:
         language: str,
         owner: str,
         consent_statement: str,
+        prompt: bytes,
     ) -> Voice:
+        """Store a new voice (409 when it does not fit the owner's quota)."""
+        record = self._record(
+            pcm=pcm,
+            sample_rate=sample_rate,
+            name=name,
+            transcript=transcript,
+            language=language,
+            owner=owner,
+            consent_statement=consent_statement,
+            prompt=prompt,
+        )
+        self._commit(record)
+        return record.voice
+
+    def _record(self, *, pcm, sample_rate, owner, consent_statement, prompt, **profile):
         import soundfile
 
-        voice_id = "voice_" + secrets.token_hex(8)
-        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        staging = self.root / f".{voice_id}{_STAGING_SUFFIX}"
-        staging.mkdir()
-        try:
-            profile = {
-                "id": voice_id,
-                "name": name,
-                "transcript": transcript,
-                "language": language,
-                "owner": owner,
-                "created_at": now,
-                "duration_s": len(pcm) / sample_rate,
-                "sample_rate": sample_rate,
-            }
-            _write_json(staging / PROFILE_FILE, profile)
-            audio_path = staging / AUDIO_FILE
-            with open(audio_path, "wb") as f:
-                soundfile.write(f, pcm, sample_rate, format="WAV", subtype="PCM_16")
-                f.flush()
-                os.fsync(f.fileno())
-            consent = {
-                "voice_id": voice_id,
-                "consent": True,
-                "statement": consent_statement,
-                "given_by": owner,
-                "given_at": now,
-                "audio_sha256": hashlib.sha256(audio_path.read_bytes()).hexdigest(),
-            }
-            _write_json(staging / CONSENT_FILE, consent)
-            with self._commit_lock:
-                self._check_quota(owner, adding_bytes=_folder_bytes(staging))
-                os.rename(staging, self.root / voice_id)
-            _fsync_dir(self.root)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return self.get(voice_id, owner)
+        voice_id = new_voice_id()
+        now = self.clock()
+        out = io.BytesIO()
+        soundfile.write(out, pcm, sample_rate, format="WAV", subtype="PCM_16")
+        audio_wav = out.getvalue()
+        consent = {
+            "voice_id": voice_id,
+            "consent": True,
+            "statement": consent_statement,
+            "given_by": owner,
+            "given_at": _iso(now),
+            "audio_sha256": hashlib.sha256(audio_wav).hexdigest(),
+        }
+        # The profile's own size is a few hundred bytes: counted as a fixed allowance.
+        stored = len(audio_wav) + len(prompt) + len(repr(consent)) + 1024
+        voice = Voice(
+            id=voice_id,
+            owner=owner,
+            created_at=now,
+            expires_at=now + self.retention_s if self.retention_s > 0 else None,
+            duration_s=len(pcm) / sample_rate,
+            sample_rate=sample_rate,
+            stored_bytes=stored,
+            **profile,
+        )
+        return VoiceRecord(voice=voice, audio_wav=audio_wav, consent=consent, prompt=prompt)
 
     def check_quota(self, owner: str) -> None:
         """409 when the owner cannot add even one more voice (before any decoding)."""
-        self._check_quota(owner, adding_bytes=0)
+        self._check_quota(self.list(owner), adding_bytes=0)
 
-    def _check_quota(self, owner: str, adding_bytes: int) -> None:
+    def _check_quota(self, voices: list[Voice], adding_bytes: int) -> None:
         if self.quota is None:
             return
-        voices = self.list(owner)
-        used = sum(_folder_bytes(v.audio_path.parent) for v in voices)
+        used = sum(v.stored_bytes for v in voices)
         if len(voices) + 1 > self.quota.max_voices:
             raise quota_exceeded(
                 f"voice quota reached: {len(voices)} of {self.quota.max_voices} voices; "
@@ -173,96 +276,92 @@ class VoiceStore:
             )
 
     def list(self, owner: str | None) -> list[Voice]:
-        """The owner's voices (every owner's for None: the admin's view)."""
-        voices = []
-        for folder in sorted(self.root.iterdir()):
-            if _VOICE_ID.match(folder.name):
-                voice = self._load(folder)
-                if voice is not None and (owner is None or voice.owner == owner):
-                    voices.append(voice)
-        return voices
+        """The owner's unexpired voices, oldest first (every owner's for None)."""
+        voices = [v for i in self._ids(owner) if (v := self._load(i)) and not self.expired(v)]
+        return sorted(voices, key=lambda v: (v.created_at, v.id))
+
+    def expired_ids(self, now: float) -> list[str]:
+        """Voices whose expiry has passed but that are still (partly) stored."""
+        return [
+            i
+            for i in self._ids(None)
+            if (v := self._load(i)) and v.expires_at is not None and v.expires_at <= now
+        ]
+
+    def expired(self, voice: Voice) -> bool:
+        return voice.expires_at is not None and voice.expires_at <= self.clock()
 
     def get(self, voice_id: str, owner: str | None) -> Voice:
-        """The caller's voice, or 404: other callers' voices do not exist for them."""
-        voice = self._load(self.root / voice_id) if _VOICE_ID.match(voice_id) else None
-        if voice is None or (owner is not None and voice.owner != owner):
-            raise errors.not_found(f"no voice {voice_id!r}")
+        """The caller's voice, or 404: other callers' and expired voices do not exist."""
+        voice = self._load(voice_id)
+        if voice is None or self.expired(voice) or (owner is not None and voice.owner != owner):
+            raise unknown_voice(voice_id)
         return voice
 
-    def delete(self, voice_id: str, owner: str | None) -> Erased:
-        """Erase one voice (any owner's for None)."""
+    def prompt(self, voice_id: str, owner: str | None) -> tuple[Voice, bytes]:
+        """The voice and its computed prompt (`ClonedVoice.to_bytes()`), or 404."""
         voice = self.get(voice_id, owner)
-        return self._erase_folder(voice.audio_path.parent)
+        parts = self._read(voice_id, "prompt")
+        if parts is None:
+            raise unknown_voice(voice_id)
+        return voice, parts["prompt"]
 
-    def erase_owner(self, owner: str) -> list[Erased]:
-        """Everything stored for `owner`: its voices and its uploads' staging leftovers."""
-        erased = [self._erase_folder(v.audio_path.parent) for v in self.list(owner)]
-        for folder in self._staging_folders():
-            if _profile(folder).get("owner") == owner:
-                erased.append(self._erase_folder(folder))
+    def export(self, voice_id: str, owner: str | None) -> VoiceExport:
+        """The voice's audio, profile and consent record, or 404."""
+        import json
+
+        voice = self.get(voice_id, owner)
+        parts = self._read(voice_id, "audio", "consent")
+        if parts is None:
+            raise unknown_voice(voice_id)
+        return VoiceExport(voice, parts["audio"], json.loads(parts["consent"]))
+
+    def delete(self, voice_id: str, owner: str | None) -> Erased:
+        """Erase one voice (any owner's for None); 404 when the caller has none such."""
+        voice = self._load(voice_id)
+        if voice is None or (owner is not None and voice.owner != owner):
+            raise unknown_voice(voice_id)
+        erased = self._erase(voice_id, voice.owner)
+        self._announce_erased(voice_id)
         return erased
 
-    def _staging_folders(self) -> list[Path]:
-        return sorted(p for p in self.root.glob(f".voice_*{_STAGING_SUFFIX}") if p.is_dir())
+    def erase_owner(self, owner: str) -> list[Erased]:
+        """Everything stored for `owner`, expired voices included."""
+        erased = []
+        for voice_id in self._ids(owner):
+            erased.append(self._erase(voice_id, owner))
+            self._announce_erased(voice_id)
+        return erased
 
-    def _erase_folder(self, folder: Path) -> Erased:
-        profile = _profile(folder)
-        staging = folder.name.endswith(_STAGING_SUFFIX)
-        voice_id = folder.name.lstrip(".").removesuffix(_STAGING_SUFFIX)
-        for name in (AUDIO_FILE, PROFILE_FILE, CONSENT_FILE):
-            (folder / name).unlink(missing_ok=True)
-        shutil.rmtree(folder, ignore_errors=True)  # anything else that appeared
-        _fsync_dir(self.root)
-        return Erased(voice_id=voice_id, owner=profile.get("owner"), path=folder, staging=staging)
-
-    def _load(self, folder: Path) -> Voice | None:
-        profile = _profile(folder)
-        if not profile:
-            return None
-        return Voice(
-            id=profile["id"],
-            name=profile["name"],
-            transcript=profile["transcript"],
-            language=profile["language"],
-            owner=profile["owner"],
-            created_at=profile["created_at"],
-            duration_s=profile["duration_s"],
-            sample_rate=profile["sample_rate"],
-            audio_path=folder / AUDIO_FILE,
-        )
+    def erase_expired(self) -> list[Erased]:
+        """Erase every voice past its expiry (the sweeper's pass)."""
+        erased = []
+        for voice_id in self.expired_ids(self.clock()):
+            voice = self._load(voice_id)
+            erased.append(self._erase(voice_id, voice.owner if voice else None))
+            self._announce_erased(voice_id)
+        return erased
 
 
-_STAGING_SUFFIX = ".tmp"
+def retention_seconds(settings: ServerSettings) -> float:
+    return settings.voice_retention_days * SECONDS_PER_DAY
 
 
-def _profile(folder: Path) -> dict:
-    try:
-        profile = json.loads((folder / PROFILE_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return profile if isinstance(profile, dict) else {}
+def open_voice_store(settings: ServerSettings) -> VoiceStore | None:
+    """The store the settings name: Redis when `voice_store_url` is set, else the
+    voices directory, else None (no stored voices)."""
+    quota = VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
+    retention_s = retention_seconds(settings)
+    if settings.voice_store_url:
+        from .voice_store_redis import RedisVoiceStore
+
+        return RedisVoiceStore.from_url(settings.voice_store_url, quota, retention_s)
+    if settings.voices_dir is not None:
+        from .voice_store_local import LocalVoiceStore
+
+        return LocalVoiceStore(settings.voices_dir, quota, retention_s)
+    return None
 
 
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    try:
-        for path in folder.iterdir():
-            total += path.stat().st_size
-    except OSError:  # erased while being counted: what is gone takes no space
-        pass
-    return total
-
-
-def _write_json(path: Path, value: dict) -> None:
-    with open(path, "w") as f:
-        json.dump(value, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _iso(unix_s: float) -> str:
+    return datetime.datetime.fromtimestamp(unix_s, datetime.UTC).isoformat(timespec="seconds")

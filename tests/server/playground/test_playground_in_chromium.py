@@ -58,3 +58,48 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
         server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"}
     )
     assert after == speech_before + 1
+
+
+def test_upload_a_voice_then_speak_with_it(tmp_path):
+    """A Base model (the stand-in's): the page clones a recording, selects it, speaks it."""
+    import base64
+
+    from support.live_server import LiveServer
+    from support.stand_in_engine import StandInEngine
+    from support.voice_uploads import recording
+    from ttsfleet_runtime.server.auth import ApiKeys
+    from ttsfleet_runtime.settings import ServerSettings
+
+    missing = chromium_missing()
+    if missing:
+        pytest.fail(missing)
+    settings = ServerSettings(voices_dir=tmp_path / "voices")
+    engine = StandInEngine(variant="Base", frames=10)
+    wav = base64.b64encode(recording()).decode()
+    with LiveServer(engine, settings, ApiKeys((API_KEY,))) as server, Browser() as browser:
+        page = browser.open(server.base_url + "/")
+        page.click("#api-key")
+        page.type(API_KEY)
+        page.press("Tab", "Tab", 9)
+        page.wait_for("document.getElementById('status').dataset.state === 'ready'")
+        assert page.evaluate("document.getElementById('clone').hidden") is False
+        page.evaluate(
+            f"""(() => {{
+              const bytes = Uint8Array.from(atob("{wav}"), (c) => c.charCodeAt(0));
+              const files = new DataTransfer();
+              files.items.add(new File([bytes], "me.wav", {{ type: "audio/wav" }}));
+              document.getElementById("clone-audio").files = files.files;
+            }})()"""
+        )
+        page.click("#clone-transcript")
+        page.type("Hello, this is my voice.")
+        page.click("#clone-consent")
+        page.click("#upload")
+        page.wait_for("document.getElementById('clone-status').textContent.startsWith('stored')")
+        voice = page.evaluate("document.getElementById('voice').value")
+        assert voice.startswith("voice_") and engine.clones == 1
+        page.click("#speak")
+        page.wait_for("document.getElementById('status').dataset.state === 'done'", timeout_s=60)
+        samples = int(page.evaluate("document.getElementById('audio-seconds').dataset.samples"))
+        assert page.exceptions == []
+    assert samples == 10 * 1920

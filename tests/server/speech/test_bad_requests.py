@@ -42,7 +42,7 @@ def good(model_id, **fields):
         ({"input": ""}, "input", "at least 1 character"),
         ({"input": "x" * 501}, "input", "longer than 500"),
         ({"shout": True}, "shout", "Extra inputs"),
-        ({"voice": "voice_0123456789abcdef"}, "voice", "unknown voice"),
+        ({"voice": "voice_0123456789abcdef"}, "voice", "cannot speak uploaded voices"),
     ],
 )
 def test_bad_field_is_refused_with_400_naming_it(server, model_id, fields, param, fragment):

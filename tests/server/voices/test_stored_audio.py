@@ -9,12 +9,13 @@ import pytest
 import soundfile
 
 from support.live_server import LiveServer
+from support.stand_in_engine import StandInEngine
 from support.voice_uploads import bearer, recording, upload, uploaded_voice_ids
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.settings import ServerSettings
 
 ALICE, BOB = "sk-alice-1", "sk-bob-1"
-# Two 2 s voices at 24 kHz mono PCM16 are ~192 kB; a third does not fit.
+# Two 2 s voices at 24 kHz mono PCM16 (and their prompts) are ~200 kB; a third does not fit.
 BYTES_QUOTA = 250_000
 
 
@@ -23,15 +24,16 @@ def voices_dir(tmp_path):
     return tmp_path / "voices"
 
 
-def live(make_engine, voices_dir, **settings):
+def live(voices_dir, **settings):
     settings = ServerSettings(
         voices_dir=voices_dir, max_voice_upload_bytes=2 * 1024 * 1024, **settings
     )
-    return LiveServer(make_engine(), settings, ApiKeys((f"alice: {ALICE}", f"bob: {BOB}")))
+    engine = StandInEngine(variant="Base")
+    return LiveServer(engine, settings, ApiKeys((f"alice: {ALICE}", f"bob: {BOB}")))
 
 
-def test_a_high_rate_stereo_upload_is_stored_as_mono_at_the_model_rate(make_engine, voices_dir):
-    with live(make_engine, voices_dir) as server:
+def test_a_high_rate_stereo_upload_is_stored_as_mono_at_the_model_rate(voices_dir):
+    with live(voices_dir) as server:
         sent = recording(seconds=3, rate=192_000, channels=2, fmt="FLAC")
         created = upload(server.base_url, sent, ALICE, "me.flac")
         assert created.status_code == 201, created.text
@@ -47,8 +49,8 @@ def test_a_high_rate_stereo_upload_is_stored_as_mono_at_the_model_rate(make_engi
         assert int(np.argmax(spectrum)) == 180
 
 
-def test_a_tenant_over_its_voice_count_gets_409_and_others_are_unaffected(make_engine, voices_dir):
-    with live(make_engine, voices_dir, max_voices_per_tenant=2) as server:
+def test_a_tenant_over_its_voice_count_gets_409_and_others_are_unaffected(voices_dir):
+    with live(voices_dir, max_voices_per_tenant=2) as server:
         first, second = (upload(server.base_url, recording(), ALICE).json()["id"] for _ in range(2))
         refused = upload(server.base_url, recording(), ALICE)
         assert refused.status_code == 409, refused.text
@@ -63,8 +65,8 @@ def test_a_tenant_over_its_voice_count_gets_409_and_others_are_unaffected(make_e
         assert upload(server.base_url, recording(), ALICE).status_code == 201
 
 
-def test_a_tenant_over_its_bytes_gets_409_and_nothing_is_left_behind(make_engine, voices_dir):
-    with live(make_engine, voices_dir, max_voice_bytes_per_tenant=BYTES_QUOTA) as server:
+def test_a_tenant_over_its_bytes_gets_409_and_nothing_is_left_behind(voices_dir):
+    with live(voices_dir, max_voice_bytes_per_tenant=BYTES_QUOTA) as server:
         assert upload(server.base_url, recording(), ALICE).status_code == 201
         assert upload(server.base_url, recording(), ALICE).status_code == 201
         before = sorted(p.name for p in voices_dir.iterdir())
@@ -75,10 +77,10 @@ def test_a_tenant_over_its_bytes_gets_409_and_nothing_is_left_behind(make_engine
         assert upload(server.base_url, recording(), BOB).status_code == 201
 
 
-def test_parallel_uploads_cannot_overshoot_the_count(make_engine, voices_dir):
+def test_parallel_uploads_cannot_overshoot_the_count(voices_dir):
     import concurrent.futures
 
-    with live(make_engine, voices_dir, max_voices_per_tenant=3) as server:
+    with live(voices_dir, max_voices_per_tenant=3) as server:
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             codes = list(
                 pool.map(

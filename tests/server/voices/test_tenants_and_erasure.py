@@ -15,9 +15,10 @@ import pytest
 
 from support.live_server import LiveServer
 from support.runtime import ttsfleet
+from support.stand_in_engine import StandInEngine
 from support.voice_uploads import bearer, recording, upload, uploaded_voice_ids
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.voice_store import VoiceStore
+from ttsfleet_runtime.server.voice_store_local import LocalVoiceStore
 from ttsfleet_runtime.settings import ServerSettings
 
 
@@ -28,11 +29,13 @@ def rewrite(path, text: str) -> None:
     os.replace(fresh, path)
 
 
-def test_rotating_a_named_key_keeps_the_tenants_voices(make_engine, tmp_path):
+def test_rotating_a_named_key_keeps_the_tenants_voices(tmp_path):
     keys_file = tmp_path / "keys"
     keys_file.write_text("tenant-a: sk-old\ntenant-b: sk-b\n")
     settings = ServerSettings(voices_dir=tmp_path / "voices")
-    with LiveServer(make_engine(), settings, ApiKeys(keys_file=keys_file)) as server:
+    with LiveServer(
+        StandInEngine(variant="Base"), settings, ApiKeys(keys_file=keys_file)
+    ) as server:
         voice = upload(server.base_url, recording(), "sk-old").json()
         consent = json.loads((tmp_path / "voices" / voice["id"] / "consent.json").read_text())
         assert consent["given_by"] == "tenant-a"
@@ -49,10 +52,10 @@ def test_rotating_a_named_key_keeps_the_tenants_voices(make_engine, tmp_path):
         assert erased.status_code == 200
 
 
-def test_with_auth_disabled_uploads_are_off_unless_explicitly_shared(make_engine, tmp_path, caplog):
+def test_with_auth_disabled_uploads_are_off_unless_explicitly_shared(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     settings = ServerSettings(voices_dir=tmp_path / "voices", auth_disabled=True)
-    with LiveServer(make_engine(), settings, ApiKeys(disabled=True)) as server:
+    with LiveServer(StandInEngine(variant="Base"), settings, ApiKeys(disabled=True)) as server:
         refused = upload(server.base_url, recording(), None)
         assert refused.status_code == 404
         assert "auth is disabled" in refused.json()["error"]["message"]
@@ -63,14 +66,14 @@ def test_with_auth_disabled_uploads_are_off_unless_explicitly_shared(make_engine
     shared = ServerSettings(
         voices_dir=tmp_path / "voices", auth_disabled=True, anonymous_voices=True
     )
-    with LiveServer(make_engine(), shared, ApiKeys(disabled=True)) as server:
+    with LiveServer(StandInEngine(variant="Base"), shared, ApiKeys(disabled=True)) as server:
         assert upload(server.base_url, recording(), None).status_code == 201
     assert "EVERY caller can list, use and erase EVERY uploaded voice" in caplog.text
 
 
-def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(make_engine, tmp_path):
+def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(tmp_path):
     voices_dir = tmp_path / "voices"
-    store = VoiceStore(voices_dir)
+    store = LocalVoiceStore(voices_dir)
     kept = store.create(
         pcm=np.full(24000, 0.1, dtype=np.float32),
         sample_rate=24000,
@@ -79,6 +82,7 @@ def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(make_eng
         language="auto",
         owner="tenant-a",
         consent_statement="yes",
+        prompt=b"prompt",
     )
     # What a kill leaves: the old layout (audio first) and the new one (profile first).
     for name, files in (
@@ -90,7 +94,9 @@ def test_leftovers_of_an_upload_killed_mid_way_are_gone_after_a_restart(make_eng
             (voices_dir / name / file).write_bytes(b"partial")
 
     settings = ServerSettings(voices_dir=voices_dir)
-    with LiveServer(make_engine(), settings, ApiKeys(("tenant-a: sk-a",))) as server:
+    with LiveServer(
+        StandInEngine(variant="Base"), settings, ApiKeys(("tenant-a: sk-a",))
+    ) as server:
         assert sorted(p.name for p in voices_dir.iterdir()) == [kept.id]
         assert uploaded_voice_ids(server.base_url, "sk-a") == [kept.id]
 
@@ -109,8 +115,8 @@ def voices_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 @pytest.fixture
-def store(tmp_path) -> VoiceStore:
-    store = VoiceStore(tmp_path / "voices")
+def store(tmp_path) -> LocalVoiceStore:
+    store = LocalVoiceStore(tmp_path / "voices")
     for owner in ("tenant-a", "tenant-a", "tenant-b"):
         store.create(
             pcm=np.full(24000, 0.1, dtype=np.float32),
@@ -120,6 +126,7 @@ def store(tmp_path) -> VoiceStore:
             language="auto",
             owner=owner,
             consent_statement="yes",
+            prompt=b"prompt",
         )
     return store
 

@@ -28,11 +28,11 @@ def bomb() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def serve_process(tmp_path_factory, tiny_custom_voice):
+def serve_process(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bombs")
     process = RuntimeProcess(
         workdir,
-        tiny_custom_voice,
+        None,  # the stand-in Base engine: uploads need a model that clones
         "--voices-dir",
         str(workdir / "voices"),
         "--anonymous-voices",

@@ -12,6 +12,11 @@ from support.live_server import API_KEY, OTHER_KEY, auth
 from support.voice_uploads import recording, uploaded_voice_ids
 
 
+@pytest.fixture
+def clone_voices(clone_server):
+    return clone_server.runtime.settings.voices_dir
+
+
 def upload(server, audio: bytes, key=None, filename="me.wav", **fields):
     return voice_uploads.upload(server.base_url, audio, key or API_KEY, filename, **fields)
 
@@ -20,15 +25,17 @@ def voice_ids(server, key=None) -> list[str]:
     return uploaded_voice_ids(server.base_url, key or API_KEY)
 
 
-def test_upload_list_and_erase_a_voice(server, voices_root):
+def test_upload_list_and_erase_a_voice(clone_server, clone_voices):
+    server = clone_server
     created = upload(server, recording(fmt="FLAC"), filename="me.flac")
     assert created.status_code == 201, created.text
     voice = created.json()
     assert voice["id"].startswith("voice_") and voice["duration_s"] == pytest.approx(2.0)
-    folder = voices_root / voice["id"]
+    folder = clone_voices / voice["id"]
     assert sorted(p.name for p in folder.iterdir()) == [
         "consent.json",
         "profile.json",
+        "prompt.npz",
         "reference.wav",
     ]
     consent = json.loads((folder / "consent.json").read_text())
@@ -61,11 +68,13 @@ def test_builtin_speakers_are_listed(server):
     assert builtin == list(server.engine.info.speakers)
 
 
-def test_a_model_that_cannot_clone_refuses_uploaded_voices_by_name(server, model_id):
-    voice = upload(server, recording()).json()
+def test_a_model_that_cannot_clone_refuses_uploads_and_uploaded_voices(server, model_id):
+    refused = upload(server, recording())
+    assert refused.status_code == 400
+    assert "cannot clone voices; upload to a Base model" in refused.json()["error"]["message"]
     response = httpx.post(
         server.base_url + "/v1/audio/speech",
-        json={"model": model_id, "input": "Hi", "voice": voice["id"]},
+        json={"model": model_id, "input": "Hi", "voice": "voice_0123456789abcdef"},
         headers=auth(),
     )
     assert response.status_code == 400
@@ -85,23 +94,24 @@ def test_a_model_that_cannot_clone_refuses_uploaded_voices_by_name(server, model
     ],
 )
 def test_bad_uploads_are_refused_with_a_reason_and_leave_nothing(
-    server, voices_root, audio, fields, fragment
+    clone_server, clone_voices, audio, fields, fragment
 ):
-    before = sorted(voices_root.iterdir())
+    server = clone_server
+    before = sorted(clone_voices.iterdir())
     response = upload(server, audio, **fields)
     assert response.status_code == 400, response.text
     assert fragment in response.json()["error"]["message"]
-    assert sorted(voices_root.iterdir()) == before
+    assert sorted(clone_voices.iterdir()) == before
 
 
-def test_upload_over_the_size_limit_is_413(server):
-    response = upload(server, recording(seconds=20, rate=48000))  # ~1.9 MB of WAV
+def test_upload_over_the_size_limit_is_413(clone_server):
+    response = upload(clone_server, recording(seconds=20, rate=48000))  # ~1.9 MB of WAV
     assert response.status_code == 413
 
 
-def test_consent_field_is_required(server):
+def test_consent_field_is_required(clone_server):
     response = httpx.post(
-        server.base_url + "/v1/audio/voices",
+        clone_server.base_url + "/v1/audio/voices",
         files={"audio": ("me.wav", recording(), "audio/wav")},
         data={"transcript": "Hello"},
         headers=auth(),

@@ -1,6 +1,8 @@
 // The playground: stream speech from this server and play it as it arrives.
 // Audio comes as raw s16le PCM (response_format "pcm", stream_format "audio");
 // each network chunk is scheduled right after the previous one in WebAudio.
+// A Base model speaks cloned voices: the page uploads one (POST /v1/audio/voices,
+// with the speaker's consent) and selects it as the voice.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -34,7 +36,7 @@ async function errorMessage(response) {
   }
 }
 
-async function load() {
+async function load(selected) {
   const models = await fetch("/v1/models", { headers: authHeaders() });
   if (!models.ok) {
     $("model").textContent = models.status === 401 ? "enter an API key" : await errorMessage(models);
@@ -54,7 +56,33 @@ async function load() {
       select.append(new Option(voice.type === "uploaded" ? `${voice.name} (uploaded)` : voice.name, voice.id));
     }
   }
+  if (selected) select.value = selected;
+  $("clone").hidden = !model.supports_voice_clone;
   setStatus("ready", "ready");
+}
+
+async function uploadVoice() {
+  const file = $("clone-audio").files[0];
+  const status = $("clone-status");
+  if (!file) { status.textContent = "choose a recording first"; return; }
+  const form = new FormData();
+  form.append("audio", file);
+  form.append("transcript", $("clone-transcript").value);
+  form.append("consent", $("clone-consent").checked ? "true" : "false");
+  form.append("name", file.name);
+  $("upload").disabled = true;
+  status.textContent = "uploading and cloning…";
+  try {
+    const response = await fetch("/v1/audio/voices", { method: "POST", headers: authHeaders(), body: form });
+    if (!response.ok) throw new Error(`${response.status}: ${await errorMessage(response)}`);
+    const voice = await response.json();
+    await load(voice.id);
+    status.textContent = `stored as ${voice.id}; selected below`;  // once it is
+  } catch (error) {
+    status.textContent = String(error.message || error);
+  } finally {
+    $("upload").disabled = false;
+  }
 }
 
 function drawWave(samples) {
@@ -155,5 +183,6 @@ async function speak() {
 }
 
 $("speak").addEventListener("click", speak);
+$("upload").addEventListener("click", uploadVoice);
 $("stop").addEventListener("click", () => controller && controller.abort());
 load().catch((error) => setStatus(String(error), "error"));
