@@ -33,11 +33,11 @@ import traceback
 from pathlib import Path
 
 import httpx
-from capacity import Server, report_head
 from prometheus_client.parser import text_string_to_metric_families
 
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.benchmark import ready_checkpoint
+from ttsfleet_runtime.loadtest.serve_process import Server, report_head
 
 T0 = time.monotonic()
 STARTS = ("cold", "warm")

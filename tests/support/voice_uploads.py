@@ -9,6 +9,8 @@ import httpx
 import numpy as np
 import soundfile
 
+DAY = 86_400.0  # seconds: voice retention is set in days
+
 UPLOAD_FIELDS = {"transcript": "Hello, this is my voice.", "consent": "true", "name": "Alice"}
 
 

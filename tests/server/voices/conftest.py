@@ -9,13 +9,12 @@ import pytest
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
 from support.redis_server import RedisServer
 from support.stand_in_engine import StandInEngine
+from support.voice_uploads import DAY
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.voice_store import VoiceQuota
 from ttsfleet_runtime.server.voice_store_local import LocalVoiceStore
 from ttsfleet_runtime.server.voice_store_redis import RedisVoiceStore
 from ttsfleet_runtime.settings import ServerSettings
-
-DAY = 86_400.0
 
 
 class Clock:

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from support.stand_in_engine import StandInEngine
+from support.voice_uploads import DAY
 from ttsfleet_runtime.metrics import RuntimeMetrics
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.voice_library import VoiceLibrary
-
-from .conftest import DAY
 
 PCM = (0.3 * np.sin(np.arange(48_000) / 7)).astype(np.float32)
 

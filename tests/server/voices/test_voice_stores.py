@@ -12,11 +12,10 @@ import pytest
 import soundfile
 
 from support.polling import wait_for
+from support.voice_uploads import DAY
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.voice_store import VoiceQuota
 from ttsfleet_runtime.server.voice_store_redis import RedisVoiceStore
-
-from .conftest import DAY
 
 PCM = np.sin(np.arange(24_000) / 10).astype(np.float32) * 0.3  # 1 s at 24 kHz
 PROMPT = b"npz bytes of a ClonedVoice"
