@@ -12,7 +12,9 @@ no `expires_at`) are read with the current retention, so they expire too.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -47,7 +49,9 @@ class LocalVoiceStore(VoiceStore):
         super().__init__(quota, retention_s, clock)
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        # Quota check and commit are one step, also for parallel uploads.
+        # Quota check and commit are one step, also for parallel uploads: the thread
+        # lock within this store, a lock file across stores and processes sharing the
+        # directory.
         self._commit_lock = threading.Lock()
 
     def describe(self) -> str:
@@ -78,7 +82,7 @@ class LocalVoiceStore(VoiceStore):
             _write(staging / AUDIO_FILE, record.audio_wav)
             _write(staging / PROMPT_FILE, record.prompt)
             _write(staging / CONSENT_FILE, json.dumps(record.consent, indent=2).encode())
-            with self._commit_lock:
+            with self._commit_lock, _directory_lock(self.root):
                 self._check_quota(self.list(voice.owner), adding_bytes=voice.stored_bytes)
                 os.rename(staging, self.root / voice.id)
             _fsync_dir(self.root)
@@ -175,3 +179,15 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _directory_lock(root: Path):
+    """An exclusive flock on `<root>/.commit.lock`: every store open on the directory (in
+    this process or another) commits one voice at a time."""
+    with open(root / ".commit.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
