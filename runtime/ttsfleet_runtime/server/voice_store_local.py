@@ -50,8 +50,8 @@ class LocalVoiceStore(VoiceStore):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         # Quota check and commit are one step, also for parallel uploads: the thread
-        # lock within this store, a lock file across stores and processes sharing the
-        # directory.
+        # lock within this store, a lock on the directory across stores and processes
+        # sharing it.
         self._commit_lock = threading.Lock()
 
     def describe(self) -> str:
@@ -183,11 +183,11 @@ def _fsync_dir(path: Path) -> None:
 
 @contextlib.contextmanager
 def _directory_lock(root: Path):
-    """An exclusive flock on `<root>/.commit.lock`: every store open on the directory (in
-    this process or another) commits one voice at a time."""
-    with open(root / ".commit.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """An exclusive flock on the directory itself: every store open on it (in this
+    process or another) commits one voice at a time, and no lock file is left there."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
