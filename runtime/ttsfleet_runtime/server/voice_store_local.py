@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -49,10 +48,6 @@ class LocalVoiceStore(VoiceStore):
         super().__init__(quota, retention_s, clock)
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        # Quota check and commit are one step, also for parallel uploads: the thread
-        # lock within this store, a lock on the directory across stores and processes
-        # sharing it.
-        self._commit_lock = threading.Lock()
 
     def describe(self) -> str:
         return f"directory {self.root}"
@@ -82,7 +77,9 @@ class LocalVoiceStore(VoiceStore):
             _write(staging / AUDIO_FILE, record.audio_wav)
             _write(staging / PROMPT_FILE, record.prompt)
             _write(staging / CONSENT_FILE, json.dumps(record.consent, indent=2).encode())
-            with self._commit_lock, _directory_lock(self.root):
+            # Quota check and commit are one step, also for parallel uploads (threads of
+            # this store, other stores and processes on the directory: see _directory_lock).
+            with _directory_lock(self.root):
                 self._check_quota(self.list(voice.owner), adding_bytes=voice.stored_bytes)
                 os.rename(staging, self.root / voice.id)
             _fsync_dir(self.root)
@@ -184,7 +181,9 @@ def _fsync_dir(path: Path) -> None:
 @contextlib.contextmanager
 def _directory_lock(root: Path):
     """An exclusive flock on the directory itself: every store open on it (in this
-    process or another) commits one voice at a time, and no lock file is left there."""
+    process or another) commits one voice at a time, and no lock file is left there.
+    Each call opens its own descriptor, and flock locks of different descriptors exclude
+    each other, so threads of one store wait for each other too."""
     fd = os.open(root, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
