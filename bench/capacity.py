@@ -35,7 +35,7 @@ from pathlib import Path
 from ttsfleet_runtime.benchmark import checkpoint_path
 from ttsfleet_runtime.loadtest.command import write_result
 from ttsfleet_runtime.loadtest.runner import LoadConfig, run_load
-from ttsfleet_runtime.loadtest.serve_process import Server, report_head
+from ttsfleet_runtime.loadtest.serve_process import Server, report_head, report_saver
 from ttsfleet_runtime.loadtest.texts import builtin_texts
 from ttsfleet_runtime.loadtest.timings import Thresholds
 
@@ -231,11 +231,7 @@ def main() -> int:
     args.burst = [int(n) for n in args.burst.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     report = report_head("capacity", args)
-    path = args.out / "capacity.json"
-
-    def save() -> None:
-        report["wall_s"] = round(time.monotonic() - T0, 1)
-        path.write_text(json.dumps(report, indent=1) + "\n")
+    save = report_saver(report, args.out / "capacity.json", started=T0)
 
     save()
     sizes = args.sizes.split(",")

@@ -29,12 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import gc
-import json
 import os
-import platform
-import socket
 import statistics
 import time
 import traceback
@@ -42,7 +38,13 @@ import traceback
 import numpy as np
 import torch
 
-from ttsfleet_runtime.benchmark import ready_checkpoint, run_one, run_sections
+from ttsfleet_runtime.benchmark import (
+    json_writer,
+    ready_checkpoint,
+    report_start,
+    run_one,
+    run_sections,
+)
 
 T0 = time.time()
 TRANSCRIPT = "The quick brown fox jumps over the lazy dog while the orchestra tunes up."
@@ -244,23 +246,8 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     import soxr
 
-    results: dict = dict(
-        started=datetime.datetime.now(datetime.UTC).isoformat(),
-        host=socket.gethostname(),
-        machine=platform.machine(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        soxr=soxr.__version__,
-        cuda=torch.version.cuda,
-        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        args=vars(args),
-        sections={},
-    )
-    path = os.path.join(args.out, "clone_voice.json")
-
-    def dump() -> None:
-        with open(path, "w") as f:
-            json.dump(results, f, indent=1)
+    results = report_start(args, soxr=soxr.__version__)
+    dump = json_writer(os.path.join(args.out, "clone_voice.json"), results)
 
     sections = results["sections"]
     engine = None

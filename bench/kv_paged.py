@@ -22,18 +22,14 @@ table is printed last. On the GPU machine, from the repository root:
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import socket
 import statistics
 import time
 import traceback
 
 import torch
 
-from ttsfleet_runtime.benchmark import run_sections
+from ttsfleet_runtime.benchmark import json_writer, report_start, run_sections
 
 T0 = time.time()
 BEFORE_MS = {1: 4.24, 32: 5.81, 128: 7.02}  # static cache, 1.7B, H100 (issue 12)
@@ -190,22 +186,8 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     import triton
 
-    results: dict = dict(
-        started=datetime.datetime.now(datetime.UTC).isoformat(),
-        host=socket.gethostname(),
-        machine=platform.machine(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        triton=triton.__version__,
-        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        args=vars(args),
-        sections={},
-    )
-    path = os.path.join(args.out, "kv_paged.json")
-
-    def dump() -> None:
-        with open(path, "w") as f:
-            json.dump(results, f, indent=1)
+    results = report_start(args, triton=triton.__version__)
+    dump = json_writer(os.path.join(args.out, "kv_paged.json"), results)
 
     sections = results["sections"]
     runner = None

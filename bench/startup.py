@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.benchmark import ready_checkpoint
-from ttsfleet_runtime.loadtest.serve_process import Server, report_head
+from ttsfleet_runtime.loadtest.serve_process import Server, report_head, report_saver
 
 T0 = time.monotonic()
 STARTS = ("cold", "warm")
@@ -209,11 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     report = report_head("startup", args)
-    path = args.out / "startup.json"
-
-    def save() -> None:
-        report["wall_s"] = round(time.monotonic() - T0, 1)
-        path.write_text(json.dumps(report, indent=1) + "\n")
+    save = report_saver(report, args.out / "startup.json", started=T0)
 
     save()
     for size in args.sizes.split(","):

@@ -212,6 +212,38 @@ def run_sections(
         dump()
 
 
+def report_start(args: argparse.Namespace, **versions: str) -> dict:
+    """The head of an in-process GPU benchmark's JSON (bench/clone_voice.py, kv_paged.py):
+    when and where it ran, Python, torch, CUDA and the GPU, `versions` of the packages it
+    measures besides, its options, and an empty `sections` for `run_sections`."""
+    import socket
+
+    import torch
+
+    return dict(
+        started=datetime.datetime.now(datetime.UTC).isoformat(),
+        host=socket.gethostname(),
+        machine=platform.machine(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        **versions,
+        args=vars(args),
+        sections={},
+    )
+
+
+def json_writer(path: str, results: dict):
+    """A `dump()` for `run_sections`: writes `results`, as they stand, to `path`."""
+
+    def dump() -> None:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+
+    return dump
+
+
 def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
     return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-{variant}-random")
 

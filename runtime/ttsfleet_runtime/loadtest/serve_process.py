@@ -9,6 +9,7 @@ load test, nothing here imports the server or the engine; `serve` runs in its ow
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
 import sys
 import time
@@ -47,6 +48,17 @@ def report_head(benchmark: str, args) -> dict:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "sizes": {},
     }
+
+
+def report_saver(report: dict, path: Path, started: float):
+    """A `save()` for a server benchmark: writes `report` to `path` with its wall time so
+    far (seconds since the `time.monotonic()` reading `started`)."""
+
+    def save() -> None:
+        report["wall_s"] = round(time.monotonic() - started, 1)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+
+    return save
 
 
 def versions() -> dict:
