@@ -143,7 +143,7 @@ CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped", "voice_store_unav
 STARTUP_PHASES = (
     "import",  # process start -> the engine loads: interpreter, imports, tokenizer, app
     "load_weights",  # talker, codec (Base: voice encoder) weights onto the device, the KV pool
-    "compile",  # torch.compile and the Triton kernels, by one eager step of each graph kind
+    "compile",  # the Triton kernels, by one eager step of each graph kind
     "capture_decode_graphs",  # the decode step's CUDA graphs captured before ready
     "capture_prefill_graphs",  # the packed prefill's CUDA graphs captured before ready
     "capture_codec_graphs",  # the codec's CUDA graphs captured before ready

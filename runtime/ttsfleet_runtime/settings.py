@@ -148,10 +148,10 @@ class ServerSettings:
         choices=("bfloat16", "float16", "float32"),
     )
     cuda_graphs: bool = setting(True, "capture decode steps as CUDA graphs")
-    # Triton's and torch.compile's caches, kept across restarts (a volume): a warm
+    # Triton's cache, kept across restarts (a volume): a warm
     # start loads its kernels instead of compiling them (engine/compile_cache.py).
     compile_cache_dir: Path | None = setting(
-        None, "keep compiled kernels here across restarts (a volume); unset: torch's defaults"
+        None, "keep compiled kernels here across restarts (a volume); unset: Triton's default"
     )
     first_chunk_frames: int = setting(
         2,

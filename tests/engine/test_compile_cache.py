@@ -1,11 +1,10 @@
-"""Compiled kernels kept across restarts: `--compile-cache-dir` points Triton's and
-Inductor's caches into a directory named by the versions and the device, a second
-process finds what the first compiled, and a directory it cannot write still
-lends its kernels (a copy) instead of stopping the start."""
+"""Compiled kernels kept across restarts: `--compile-cache-dir` points Triton's cache
+into a directory named by the versions and the device, a second process finds what the
+first stored, and a directory it cannot write still lends its kernels (a copy) instead
+of stopping the start."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import triton
 from ttsfleet_runtime.engine import compile_cache
 from ttsfleet_runtime.engine.compile_cache import cache_key, use_compile_cache
 
-CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+CACHE_VARIABLES = ("TRITON_CACHE_DIR",)
 
 
 @pytest.fixture
@@ -46,11 +45,6 @@ def test_the_caches_live_under_a_directory_named_by_versions_and_device(
     for part in (torch.__version__, triton.__version__, str(torch.version.cuda), "cpu"):
         assert part in used.name
     assert os.environ["TRITON_CACHE_DIR"] == str(used / "triton")
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(used / "inductor")
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    assert inductor_config.fx_graph_cache and functorch_config.enable_autograd_cache
 
 
 def test_a_directory_that_cannot_be_written_lends_a_copy(
@@ -84,38 +78,41 @@ def test_a_file_where_the_directory_should_be_falls_back_to_an_empty_local_one(
     used = use_compile_cache(blocker, "cpu")
 
     assert used.is_dir() and not any(used.iterdir())
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(used / "inductor")
+    assert os.environ["TRITON_CACHE_DIR"] == str(used / "triton")
 
 
-COMPILE_ONCE = """
-import json, sys
+# Triton compiles nothing on a machine without a GPU (its interpreter runs kernels as
+# Python), so the processes store and look up an entry through Triton's own cache
+# manager: the one a compiled kernel goes through, keyed the same way.
+STORE_OR_FIND = """
+import sys
 from pathlib import Path
-import torch
-from torch._dynamo.utils import counters
+from triton.runtime.cache import get_cache_manager
 from ttsfleet_runtime.engine.compile_cache import use_compile_cache
 
 use_compile_cache(Path(sys.argv[1]), "cpu")
-torch.compile(lambda x: (x.sin() * 2 + 1).relu(), dynamic=True)(torch.randn(8))
-print(json.dumps(dict(counters["inductor"])))
+cache = get_cache_manager("ab" * 32)
+if sys.argv[2] == "store":
+    cache.put(b"compiled", "kernel.cubin")
+print(cache.get_file("kernel.cubin") or "missing")
 """
 
 
-@pytest.mark.slow
-def test_a_second_process_loads_what_the_first_compiled(tmp_path):
-    def start() -> dict:
+def test_a_second_process_finds_what_the_first_stored(tmp_path):
+    def start(action: str) -> str:
         environ = {k: v for k, v in os.environ.items() if k not in CACHE_VARIABLES}
         done = subprocess.run(
-            [sys.executable, "-c", COMPILE_ONCE, str(tmp_path)],
+            [sys.executable, "-c", STORE_OR_FIND, str(tmp_path), action],
             capture_output=True,
             text=True,
             env=environ,
-            timeout=240,
+            timeout=120,
             check=True,
         )
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return done.stdout.strip().splitlines()[-1]
 
-    first, second = start(), start()
+    stored = start("store")
+    found = start("find")
 
-    assert first.get("fxgraph_cache_miss") == 1 and not first.get("fxgraph_cache_hit")
-    assert second.get("fxgraph_cache_hit") == 1 and not second.get("fxgraph_cache_miss")
-    assert any((tmp_path / cache_key("cpu") / "inductor").iterdir())
+    assert stored == found != "missing"
+    assert found.startswith(str(tmp_path / cache_key("cpu") / "triton"))

@@ -27,7 +27,7 @@ def kernels_bound(monkeypatch):
     # (and every fused flag) at a few programs a call.
     wide = kernel_linear.LinearConfig("gemv", 1, 1024, 64)
     monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k: wide)
-    fusion.enable(compile_helpers=False)
+    fusion.enable()
     try:
         yield
     finally:

@@ -1,17 +1,15 @@
-"""Compiled kernels kept across restarts: Triton's and torch.compile's caches in
-one directory of the operator's choosing (`--compile-cache-dir`, a volume).
+"""Compiled kernels kept across restarts: Triton's cache in one directory of the
+operator's choosing (`--compile-cache-dir`, a volume).
 
-A cold start compiles the Triton kernels of every batch bucket and the
-torch.compile helpers (Inductor, its FX graph and AOTAutograd caches) for tens
-of seconds; with the caches on a volume the next pod only loads them. What
-one build compiled is useless to another, so the caches live in a
+A cold start compiles the Triton kernels of every batch bucket and shape for
+tens of seconds; with the cache on a volume the next pod only loads them. What
+one build compiled is useless to another, so the cache lives in a
 subdirectory named by everything a compiled artefact depends on outside our
-source (which Triton and Inductor hash themselves): torch, Triton and CUDA
-versions, this runtime's version and the GPU model.
+source (which Triton hashes itself): torch, Triton and CUDA versions, this
+runtime's version and the GPU model.
 
-`use_compile_cache` must run before anything compiles (before the first Triton
-kernel runs or torch.compile'd function is called); Inductor and Triton read
-the variables it sets when they compile. A directory that cannot be written
+`use_compile_cache` must run before the first Triton kernel compiles: Triton
+reads the variable it sets when it compiles. A directory that cannot be written
 (a read-only volume) is copied to a local temporary one, so its kernels are
 still used, and a warning says so; none at all falls back to torch's default
 places.
@@ -59,17 +57,14 @@ def cache_key(device: str) -> str:
 
 
 def use_compile_cache(root: Path | None, device: str) -> Path | None:
-    """Point Triton's and Inductor's caches into `root`/<cache_key> (made if
-    missing) and turn Inductor's persistent caches on. -> the directory used,
-    or None (`root` unset: torch's defaults)."""
+    """Point Triton's cache into `root`/<cache_key> (made if missing). -> the
+    directory used, or None (`root` unset: Triton's default)."""
     if root is None:
         return None
     key = cache_key(device)
     wanted = Path(root) / key
     directory = wanted if _writable(wanted) else _local_copy(wanted, key)
     os.environ["TRITON_CACHE_DIR"] = str(directory / "triton")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory / "inductor")
-    _enable_inductor_caches()
     log.info(
         "compile cache",
         extra={"compile_cache_dir": str(directory), "reused": _has_entries(directory)},
@@ -108,18 +103,3 @@ def _local_copy(wanted: Path, key: str) -> Path:
 
 def _has_entries(directory: Path) -> bool:
     return any(directory.rglob("*")) if directory.is_dir() else False
-
-
-def _enable_inductor_caches() -> None:
-    """Inductor's on-disk caches of compiled graphs (on by default in recent
-    torch; named here so a build where they are not still uses the directory)."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    for config, flag in (
-        (inductor_config, "fx_graph_cache"),  # compiled FX graphs
-        (inductor_config, "autotune_local_cache"),  # autotuning results
-        (functorch_config, "enable_autograd_cache"),  # AOTAutograd's graphs
-    ):
-        if hasattr(config, flag):
-            setattr(config, flag, True)

@@ -9,13 +9,14 @@ calls through module attributes:
 - `layers.linear`: the Triton small-batch product (`kernels/linear.py`) with
   the input norm or SiLU gate and the residual fused in, where its table says
   it beats cuBLAS for that (M, N, K); otherwise cuBLAS with the surrounding
-  elementwise work compiled;
+  elementwise work in the row kernels;
 - `layers.qk_norm_rope_write`, `layers.decode_attention`: Triton kernels that
   read each row's position from device memory (one graph per batch bucket);
 - `sample`: one Triton kernel per call, no sort (the talker's processors
   fused in);
-- the remaining helpers (`rms_norm`, `qk_norm_rope` for prefill, `silu_mul`)
-  compiled by torch.compile (dynamic shapes: one compile for every bucket).
+- the remaining helpers (`rms_norm`, `qk_norm_rope` for prefill, `silu_mul`):
+  Triton row kernels (`kernels/row_ops.py`). No torch.compile: importing
+  Dynamo and Inductor and loading their graphs cost a start about 9 s.
 
 `use_eager()` puts everything back (tests). Same math either way, within
 float rounding: tests/kernels compare each kernel with its eager definition.
@@ -46,37 +47,19 @@ _EAGER = {
 }
 
 
-def enable(compile_helpers: bool = True) -> None:
-    """Bind the GPU kernels (and compile the remaining helpers)."""
+def enable() -> None:
+    """Bind the GPU kernels."""
     global _enabled
     if _enabled:
         return
-    if compile_helpers:
-        _compile_helpers()
     bind_kernels()
     _enabled = True
-    log.info("fused kernels enabled", extra={"compiled_helpers": compile_helpers})
-
-
-def _compile_helpers() -> None:
-    import torch
-    import torch._dynamo
-
-    # A function that fails to compile runs eagerly instead of failing the engine.
-    torch._dynamo.config.suppress_errors = True
-    # Sizes 1 (batch 1, one query position) are specialised by dynamo: each
-    # function sees a handful of shape families (talker/predictor, prefill/decode).
-    torch._dynamo.config.recompile_limit = 64
-    torch._dynamo.config.cache_size_limit = 64
-    opts = dict(dynamic=True, fullgraph=False)
-    _layers.rms_norm = torch.compile(_EAGER["rms_norm"], **opts)
-    _layers.qk_norm_rope = torch.compile(_EAGER["qk_norm_rope"], **opts)
-    _layers.silu_mul = torch.compile(_EAGER["silu_mul"], **opts)
+    log.info("fused kernels enabled")
 
 
 def bind_kernels() -> None:
     global sample
-    from ..kernels import decode_attention, rope_kv
+    from ..kernels import decode_attention, rope_kv, row_ops
     from ..kernels import linear as kernel_linear
     from ..kernels import sampling as kernel_sampling
 
@@ -84,6 +67,9 @@ def bind_kernels() -> None:
     _layers.linear = _linear_op(kernel_linear)
     _layers.qk_norm_rope_write = rope_kv.qk_norm_rope_write
     _layers.decode_attention = decode_attention.decode_attention
+    _layers.rms_norm = row_ops.rms_norm
+    _layers.qk_norm_rope = row_ops.qk_norm_rope
+    _layers.silu_mul = row_ops.silu_mul
 
 
 def use_eager() -> None:
@@ -97,7 +83,7 @@ def use_eager() -> None:
 
 def _linear_op(kernel_linear):
     """The Triton product where its table says it beats cuBLAS for that
-    (rows, N, K); cuBLAS with the compiled elementwise helpers elsewhere
+    (rows, N, K); cuBLAS with the row kernels around it elsewhere
     (prefill, large batches, load-time products)."""
     composition = _EAGER["linear"]
 

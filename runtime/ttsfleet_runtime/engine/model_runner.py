@@ -561,8 +561,8 @@ class ModelRunner:
     @torch.inference_mode()
     def compile(self) -> float:
         """Run the decode step and the packed prefill once eagerly at their largest
-        buckets, advancing nothing: torch.compile compiles the helpers and Triton
-        the kernels here (or loads them from the compile cache), so the start-up
+        buckets, advancing nothing: Triton compiles the kernels here (or loads
+        them from the compile cache), so the start-up
         log tells compiling from capturing. -> seconds taken."""
         if not self.use_graphs:
             return 0.0

@@ -79,7 +79,7 @@ class TTSEngine:
         kv_cache_memory: float = 0.5,  # share of the GPU memory free after the weights
         kv_blocks: int | None = None,  # the KV pool's blocks instead (tests)
         kv_block_size: int = BLOCK_POSITIONS,
-        compile_cache_dir: str | Path | None = None,  # Triton/Inductor caches kept here
+        compile_cache_dir: str | Path | None = None,  # Triton's cache kept here
         warm_up: bool | None = None,  # a synthesis before ready; None: on a GPU
     ):
         # First, so the start-up phases are measured from the process's start.

@@ -54,7 +54,7 @@ def silu_mul_eager(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-# Rebound to compiled versions by model.fusion.enable() (GPU).
+# Rebound to Triton kernels by engine.fusion.enable() (GPU).
 rms_norm = rms_norm_eager
 qk_norm_rope = qk_norm_rope_eager
 silu_mul = silu_mul_eager
