@@ -154,6 +154,7 @@ class CodecWorker:
         batch, frames = later.graphs.pop(0)
         if not later.graphs:
             self._later = None
+        started = time.monotonic()
         try:
             with self.capture_lock, torch.inference_mode(), _on(self.stream):
                 self.codec.capture([batch], [frames])
@@ -165,6 +166,15 @@ class CodecWorker:
             )
             self._later = None
             return
+        log.debug(
+            "captured a graph after ready",
+            extra={
+                "thread": "codec",
+                "batch": batch,
+                "frames": frames,
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
         later.captured()
 
     def _process(self, jobs: list) -> None:

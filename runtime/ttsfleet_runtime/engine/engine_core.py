@@ -239,15 +239,27 @@ class EngineCore:
         there was one."""
         if not self._capture_runner_later:
             return False
+        started = time.monotonic()
         try:
             captured = self.runner.capture_next()
         except Exception:
             # Steps replay a larger captured graph instead: slower, still correct.
             log.exception("capturing a graph after start-up failed; capturing no more")
-            captured = False
-        if not captured:
+            captured = None
+        if captured is None:
             self._capture_runner_later = False
             return False
+        # A request that arrives now waits for this: the longest one bounds what the
+        # first requests after ready may wait.
+        log.debug(
+            "captured a graph after ready",
+            extra={
+                "thread": "engine",
+                "graph": captured[0],
+                "bucket": captured[1],
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
         self._graph_captured()
         return True
 

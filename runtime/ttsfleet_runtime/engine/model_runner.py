@@ -605,18 +605,18 @@ class ModelRunner:
         return [kind for pair in turns for kind in pair if kind is not None]
 
     @torch.inference_mode()
-    def capture_next(self) -> bool:
+    def capture_next(self) -> tuple[str, int] | None:
         """Capture one graph not captured yet (engine thread, between steps).
-        -> False when there was none left."""
+        -> its (kind, bucket), or None when there was none left."""
         left = self.graphs_left if self.use_graphs else []
         if not left:
-            return False
+            return None
         kind, size = left[0]
         if kind == "decode":
             self.capture(size)
         else:
             self._capture_prefill(size)
-        return True
+        return kind, size
 
     @torch.inference_mode()
     def capture_all(self, progress: Callable[[str], None] | None = None) -> float:
