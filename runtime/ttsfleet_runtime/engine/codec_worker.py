@@ -169,7 +169,7 @@ class CodecWorker:
         log.debug(
             "captured a graph after ready",
             extra={
-                "thread": "codec",
+                "worker": "codec",
                 "batch": batch,
                 "frames": frames,
                 "seconds": round(time.monotonic() - started, 3),

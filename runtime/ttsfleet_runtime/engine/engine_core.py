@@ -254,7 +254,7 @@ class EngineCore:
         log.debug(
             "captured a graph after ready",
             extra={
-                "thread": "engine",
+                "worker": "engine",
                 "graph": captured[0],
                 "bucket": captured[1],
                 "seconds": round(time.monotonic() - started, 3),
