@@ -145,7 +145,10 @@ def load_speech_tokenizer(
 
     directory = Path(directory)
     cfg = SpeechTokenizerConfig.from_dir(directory)
-    with torch.device("meta"):
+    # Made on the device, not on "meta": the layouts the modules derive as they are made
+    # would be arithmetic on meta tensors, whose first use imports Dynamo and Inductor
+    # (3-4 s of a server's start; tests/codec/test_decoder_load.py).
+    with torch.device(device):
         decoder = CodecDecoder(cfg.decoder)
     tensors: dict[str, torch.Tensor] = {}
     for path in sorted(directory.glob("*.safetensors")):
@@ -156,9 +159,8 @@ def load_speech_tokenizer(
     if not tensors:
         raise FileNotFoundError(f"no decoder tensors in {directory}/*.safetensors")
     decoder.load_state_dict(tensors, strict=True, assign=True)
-    # Not in the checkpoint, so still on the meta device; and it must stay float32.
+    # Not in the checkpoint; and it must stay float32 when the rest is cast.
     inv_freq = rope_inverse_frequencies(cfg.decoder.head_dim, cfg.decoder.rope_theta)
-    decoder.pre_transformer.inv_freq = inv_freq
     decoder.to(device=device, dtype=dtype)
     decoder.pre_transformer.inv_freq = inv_freq.to(device)
     return decoder.eval().requires_grad_(False)
