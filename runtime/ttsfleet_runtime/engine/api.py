@@ -59,8 +59,8 @@ class SamplingParams:
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
     seed: int | None = None
-    # Hard cap on generated codec frames (12.5 frames per audio second at 12 Hz),
-    # over the whole request: all pieces of a long text together.
+    # Hard cap on generated codec frames (`ModelInfo.frame_rate_hz` a second of
+    # audio), over the whole request: all pieces of a long text together.
     max_frames: int = 4096
     # EOS is suppressed before this many frames (of the whole request): benchmarks
     # fix the length with min_frames == max_frames.
@@ -195,8 +195,12 @@ class ModelInfo:
     name: str  # served model id, e.g. "Qwen3-TTS-12Hz-1.7B-CustomVoice"
     size: str  # "0.6B" | "1.7B" | "tiny"
     variant: str  # "Base" | "CustomVoice" | "VoiceDesign"
-    tokenizer_rate_hz: int
+    tokenizer_rate_hz: int  # 12 or 25: the checkpoint's speech tokenizer
     sample_rate: int
+    # One talker frame's audio: 12.5 frames of 1,920 samples a second at 12 Hz, 25
+    # of 960 at 25 Hz (engine/frame_decoder.py's FrameTiming, read from the checkpoint).
+    frame_rate_hz: float
+    samples_per_frame: int
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
     supports_instructions: bool

@@ -34,6 +34,7 @@ import torch
 from ..kernels.host_copy import ids_on, to_device, to_host
 from ..model.weights import LoadedModel
 from . import fusion
+from .frame_decoder import read_timing
 from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks
 from .kv_cache import KVCache, PagedKVCache, bytes_per_position
 
@@ -198,8 +199,11 @@ class ModelRunner:
         else start-up fails naming the numbers and what to change."""
         per_position = bytes_per_position(cfg, self.dtype)
         per_block = per_position * block_size
+        # A position is a frame: how many a second is the checkpoint's speech tokenizer's.
+        rate = read_timing(self.model.path).frame_rate_hz
         per_stream = min(
-            stream_blocks(MIN_STREAM_SECONDS, block_size), blocks_for(self.max_len, block_size)
+            stream_blocks(MIN_STREAM_SECONDS, rate, block_size),
+            blocks_for(self.max_len, block_size),
         )
         # More than every slot at max_len could ever use is never needed.
         cap = self.max_batch * blocks_for(self.max_len, block_size)
@@ -229,7 +233,7 @@ class ModelRunner:
         log.info(
             f"KV cache: {blocks} blocks of {block_size} positions, {gib:.1f} GiB ({source}), "
             f"{per_position // 1024} KiB per position: holds {blocks // per_stream} streams "
-            f"of {MIN_STREAM_SECONDS} s or {blocks // stream_blocks(60, block_size)} of 60 s",
+            f"of {MIN_STREAM_SECONDS} s or {blocks // stream_blocks(60, rate, block_size)} of 60 s",
             extra={"kv_blocks": blocks, "kv_bytes_per_position": per_position},
         )
         return blocks

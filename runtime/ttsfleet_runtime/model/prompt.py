@@ -84,6 +84,9 @@ class VoicePrompt:
     speaker_embedding: torch.Tensor | None = None  # Base: float32 [hidden] in the speaker place
     ref_text_ids: tuple[int, ...] = ()  # in-context cloning: the reference transcript
     ref_codes: torch.Tensor | None = None  # in-context cloning: int64 [frames, code groups]
+    # The speech tokenizer decoder's conditioning of this voice (the 25 Hz decoder's
+    # x-vector and reference mel of a cloned voice); None: the decoder's own default.
+    decoder_voice: object | None = None
 
     @property
     def prompt_text_ids(self) -> int:
@@ -235,7 +238,7 @@ class PromptBuilder:
             )
         ref_text_ids = tuple(self.tokenizer.encode(cloned.ref_text))
         if len(ref_text_ids) > codes.shape[0]:
-            # More than 12.5 tokens a second: not this recording's transcript. (Its
+            # More tokens than frames (12.5 or 25 a second): not this recording's transcript. (Its
             # tokens beyond the prompt would also take the text's room in a slot.)
             raise PromptError(
                 f"the reference transcript has {len(ref_text_ids)} tokens for "
@@ -278,9 +281,10 @@ class PromptBuilder:
         before_bos = len(self.codec_ids(voice)) - 1 + speaker_embedding
         return len(voice.instruct_ids) + len(self.role_ids) + before_bos + voice.prompt_text_ids
 
-    def check_fits(self, voice: VoicePrompt, limit: int) -> int:
+    def check_fits(self, voice: VoicePrompt, limit: int, frame_rate_hz: float) -> int:
         """The prompt's positions; PromptError naming what to shorten when a
-        prefill cannot take them (`limit`: the runner's longest prompt)."""
+        prefill cannot take them (`limit`: the runner's longest prompt;
+        `frame_rate_hz`: the speech tokenizer's frames a second)."""
         length = self.prompt_length(voice)
         if length <= limit:
             return length
@@ -290,7 +294,7 @@ class PromptBuilder:
             raise PromptError(
                 f"the reference recording is too long: the prompt would take {length} positions "
                 f"({frames} of them its frames), this server takes at most {limit}; use a "
-                f"recording shorter by {over * 0.08:.1f} s or more",
+                f"recording shorter by {over / frame_rate_hz:.1f} s or more",
                 "cloned_voice",
             )
         raise PromptError(
