@@ -18,6 +18,8 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
+
 from support import reference
 from support.reference_model import reference_modeling
 
@@ -43,7 +45,7 @@ def _kaldi_fbank(
     fbank.accept_waveform(sample_frequency, waveform.reshape(-1).double().tolist())
     fbank.input_finished()
     frames = [fbank.get_frame(i) for i in range(fbank.num_frames_ready)]
-    return torch.tensor(frames, dtype=torch.float32)
+    return torch.from_numpy(np.array(frames, dtype=np.float32))
 
 
 def install_kaldi_stand_in() -> None:
