@@ -32,6 +32,7 @@ from ..model.config import SpeakerEncoderConfig
 from ..model.speaker_encoder import SpeakerEncoder
 from .campplus_onnx import write_random_campplus
 from .sizes import CODEBOOK_SIZE
+from .speech_tokenizer_files import PREPROCESSOR_CONFIG as PREPROCESSOR_CONFIG_12HZ
 
 ENCODER_PREFIX = "encoder.tokenizer."
 DIT_PREFIX = "decoder.dit."
@@ -42,14 +43,8 @@ INPUT_SAMPLE_RATE = 16000
 OUTPUT_SAMPLE_RATE = 24000
 CODES_PER_SECOND = 25
 
-PREPROCESSOR_CONFIG = {
-    "feature_extractor_type": "EncodecFeatureExtractor",
-    "feature_size": 1,
-    "padding_side": "right",
-    "padding_value": 0.0,
-    "return_attention_mask": True,
-    "sampling_rate": INPUT_SAMPLE_RATE,
-}
+# The 12 Hz folder's feature extractor, at the encoder's 16 kHz.
+PREPROCESSOR_CONFIG = dict(PREPROCESSOR_CONFIG_12HZ, sampling_rate=INPUT_SAMPLE_RATE)
 
 _REAL = dict(
     encoder_config=dict(
