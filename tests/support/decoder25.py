@@ -56,8 +56,9 @@ def reference_modeling():
 
 
 def reference_decoder(seed: int = 0):
-    """The reference decoder of the tiny config, random weights (the SnakeBeta and
-    embedding parameters perturbed too, since their initial values hide mistakes)."""
+    """The reference decoder of the tiny config, random weights (SnakeBeta and modulation
+    parameters perturbed and attention amplified, since their initial values hide
+    mistakes and make the DiT's context count for little)."""
     configuration = require("qwen_tts.core.tokenizer_25hz.configuration_qwen3_tts_tokenizer_v1")
     torch.manual_seed(seed)
     config = configuration.Qwen3TTSTokenizerV1DecoderConfig(
@@ -70,6 +71,8 @@ def reference_decoder(seed: int = 0):
                 tensor.uniform_(-0.5, 0.5)
             elif "attn_norm.linear" in name or "norm_out.linear" in name:
                 tensor.normal_(0, 0.1)
+            elif ".attn.to_v." in name or ".attn.to_out." in name:
+                tensor.mul_(4)  # attention that matters: windowed streaming shows its error
     return decoder
 
 

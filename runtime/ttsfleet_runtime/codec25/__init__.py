@@ -8,6 +8,7 @@ from .decoder import (
     DecoderVoice,
     load_speech_tokenizer_25hz,
 )
+from .streaming import StreamingDecoder25Hz
 
 __all__ = [
     "CheckpointMismatch",
@@ -15,6 +16,7 @@ __all__ = [
     "Decoder25Hz",
     "DecoderVoice",
     "SpeechTokenizer25HzConfig",
+    "StreamingDecoder25Hz",
     "load_speech_tokenizer_25hz",
     "read_config",
 ]
