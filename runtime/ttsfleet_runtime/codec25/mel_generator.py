@@ -26,8 +26,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..model.config import SpeakerEncoderConfig
+from ..model.speaker_encoder import SpeakerEncoder
 from .config import MelGeneratorConfig
-from .speaker import ReferenceMelEncoder
 
 FLOW_STEPS = 10
 GUIDANCE = 0.5
@@ -66,6 +67,24 @@ class CodeEmbedding(nn.Module):
         return torch.repeat_interleave(self.codec_embed(codes), self.repeats, dim=1)
 
 
+def reference_mel_encoder(config: MelGeneratorConfig) -> SpeakerEncoder:
+    """The ECAPA-TDNN that turns a voice's reference mel into one vector [enc_dim]: the
+    Base talker's speaker encoder (model/speaker_encoder.py), sized by `dit_config`. It
+    pools over the whole reference, so it runs once per voice, never per chunk."""
+    return SpeakerEncoder(
+        SpeakerEncoderConfig(
+            mel_dim=config.mel_dim,
+            enc_dim=config.enc_dim,
+            enc_channels=config.enc_channels,
+            enc_kernel_sizes=config.enc_kernel_sizes,
+            enc_dilations=config.enc_dilations,
+            enc_attention_channels=config.enc_attention_channels,
+            enc_res2net_scale=config.enc_res2net_scale,
+            enc_se_channels=config.enc_se_channels,
+        )
+    )
+
+
 class InputEmbedding(nn.Module):
     """One linear layer over (noisy mel, speaker encoding, code embedding, x-vector)."""
 
@@ -73,7 +92,7 @@ class InputEmbedding(nn.Module):
         super().__init__()
         width = config.mel_dim + config.enc_dim + config.enc_emb_dim + config.emb_dim
         self.proj = nn.Linear(width, config.hidden_size)
-        self.spk_encoder = ReferenceMelEncoder(config)
+        self.spk_encoder = reference_mel_encoder(config)
 
     def forward(
         self, mel: torch.Tensor, speaker: torch.Tensor, codes: torch.Tensor, xvector: torch.Tensor
@@ -204,10 +223,10 @@ class MelGenerator(nn.Module):
         return self.input_embed.spk_encoder(ref_mel)
 
     def unconditioned_speaker(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """The encoding of no reference (zeros): [enc_dim]."""
-        zeros = torch.zeros(
-            1, ReferenceMelEncoder.MIN_FRAMES, self.config.mel_dim, device=device, dtype=dtype
-        )
+        """The encoding of no reference (zeros): [enc_dim]. Zeros are constant in time, so
+        their encoding does not depend on their length; 16 frames exceed every reflect
+        padding of the encoder."""
+        zeros = torch.zeros(1, 16, self.config.mel_dim, device=device, dtype=dtype)
         return self.encode_reference(zeros)[0]
 
     def attention_masks(self, key_valid: torch.Tensor) -> dict[tuple[bool, bool], torch.Tensor]:
