@@ -313,7 +313,7 @@ async def bench_size(size: str, args) -> dict:
     r["memory_per_stream_bytes"] = dict(
         talker_kv_per_block=runner.cache.bytes_per_block,
         talker_kv_blocks=runner.cache.num_blocks - 1,
-        predictor_kv=runner.predictor_cache.bytes_per_slot(),
+        predictor_kv=runner.predictor_cache.bytes_per_slot() if runner.predictor_cache else 0,
         codec_state=codec_state,
     )
     if torch.cuda.is_available():

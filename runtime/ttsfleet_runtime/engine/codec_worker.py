@@ -250,7 +250,7 @@ class CodecWorker:
     def _decode_together(self, n: int, jobs: list[ChunkJob]) -> None:
         for job in jobs:
             if job.seq.codec_slot is None:
-                job.seq.codec_slot = self.codec.open(job.seq.voice.decoder_voice)
+                job.seq.codec_slot = self.codec.open(job.seq.voice)
         # Padding repeats a chunk's last frame (any valid codes would do).
         codes = to_device(
             torch.from_numpy(

@@ -29,6 +29,8 @@ import torch
 
 from ..codec.config import SpeechTokenizerConfig
 from ..codec.streaming import StreamingCodec
+from ..codec25 import DecoderVoice, StreamingDecoder25Hz, read_config
+from ..model.prompt import VoicePrompt
 
 TOKENIZER_12HZ = "qwen3_tts_tokenizer_12hz"
 TOKENIZER_25HZ = "qwen3_tts_tokenizer_25hz"
@@ -79,7 +81,7 @@ class FrameDecoder(Protocol):
     # (causal decoders): a short last chunk may replay a captured graph.
     causal: bool
 
-    def open(self, voice: object | None) -> int: ...
+    def open(self, voice: VoicePrompt) -> int: ...
 
     def decode(self, slots: list[int], codes: torch.Tensor) -> DecodedAudio: ...
 
@@ -111,7 +113,7 @@ class Codec12Hz:
         self.timing = FrameTiming(sample_rate, codec.samples_per_frame)
         self.code_groups = codec.num_quantizers
 
-    def open(self, voice: object | None) -> int:
+    def open(self, voice: VoicePrompt) -> int:
         return self.codec.open()
 
     def decode(self, slots: list[int], codes: torch.Tensor) -> DecodedAudio:
@@ -141,6 +143,61 @@ class Codec12Hz:
         return self.codec.has_graph(batch, frames)
 
 
+class Codec25Hz:
+    """The 25 Hz `StreamingDecoder25Hz` as a FrameDecoder: one code a frame, audio
+    by DiT blocks once the next block's codes are in, the last blocks at `finish`.
+    A cloned voice conditions it (its x-vector and reference mel); a built-in
+    speaker does not (None: the DiT's unconditioned input)."""
+
+    causal = False
+    code_groups = 1
+
+    def __init__(self, decoder: StreamingDecoder25Hz):
+        self.decoder = decoder
+        self.timing = FrameTiming(
+            decoder.sampling_rate, decoder.samples_per_frame, decoder.block_codes
+        )
+        self._captured: set[int] = set()  # batch sizes with a graph (any frame count)
+
+    def open(self, voice: VoicePrompt) -> int:
+        conditioning = None
+        if voice.decoder_xvector is not None and voice.decoder_ref_mel is not None:
+            conditioning = DecoderVoice(voice.decoder_xvector, voice.decoder_ref_mel)
+        return self.decoder.open(conditioning)
+
+    def decode(self, slots: list[int], codes: torch.Tensor) -> DecodedAudio:
+        return _packed(self.decoder.decode(slots, codes[:, :, 0]))
+
+    def finish(self, slots: list[int]) -> DecodedAudio:
+        return _packed(self.decoder.finish(slots))
+
+    def close(self, slot: int) -> None:
+        self.decoder.close(slot)
+
+    @property
+    def active(self) -> int:
+        return self.decoder.active
+
+    @property
+    def state_bytes_per_stream(self) -> int:
+        return self.decoder.state_bytes_per_stream
+
+    def capture(self, batch_sizes: list[int], frame_counts: list[int]) -> None:
+        # The DiT window's shapes depend on the batch only: one graph serves every count.
+        self.decoder.capture(batch_sizes, frame_counts)
+        self._captured.update(batch_sizes)
+
+    def has_graph(self, batch: int, frames: int) -> bool:
+        return batch in self._captured
+
+
+def _packed(audio: list[torch.Tensor]) -> DecodedAudio:
+    lengths = tuple(a.shape[0] for a in audio)
+    if not any(lengths):
+        return DecodedAudio(torch.empty(0), lengths)
+    return DecodedAudio(torch.cat(audio), lengths)
+
+
 def speech_tokenizer_type(checkpoint: Path) -> str:
     """The checkpoint's speech tokenizer (`tokenizer_type` of its config.json)."""
     config = json.loads((checkpoint / "config.json").read_text())
@@ -155,7 +212,10 @@ def read_timing(checkpoint: Path) -> FrameTiming:
     (no weights are read)."""
     folder = checkpoint / "speech_tokenizer"
     if speech_tokenizer_type(checkpoint) == TOKENIZER_25HZ:
-        raise NotImplementedError("the 25 Hz decoder is not in this build")
+        cfg = read_config(folder)
+        return FrameTiming(
+            cfg.output_sample_rate, cfg.samples_per_code, cfg.mel_generator.codes_per_block
+        )
     return timing_12hz(folder)
 
 
@@ -170,10 +230,12 @@ def load_frame_decoder(
 ) -> FrameDecoder:
     """The checkpoint's speech tokenizer decoder, for `max_streams` streams at once."""
     from ..codec.decoder import load_speech_tokenizer
+    from ..codec25 import load_speech_tokenizer_25hz
 
     folder = checkpoint / "speech_tokenizer"
     if speech_tokenizer_type(checkpoint) == TOKENIZER_25HZ:
-        raise NotImplementedError("the 25 Hz decoder is not in this build")
+        decoder_25hz = load_speech_tokenizer_25hz(folder, device, dtype)
+        return Codec25Hz(StreamingDecoder25Hz(decoder_25hz, max_streams, device))
     decoder = load_speech_tokenizer(folder, device, dtype)
     sample_rate = timing_12hz(folder).sample_rate
     return Codec12Hz(StreamingCodec(decoder, max_streams, device), sample_rate)
