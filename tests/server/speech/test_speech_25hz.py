@@ -102,3 +102,16 @@ def test_the_websocket_speaks_utterances_in_order(server):
         assert [h["index"] for h in headers] == list(range(len(headers)))
         assert sum(h["samples"] for h in headers) == round(MAX_AUDIO_S * 25) * SAMPLES_PER_FRAME
         assert done[utterance]["audio_seconds"] == pytest.approx(MAX_AUDIO_S, abs=1e-3)
+
+
+def test_a_pod_refuses_a_checkpoint_of_another_rate_than_its_service_names(
+    tiny_25hz_custom_voice,
+):
+    from ttsfleet_runtime.server.serve import build_engine
+
+    settings = ServerSettings(model=str(tiny_25hz_custom_voice), device="cpu")
+    assert build_engine(settings).info.tokenizer_rate_hz == 25
+    with pytest.raises(ValueError, match="has a 25 Hz speech tokenizer"):
+        build_engine(
+            ServerSettings(model=str(tiny_25hz_custom_voice), device="cpu", tokenizer_rate_hz=12)
+        )
