@@ -12,7 +12,8 @@ reference's default, `non_streaming_mode=False`) the prefill is
 with codec prefix = nothink think_bos think_eos (language "auto") or
 think think_bos <language> think_eos, then the speaker, then codec_pad
 codec_bos. Every later frame adds the next text token (then tts_eos, then
-tts_pad forever) to the sum of the previous frame's 16 code embeddings.
+tts_pad forever) to the sum of the previous frame's 16 code embeddings (one
+code at 25 Hz).
 
 The speaker is a codec id (CustomVoice), nothing (VoiceDesign), or, on a
 Base model, a cloned voice's speaker embedding put in that position as it is
@@ -20,7 +21,8 @@ Base model, a cloned voice's speaker embedding put in that position as it is
 voice also has reference codes and their transcript (`generate_icl_prompt`):
 the text side then reads the transcript before the text, and the codec side
 after codec_bos reads the reference's frames, each the sum of its 16 code
-embeddings, so the model continues the recording:
+embeddings (a 25 Hz frame is one code: its embedding; its reference codes are
+[frames]), so the model continues the recording:
 
     ref text + text + tts_eos, tts_pad ...   +  codec_bos, ref frame 1 .. ref frame R
 
