@@ -4,20 +4,18 @@ audio lengths and metrics at 25 frames of 960 samples a second."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
 import openai
 import pytest
-import soundfile
 from websockets.sync.client import connect
 
 from support.live_server import API_KEY, LiveServer, metric_value
+from support.speech_audio import SAMPLE_RATE, decode
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.settings import ServerSettings
 
-SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 960
 MAX_AUDIO_S = 1.2  # 30 frames at 25 Hz: random weights never say EOS, so every reply is this
 
@@ -37,14 +35,6 @@ def server(tiny_25hz_custom_voice):
 @pytest.fixture
 def client(server):
     return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0)
-
-
-def decode(data: bytes, fmt: str) -> np.ndarray:
-    if fmt == "pcm":
-        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
-    samples, rate = soundfile.read(io.BytesIO(data), dtype="float32")
-    assert rate == SAMPLE_RATE
-    return samples
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
