@@ -121,3 +121,25 @@ def test_frames_the_decoder_holds_back_are_not_audio_on_its_way(tiny_25hz_custom
     held = Seq(HeldStream(100.0 - 0.3, 0.48, 24), frames=24, pending=[], chunks=2)
     core.scheduler.running[0] = held
     assert core._sample_leads(100.0) == pytest.approx(0.48 - 0.3 - BLOCK * 0.01)
+
+
+async def test_an_in_context_clone_speaks_only_its_own_audio(make_engine, tiny_25hz_base):
+    """The recording's codes are primed into the decoder and their audio dropped, also
+    the blocks the DiT makes final only once the generated codes arrive."""
+    from ttsfleet_runtime.engine.api import SynthesisRequest
+
+    engine = await make_engine(tiny_25hz_base, max_batch=2)
+    rate = engine.info.sample_rate
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(rate * 2) / rate)).astype(np.float32)
+    cloned = engine.clone_voice(tone, rate, "A tone.")
+    assert cloned.ref_codes.ndim == 1 and cloned.xvector is not None
+    frames = 2 * BLOCK + 3
+    stream = engine.submit(
+        SynthesisRequest(
+            text="Hello there.", cloned_voice=cloned, params=request(frames=frames, seed=1).params
+        )
+    )
+    chunks = [chunk async for chunk in stream]
+    assert stream.finish_reason == "length"
+    assert sum(c.frames for c in chunks) == frames
+    assert sum(len(c.pcm) for c in chunks) == frames * 960

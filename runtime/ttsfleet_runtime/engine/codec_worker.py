@@ -116,7 +116,9 @@ class CodecWorker:
 
     def prime(self, seq, codes: np.ndarray) -> None:
         """Decode a reference recording's codes [n, groups] into `seq`'s codec
-        state before its first chunk; their audio is dropped."""
+        state before its first chunk; their audio is dropped, also where the decoder
+        makes it only with later calls."""
+        seq.codec_skip_samples = len(codes) * self.codec.timing.samples_per_frame
         for start, stop in prime_pieces(len(codes), self.frame_buckets):
             self._jobs.put(ChunkJob(seq, codes[start:stop], index=-1, prime=True))
 
@@ -274,12 +276,15 @@ class CodecWorker:
         now = time.monotonic()
         spf = self.codec.timing.samples_per_frame
         for job, pcm in zip(jobs, audio, strict=True):
-            if job.prime:
-                continue
-            stream = job.seq.stream
             frames = len(job.codes)
             if n > frames:  # a padded last chunk: the padding's audio is cut off
                 pcm = pcm[: frames * spf]
+            if job.seq.codec_skip_samples:  # the reference recording's audio
+                cut = min(job.seq.codec_skip_samples, len(pcm))
+                pcm, job.seq.codec_skip_samples = pcm[cut:], job.seq.codec_skip_samples - cut
+            if job.prime:
+                continue
+            stream = job.seq.stream
             stream.frames_decoded += frames
             if not len(pcm):
                 continue  # nothing final yet: these frames go with the next chunk
