@@ -39,10 +39,11 @@ from pathlib import Path
 import torch
 import triton
 
-from ttsfleet_runtime.benchmark import SECONDS_PER_FRAME, timed
+from ttsfleet_runtime.benchmark import timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.engine.frame_decoder import timing_12hz
 
 
 def snr_db(reference: torch.Tensor, got: torch.Tensor) -> float:
@@ -148,7 +149,7 @@ def scale(decoder, route: str, args, report: dict, t0: float) -> None:
                     row["decode_ms"] = statistics.median(samples)
                     row["replay_ms"] = statistics.median(replay)
                     row["decode_samples_ms"] = [round(s, 4) for s in samples]
-                    seconds = batch * frames * SECONDS_PER_FRAME
+                    seconds = batch * frames * args.frame_s
                     row["audio_s_per_s"] = seconds / (row["decode_ms"] / 1e3)
                 except Exception as exc:
                     row["error"] = repr(exc)[:400]
@@ -319,6 +320,7 @@ def main() -> None:
         folder = write_random_speech_tokenizer(
             Path(tempfile.mkdtemp()) / "speech_tokenizer", "real"
         )
+    args.frame_s = timing_12hz(folder).frame_s  # audio seconds of one frame
     sections = [("correctness", lambda: correctness(folder, args, report, t0))]
     decoder = None
 

@@ -43,7 +43,6 @@ import torch
 from ttsfleet_runtime.benchmark import TEXT, ready_checkpoint, request, timed
 from ttsfleet_runtime.engine import scheduler as scheduler_module
 from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
-from ttsfleet_runtime.engine.engine_core import FRAME_S
 from ttsfleet_runtime.engine.model_runner import PREFILL_PROMPTS, Prompt, SlotParams
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
@@ -236,7 +235,7 @@ async def scenario(engine, running: int, burst: int, args, one_per_call: bool = 
         t0, heard = arrivals[0][0], 0
         for t, frames in arrivals:
             if t_submit <= t <= t_done:
-                client_leads.append(heard * FRAME_S - (t - t0))
+                client_leads.append(heard / engine.info.frame_rate_hz - (t - t0))
             heard += frames
     return dict(
         running=running,

@@ -221,7 +221,7 @@ def decode_section(runner, B: int, args) -> dict:
 
 
 def codec_section(codec, B: int, n: int, args) -> dict:
-    """The codec step for B streams of n frames each."""
+    """The 12 Hz codec step (`StreamingCodec`) for B streams of n frames each."""
     slots = [codec.open() for _ in range(B)]
     try:
         index = torch.tensor(slots, dtype=torch.long, device=codec.device)
@@ -285,7 +285,7 @@ def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> No
         (f"decode_B{b}", lambda b=b: decode_section(engine.runner, b, args)) for b in decode_batches
     ]
     sections += [
-        (f"codec_B{b}_n{n}", lambda b=b, n=n: codec_section(engine.codec, b, n, args))
+        (f"codec_B{b}_n{n}", lambda b=b, n=n: codec_section(engine.codec.codec, b, n, args))
         for b, n in codec_steps
     ]
     with torch.inference_mode():

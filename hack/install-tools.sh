@@ -4,6 +4,8 @@
 #   promtool  Debian's prometheus package (promtool check/test rules, real Prometheus in e2e)
 #   chromium  Debian's chromium, for the playground page's browser test
 #   redis-server  Debian's redis-server, the shared voice store the voice tests start
+#   sox       Debian's sox, which the reference 25 Hz tokenizer runs (through pysox) to
+#             normalise a cloned voice's loudness in the parity tests
 # Idempotent: present tools are kept. Fails with the step that broke.
 set -euo pipefail
 
@@ -39,8 +41,9 @@ want=()
 command -v promtool >/dev/null || want+=(prometheus)
 command -v chromium >/dev/null || want+=(chromium)
 command -v redis-server >/dev/null || want+=(redis-server)
+command -v sox >/dev/null || want+=(sox)
 if ((${#want[@]})); then apt_install "${want[@]}"; fi
-for tool in promtool prometheus chromium redis-server; do
+for tool in promtool prometheus chromium redis-server sox; do
   ln -sf "$(command -v "$tool")" "$bin/$tool"
 done
 step "ready: $(ls "$bin" | tr '\n' ' ')"

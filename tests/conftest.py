@@ -37,6 +37,37 @@ def tiny_base(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_25hz_custom_voice(tmp_path_factory) -> Path:
+    """A tiny random CustomVoice checkpoint (seed 0) with the 25 Hz speech tokenizer."""
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-cv-25hz"),
+        "tiny",
+        "CustomVoice",
+        seed=0,
+        tokenizer_rate_hz=25,
+        progress=lambda *_: None,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_25hz_base(tmp_path_factory) -> Path:
+    """A tiny random Base checkpoint (seed 0) with the 25 Hz speech tokenizer: its
+    encoder and campplus.onnx make the voice-cloning inputs."""
+    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(
+        tmp_path_factory.mktemp("tiny-base-25hz"),
+        "tiny",
+        "Base",
+        seed=0,
+        tokenizer_rate_hz=25,
+        progress=lambda *_: None,
+    )
+
+
+@pytest.fixture(scope="session")
 def bare_prometheus(tmp_path_factory):
     """A real Prometheus with no targets: PromQL is parsed and evaluated by the
     same server that will run it in production."""

@@ -219,7 +219,13 @@ class ModelSpec(SpecModel):
         description="Base (voice cloning), CustomVoice (built-in speakers) or VoiceDesign (voices from a description)."
     )
     tokenizer_rate_hz: Literal[12, 25] = Field(
-        default=12, description="Codec frame rate of the checkpoint."
+        default=12,
+        description=(
+            "Speech tokenizer of the checkpoint: 12 (12.5 frames a second, 16 codes each, "
+            "lowest latency) or 25 (25 one-code frames a second, a DiT decoder: first audio "
+            "after 24 frames). No 25 Hz Qwen3-TTS checkpoint is published, so 25 needs a "
+            "custom source. Pods refuse a checkpoint of the other rate."
+        ),
     )
     source: ModelSource | None = Field(
         default=None,
@@ -438,7 +444,10 @@ class EngineSpec(SpecModel):
     )
     max_len: int = Field(
         **RUNTIME_SETTINGS["max_len"].field_args(),
-        description="KV positions one stream may use: its prompt and 12.5 frames a second.",
+        description=(
+            "KV positions one stream may use: its prompt and its frames, 12.5 a second at "
+            "12 Hz and 25 at 25 Hz (the default holds ~6 or ~3 minutes)."
+        ),
     )
     kv_cache_memory: float = Field(
         **RUNTIME_SETTINGS["kv_cache_memory"].field_args(),
@@ -453,7 +462,10 @@ class EngineSpec(SpecModel):
     )
     first_chunk_frames: int = Field(
         **RUNTIME_SETTINGS["first_chunk_frames"].field_args(),
-        description="Codec frames in the first audio chunk.",
+        description=(
+            "Codec frames in the first audio chunk; a 25 Hz checkpoint rounds chunks up to "
+            "whole DiT blocks (12 frames)."
+        ),
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weight and activation type."

@@ -37,9 +37,6 @@ TEXT = (
 )
 
 
-SECONDS_PER_FRAME = 0.08  # audio of one codec frame (12.5 Hz)
-
-
 def timed(fn, iters: int) -> list[float]:
     """Milliseconds per call: a CUDA-event pair per call on the GPU, a clock on the CPU."""
     import torch
@@ -88,21 +85,24 @@ async def run_one(engine, frames: int, seed: int, cloned=None) -> dict:
     stream = engine.submit(request(frames, seed, cloned=cloned))
     arrivals = []
     n_frames = 0
+    audio_s = 0.0
     async for chunk in stream:
         arrivals.append((time.monotonic(), chunk))
         n_frames += chunk.frames
+        audio_s += chunk.duration_s
     first_t, first = arrivals[0]
     last_t = arrivals[-1][0]
     after_first = n_frames - first.frames
     return dict(
         frames=n_frames,
+        audio_s=round(audio_s, 4),
         ttfa_ms=round((first_t - t_submit) * 1000, 2),
         ttfa_from_admission_ms=round((first.t_emitted - first.t_admitted) * 1000, 2),
         queue_ms=round((first.t_admitted - t_submit) * 1000, 2),
         # Steady state: frames after the first chunk over the time they took.
         ms_per_frame=round((last_t - first_t) * 1000 / max(1, after_first), 3),
         total_s=round(last_t - t_submit, 4),
-        rtf=round((last_t - t_submit) / (n_frames / 12.5), 4),
+        rtf=round((last_t - t_submit) / audio_s, 4),
         chunks=len(arrivals),
         max_gap_ms=round(
             max((b[0] - a[0]) * 1000 for a, b in zip(arrivals, arrivals[1:], strict=False)), 2
@@ -116,7 +116,7 @@ async def run_batch(engine, batch: int, frames: int) -> dict:
     t0 = time.monotonic()
     results = await asyncio.gather(*(run_one(engine, frames, seed=1000 + i) for i in range(batch)))
     wall = time.monotonic() - t0
-    audio_s = sum(r["frames"] for r in results) / 12.5
+    audio_s = sum(r["audio_s"] for r in results)
     return dict(
         batch=batch,
         frames=frames,
@@ -313,7 +313,7 @@ async def bench_size(size: str, args) -> dict:
     r["memory_per_stream_bytes"] = dict(
         talker_kv_per_block=runner.cache.bytes_per_block,
         talker_kv_blocks=runner.cache.num_blocks - 1,
-        predictor_kv=runner.predictor_cache.bytes_per_slot(),
+        predictor_kv=runner.predictor_cache.bytes_per_slot() if runner.predictor_cache else 0,
         codec_state=codec_state,
     )
     if torch.cuda.is_available():

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from .checkpoint.sizes import TOKENIZER_RATES
 from .settings import SETTINGS, ServerSettings, Setting
 
 
@@ -97,6 +98,13 @@ def _add_checkpoint(subparsers) -> None:
     p.add_argument(
         "--variant", choices=["Base", "CustomVoice", "VoiceDesign"], default="CustomVoice"
     )
+    p.add_argument(
+        "--tokenizer-rate",
+        type=int,
+        choices=TOKENIZER_RATES,
+        default=12,
+        help="speech tokenizer: 12 Hz (16 code groups) or 25 Hz (one codebook, DiT decoder)",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -124,6 +132,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
         seed=args.seed,
         dtype=args.dtype,
         device=args.device,
+        tokenizer_rate_hz=args.tokenizer_rate,
         progress=print,
     )
     return 0

@@ -80,6 +80,14 @@ class ServerSettings:
     model_revision: str | None = setting(
         None, "hub branch, tag or commit (when --model is a hub id)"
     )
+    # The speech tokenizer rate the pod's TTSService names (spec.model.tokenizerRateHz):
+    # a checkpoint of another rate is refused at start, not served at the wrong one.
+    tokenizer_rate_hz: int | None = setting(
+        None,
+        "refuse a checkpoint whose speech tokenizer is not this rate (12 or 25); unset: any",
+        minimum=12,
+        maximum=25,
+    )
     device: str = setting("cuda", "cpu or cuda")
     host: str = setting("0.0.0.0", "address to listen on")
     port: int = setting(8000, "HTTP port", minimum=1, maximum=65535)
@@ -129,8 +137,9 @@ class ServerSettings:
     # from a pool of `kv_cache_memory` of the GPU memory left after the weights; on an
     # 80 GB H100 that is ~37 GB, ~330,000 positions: 256 streams of 10 s take ~6 GB.
     max_batch: int = setting(256, "streams decoded together (batch slots)", minimum=1, maximum=1024)
-    # Positions of one stream: its prompt and frames (12.5 a second of audio). Memory
-    # is taken as a stream grows, so this costs only a table entry per 64 positions.
+    # Positions of one stream: its prompt and frames (12.5 a second of audio at 12 Hz,
+    # 25 at 25 Hz: 4,608 hold ~6 or ~3 minutes). Memory is taken as a stream grows, so
+    # this costs only a table entry per 64 positions.
     max_len: int = setting(
         4608, "KV positions one stream may use (prompt + frames)", minimum=256, maximum=65536
     )

@@ -141,13 +141,13 @@ async def test_codec_graphs_for_every_ramp_size_and_batch_bucket_by_ready_or_in_
         assert ramp == (2, 4, 8, 16) and buckets == (1, 2, 4, 8)
         assert core.codec_worker.frame_buckets == ramp
         # Before ready: every ramp size at the smallest and the largest bucket.
-        assert set(core.codec._graphs) == {(b, n) for b in (1, 8) for n in ramp}
+        assert set(core.codec.codec._graphs) == {(b, n) for b in (1, 8) for n in ramp}
         core.start_background_capture()  # the codec thread captures the rest
         every = {(b, n) for b in buckets for n in ramp}
         deadline = time.monotonic() + 10
-        while set(core.codec._graphs) != every and time.monotonic() < deadline:
+        while set(core.codec.codec._graphs) != every and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert set(core.codec._graphs) == every
+        assert set(core.codec.codec._graphs) == every
     finally:
         core.stop()
 

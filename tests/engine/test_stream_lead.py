@@ -11,15 +11,20 @@ import pytest
 
 from support.engine_requests import request
 from ttsfleet_runtime.engine.api import EngineStats
-from ttsfleet_runtime.engine.engine_core import FRAME_S
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
 from ttsfleet_runtime.metrics import RuntimeMetrics
+
+FRAME_S = 0.08  # the tiny checkpoint's frame: 12.5 a second (12 Hz)
 
 
 @dataclasses.dataclass
 class Stream:
     first_audio_at: float | None
-    frames_delivered: int
+    frames_decoded: int  # by the codec worker; all of them delivered (12 Hz holds none back)
+
+    @property
+    def audio_delivered_s(self) -> float:
+        return self.frames_decoded * FRAME_S
 
 
 @dataclasses.dataclass(eq=False)
@@ -85,6 +90,7 @@ async def test_a_running_engine_measures_its_streams_leads(make_engine):
         leads.append(engine.stats().min_lead_s)
     assert stream.seq.stream.first_audio_at is not None
     assert stream.seq.stream.frames_delivered == 12
+    assert stream.seq.stream.audio_delivered_s == pytest.approx(12 * FRAME_S)
     assert any(lead is not None for lead in leads)
 
 

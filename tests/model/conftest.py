@@ -17,11 +17,8 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def tiny_voice_design(tmp_path_factory) -> Path:
-    # No speech tokenizer: these tests stop at codes.
+    # With its speech tokenizer, though these tests stop at codes: the model runner
+    # reads the frame rate (its KV sizing) from it, as from any checkpoint it serves.
     return write_random_checkpoint(
-        tmp_path_factory.mktemp("tiny-vd"),
-        "tiny",
-        "VoiceDesign",
-        seed=1,
-        with_speech_tokenizer=False,
+        tmp_path_factory.mktemp("tiny-vd"), "tiny", "VoiceDesign", seed=1
     )

@@ -124,6 +124,7 @@ def test_every_configmap_variable_is_a_catalogue_setting_that_serve_reads_back(
         assert getattr(args, name) == getattr(engine, name), name
     assert args.drain_timeout_s == service.spec.runtime.termination_grace_seconds
     assert args.model_revision == (service.spec.model.revision or None)
+    assert args.tokenizer_rate_hz == service.spec.model.tokenizer_rate_hz
     assert args.auth_disabled is (service.spec.runtime.auth == "Disabled")
     assert (args.device, args.port) == ("cuda", 8000)
 
@@ -133,6 +134,7 @@ def test_flag_and_variable_names_are_the_published_ones():
     assert {entry.env: entry.flag for entry in SETTINGS.values()} == {
         "TTSFLEET_MODEL": "--model",
         "TTSFLEET_MODEL_REVISION": "--model-revision",
+        "TTSFLEET_TOKENIZER_RATE_HZ": "--tokenizer-rate-hz",
         "TTSFLEET_DEVICE": "--device",
         "TTSFLEET_HOST": "--host",
         "TTSFLEET_PORT": "--port",

@@ -33,7 +33,7 @@ def our_codes(
     params: SlotParams = GREEDY,
     cloned=None,
 ) -> torch.Tensor:
-    """-> codes [n <= frames, 16], stopping at EOS like the reference. `cloned`: a
+    """-> codes [n <= frames, groups], stopping at EOS like the reference. `cloned`: a
     `ClonedVoice` for a Base checkpoint."""
     model = load_model(checkpoint, "cpu", "float32", max_positions=512)
     builder = PromptBuilder(model.config, TextTokenizer.from_checkpoint(checkpoint))

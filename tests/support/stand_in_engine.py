@@ -161,6 +161,8 @@ class StandInEngine:
             variant=variant,
             tokenizer_rate_hz=12,
             sample_rate=SAMPLE_RATE,
+            frame_rate_hz=SAMPLE_RATE / SAMPLES_PER_FRAME,
+            samples_per_frame=SAMPLES_PER_FRAME,
             speakers=("Vivian", "Ryan") if variant == "CustomVoice" else (),
             languages=("auto", "english", "chinese"),
             supports_instructions=True,

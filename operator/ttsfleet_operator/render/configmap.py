@@ -27,6 +27,9 @@ def engine_environment(service: TTSService) -> dict[str, str]:
     engine, runtime, model = spec.engine, spec.runtime, spec.model
     values = {
         "model": model_location(service),
+        # The runtime reads the frame rate from the checkpoint; this makes it refuse
+        # one of another rate (a custom source must hold what the spec says).
+        "tokenizer_rate_hz": model.tokenizer_rate_hz,
         "device": "cuda",
         "host": "0.0.0.0",
         "port": HTTP_PORT,

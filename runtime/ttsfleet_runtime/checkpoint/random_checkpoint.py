@@ -57,11 +57,13 @@ def write_random_checkpoint(
     dtype: str | None = None,
     device: str = "cpu",
     with_speech_tokenizer: bool = True,
+    tokenizer_rate_hz: int = 12,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write config.json, generation_config.json, model.safetensors (with the speaker
     encoder for Base), the text tokenizer and speech_tokenizer/ into `out_dir`; return
-    the folder.
+    the folder. `tokenizer_rate_hz` picks the speech tokenizer (12 or 25 Hz) and with it
+    the talker's codec vocabulary and code groups.
 
     Tiny checkpoints default to float32 (exact CPU parity tests), real sizes
     to bfloat16 (the released dtype)."""
@@ -69,7 +71,7 @@ def write_random_checkpoint(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda msg: log.info(msg, extra={"checkpoint": str(out)}))
-    config = model_config(size, variant)
+    config = model_config(size, variant, tokenizer_rate_hz)
     dtype = dtype or ("float32" if size == "tiny" else "bfloat16")
     config["torch_dtype"] = dtype
     (out / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
@@ -94,7 +96,7 @@ def write_random_checkpoint(
     say(f"wrote {total / 1e6:.1f}M parameters to {out / 'model.safetensors'}")
 
     if with_speech_tokenizer:
-        _write_speech_tokenizer(out / "speech_tokenizer", size, seed)
+        _write_speech_tokenizer(out / "speech_tokenizer", size, seed, tokenizer_rate_hz)
     say(f"checkpoint {size} {variant} written to {out} in {time.monotonic() - t0:.1f}s")
     return out
 
@@ -120,9 +122,14 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _write_speech_tokenizer(out: Path, size: str, seed: int) -> None:
-    # The codec package owns the speech tokenizer's layout; one "real" size
-    # serves both 0.6B and 1.7B.
+def _write_speech_tokenizer(out: Path, size: str, seed: int, tokenizer_rate_hz: int) -> None:
+    # One "real" speech tokenizer serves both 0.6B and 1.7B.
+    tokenizer_size = "tiny" if size == "tiny" else "real"
+    if tokenizer_rate_hz == 25:
+        from .speech_tokenizer_25hz_files import write_random_speech_tokenizer_25hz
+
+        write_random_speech_tokenizer_25hz(out, size=tokenizer_size, seed=seed)
+        return
     from .speech_tokenizer_files import write_random_speech_tokenizer
 
-    write_random_speech_tokenizer(out, size="tiny" if size == "tiny" else "real", seed=seed)
+    write_random_speech_tokenizer(out, size=tokenizer_size, seed=seed)

@@ -1,9 +1,15 @@
-"""Dimensions of the released Qwen3-TTS-12Hz models, and a tiny one for CPU tests.
+"""Dimensions of the released Qwen3-TTS-12Hz models, their 25 Hz counterparts, and a
+tiny one for CPU tests.
 
 0.6B and 1.7B follow the published config.json files (they differ only in the
 talker's width); `tiny` keeps every vocabulary and token id of the real models
 (so prompts, codes and the codec interface are the real ones) but shrinks the
 transformer stacks until a checkpoint is written in well under a second.
+
+The tokenizer rate decides the talker's codec vocabulary: the speech tokenizer's
+codebook, then 1,024 ids that start with the special codec tokens (the reference
+suppresses the top 1,024 ids but EOS while sampling, so that layout is fixed). 12 Hz
+frames have 16 code groups (the code predictor fills 15 of them); 25 Hz frames one.
 """
 
 from __future__ import annotations
@@ -54,6 +60,39 @@ SPECIAL_TOKENS = {
     "<tts_text_eod>": 151673,
 }
 
+TOKENIZER_RATES = (12, 25)
+TOKENIZER_TYPE = {12: "qwen3_tts_tokenizer_12hz", 25: "qwen3_tts_tokenizer_25hz"}
+# Codes in a frame's (first) codebook. 12 Hz as published; no 25 Hz checkpoint is
+# published, so 25 Hz takes the 25 Hz tokenizer's `audio_vq_codebook_size` default in
+# qwen-tts 0.1.1. The speech tokenizer writer reads it from here too.
+CODEBOOK_SIZE = {12: 2048, 25: 32768}
+CODE_GROUPS = {12: 16, 25: 1}
+# Talker positions per second of audio (12.5 Hz rounds up, as published).
+POSITIONS_PER_SECOND = {12: 13, 25: 25}
+# Special codec ids are the codebook size plus these offsets.
+_CODEC_SPECIAL_OFFSETS = dict(
+    codec_bos_id=101,
+    codec_eos_token_id=102,
+    codec_think_id=106,
+    codec_nothink_id=107,
+    codec_pad_id=100,
+    codec_think_bos_id=108,
+    codec_think_eos_id=109,
+)
+_CODEC_SPECIAL_SPAN = 1024
+
+
+def codec_vocabulary(tokenizer_rate_hz: int) -> dict[str, int]:
+    """The talker's codec vocabulary size and special codec ids at a tokenizer rate."""
+    codebook = CODEBOOK_SIZE[tokenizer_rate_hz]
+    ids = {name: codebook + offset for name, offset in _CODEC_SPECIAL_OFFSETS.items()}
+    return dict(ids, vocab_size=codebook + _CODEC_SPECIAL_SPAN)
+
+
+# The talker and predictor configs below are the 12 Hz ones; `model_config` sets what
+# the tokenizer rate changes (the keys keep their published order in config.json).
+_CODEC_12HZ = codec_vocabulary(12)
+
 _PREDICTOR = dict(
     attention_bias=False,
     head_dim=128,
@@ -62,12 +101,12 @@ _PREDICTOR = dict(
     intermediate_size=3072,
     max_position_embeddings=65536,
     num_attention_heads=16,
-    num_code_groups=16,
+    num_code_groups=CODE_GROUPS[12],
     num_hidden_layers=5,
     num_key_value_heads=8,
     rms_norm_eps=1e-6,
     rope_theta=1000000,
-    vocab_size=2048,
+    vocab_size=CODEBOOK_SIZE[12],
     use_sliding_window=False,
     model_type="qwen3_tts_talker_code_predictor",
 )
@@ -75,23 +114,17 @@ _PREDICTOR = dict(
 _TALKER = dict(
     attention_bias=False,
     attention_dropout=0,
-    codec_bos_id=2149,
-    codec_eos_token_id=2150,
-    codec_think_id=2154,
-    codec_nothink_id=2155,
-    codec_pad_id=2148,
-    codec_think_bos_id=2156,
-    codec_think_eos_id=2157,
+    **{k: v for k, v in _CODEC_12HZ.items() if k != "vocab_size"},
     head_dim=128,
     hidden_act="silu",
     hidden_size=2048,
     intermediate_size=6144,
     max_position_embeddings=32768,
     num_attention_heads=16,
-    num_code_groups=16,
+    num_code_groups=CODE_GROUPS[12],
     num_hidden_layers=28,
     num_key_value_heads=8,
-    position_id_per_seconds=13,
+    position_id_per_seconds=POSITIONS_PER_SECOND[12],
     rms_norm_eps=1e-6,
     rope_scaling={
         "interleaved": True,
@@ -102,7 +135,7 @@ _TALKER = dict(
     rope_theta=1000000,
     text_hidden_size=2048,
     text_vocab_size=151936,
-    vocab_size=3072,
+    vocab_size=_CODEC_12HZ["vocab_size"],
     use_sliding_window=False,
     model_type="qwen3_tts_talker",
 )
@@ -139,14 +172,27 @@ _TINY_SPEAKER_ENCODER = dict(
 )
 
 
-def model_config(size: str, variant: str) -> dict[str, Any]:
-    """The config.json of a Qwen3-TTS-12Hz checkpoint of this size and variant."""
+def model_config(size: str, variant: str, tokenizer_rate_hz: int = 12) -> dict[str, Any]:
+    """The config.json of a Qwen3-TTS checkpoint of this size, variant and tokenizer rate."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {SIZES}")
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}")
+    if tokenizer_rate_hz not in TOKENIZER_RATES:
+        raise ValueError(
+            f"unknown tokenizer rate {tokenizer_rate_hz!r} Hz; choose one of {TOKENIZER_RATES}"
+        )
     talker = copy.deepcopy(_TALKER)
     predictor = copy.deepcopy(_PREDICTOR)
+    talker.update(
+        codec_vocabulary(tokenizer_rate_hz),
+        num_code_groups=CODE_GROUPS[tokenizer_rate_hz],
+        position_id_per_seconds=POSITIONS_PER_SECOND[tokenizer_rate_hz],
+    )
+    # The predictor's heads predict codes of one codebook (no special ids).
+    predictor.update(
+        num_code_groups=CODE_GROUPS[tokenizer_rate_hz], vocab_size=CODEBOOK_SIZE[tokenizer_rate_hz]
+    )
     if size == "0.6B":
         talker.update(hidden_size=1024, intermediate_size=3072)
     elif size == "tiny":
@@ -161,7 +207,7 @@ def model_config(size: str, variant: str) -> dict[str, Any]:
         architectures=["Qwen3TTSForConditionalGeneration"],
         model_type="qwen3_tts",
         talker_config=talker,
-        tokenizer_type="qwen3_tts_tokenizer_12hz",
+        tokenizer_type=TOKENIZER_TYPE[tokenizer_rate_hz],
         tts_model_size=MODEL_SIZE[size],
         tts_model_type=MODEL_TYPE[variant],
         im_start_token_id=SPECIAL_TOKENS["<|im_start|>"],

@@ -59,8 +59,8 @@ class SamplingParams:
     subtalker_top_k: int = 50
     subtalker_top_p: float = 1.0
     seed: int | None = None
-    # Hard cap on generated codec frames (12.5 frames per audio second at 12 Hz),
-    # over the whole request: all pieces of a long text together.
+    # Hard cap on generated codec frames (`ModelInfo.frame_rate_hz` a second of
+    # audio), over the whole request: all pieces of a long text together.
     max_frames: int = 4096
     # EOS is suppressed before this many frames (of the whole request): benchmarks
     # fix the length with min_frames == max_frames.
@@ -97,12 +97,19 @@ class ClonedVoice:
     transcript) the model clones in context; without them, from the embedding alone
     (qwen-tts' x-vector-only mode). `model` is the `ModelInfo.name` it was computed
     for: another checkpoint's speaker space is not this one's.
+
+    A 25 Hz model's codes are one codebook (`ref_codes` int64 [frames]), and its decoder
+    is conditioned on the voice too: `xvector` (campplus.onnx's embedding, float32 [192],
+    unit norm) and `ref_mel` (the recording's log-mel, float32 [frames at 100 Hz, 80]),
+    the parts of `codec25.DecoderVoice`. Both are None for 12 Hz voices.
     """
 
     speaker_embedding: np.ndarray
     ref_codes: np.ndarray | None = None
     ref_text: str | None = None
     model: str = ""
+    xvector: np.ndarray | None = None
+    ref_mel: np.ndarray | None = None
 
     @property
     def in_context(self) -> bool:
@@ -117,6 +124,9 @@ class ClonedVoice:
         if self.ref_codes is not None:
             arrays["ref_codes"] = np.asarray(self.ref_codes, np.int64)
             arrays["ref_text"] = np.array(self.ref_text or "")
+        if self.xvector is not None and self.ref_mel is not None:
+            arrays["xvector"] = np.asarray(self.xvector, np.float32)
+            arrays["ref_mel"] = np.asarray(self.ref_mel, np.float32)
         out = io.BytesIO()
         np.savez(out, **arrays)
         return out.getvalue()
@@ -125,11 +135,14 @@ class ClonedVoice:
     def from_bytes(cls, data: bytes) -> ClonedVoice:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             in_context = "ref_codes" in z.files
+            conditioned = "xvector" in z.files
             return cls(
                 speaker_embedding=z["speaker_embedding"],
                 ref_codes=z["ref_codes"] if in_context else None,
                 ref_text=str(z["ref_text"]) if in_context else None,
                 model=str(z["model"]),
+                xvector=z["xvector"] if conditioned else None,
+                ref_mel=z["ref_mel"] if conditioned else None,
             )
 
 
@@ -195,8 +208,12 @@ class ModelInfo:
     name: str  # served model id, e.g. "Qwen3-TTS-12Hz-1.7B-CustomVoice"
     size: str  # "0.6B" | "1.7B" | "tiny"
     variant: str  # "Base" | "CustomVoice" | "VoiceDesign"
-    tokenizer_rate_hz: int
+    tokenizer_rate_hz: int  # 12 or 25: the checkpoint's speech tokenizer
     sample_rate: int
+    # One talker frame's audio: 12.5 frames of 1,920 samples a second at 12 Hz, 25
+    # of 960 at 25 Hz (engine/frame_decoder.py's FrameTiming, read from the checkpoint).
+    frame_rate_hz: float
+    samples_per_frame: int
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
     supports_instructions: bool

@@ -2,19 +2,31 @@
 CUDA stream), so the decode loop never waits for the codec.
 
 The engine thread hands over jobs in order: a chunk of a stream's frames, or
-the end of a stream. The worker owns the codec's per-stream slots (opened at a
-stream's first chunk, closed at its end) and delivers chunks and ends to the
-callers in the order they were handed over. Chunks of different streams that
-are waiting together are decoded in one batched call per frame count (the
-codec pads it to the smallest captured batch bucket that holds it: the largest
-is captured at start-up, the others on this thread soon after, `capture_later`).
+the end of a stream. The worker owns the decoder's per-stream slots (opened at a
+stream's first chunk with the voice's decoder conditioning, closed at its end)
+and delivers chunks and ends to the callers in the order they were handed over.
+It drives the checkpoint's speech tokenizer through `FrameDecoder`
+(frame_decoder.py), so the same worker serves the 12 Hz codec and the 25 Hz
+DiT decoder. Chunks of different streams that are waiting together are decoded
+in one batched call per frame count (the decoder pads it to the smallest
+captured batch bucket that holds it: the largest is captured at start-up, the
+others on this thread soon after, `capture_later`), and the batch's audio comes
+to the host in one copy.
 
-A stream's last chunk may be shorter than any captured frame count; it is
-padded up to the next one (`frame_buckets`) and the audio cut back, so it
+A call returns the audio that is final: all of it for the 12 Hz codec, whole
+DiT blocks whose look-ahead has arrived for the 25 Hz decoder (none, early in a
+stream). A job whose call made no audio delivers nothing; its frames are
+counted in the next chunk the stream gets, so chunks (numbered as delivered)
+carry every frame and a stream's first chunk is its first audio. The last
+chunk of a stream also takes what the decoder held back (`finish`).
+
+A causal decoder's last chunk may be shorter than any captured frame count;
+it is padded up to the next one (`frame_buckets`) and the audio cut back, so it
 replays a CUDA graph instead of running the codec eagerly (hundreds of kernel
-launches from Python, under the GIL the engine thread needs). The decoder is
-causal, so the padding changes no sample of the real frames; it only spoils
-the stream's codec state, which nothing reads after the last chunk.
+launches from Python, under the GIL the engine thread needs). The padding
+changes no sample of the real frames; it only spoils the stream's codec state,
+which nothing reads after the last chunk. A non-causal decoder (25 Hz) never
+pads: its last chunk runs at its own length.
 
 A stream that clones a voice in context continues a reference recording:
 the reference decodes its codes together with the generated ones and cuts
@@ -45,6 +57,7 @@ import torch
 
 from ..kernels.host_copy import to_device, to_host
 from .api import AudioChunk, FinishReason
+from .frame_decoder import DecodedAudio, FrameDecoder
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +89,8 @@ class CaptureLater:
 class CodecWorker:
     def __init__(
         self,
-        codec,
+        codec: FrameDecoder,
         device: str,
-        sample_rate: int,
         frame_buckets: tuple[int, ...] = (),
         on_failure: Callable[[object], None] = lambda seq: None,
         capture_lock: threading.Lock | None = None,
@@ -92,7 +104,7 @@ class CodecWorker:
             sorted(frame_buckets)
         )  # frame counts with a captured codec graph
         self.device = torch.device(device)
-        self.sample_rate = sample_rate
+        self.sample_rate = codec.timing.sample_rate
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.busy_s = 0.0  # seconds spent decoding (waits for jobs excluded)
@@ -104,7 +116,9 @@ class CodecWorker:
 
     def prime(self, seq, codes: np.ndarray) -> None:
         """Decode a reference recording's codes [n, groups] into `seq`'s codec
-        state before its first chunk; their audio is dropped."""
+        state before its first chunk; their audio is dropped, also where the decoder
+        makes it only with later calls."""
+        seq.codec_skip_samples = len(codes) * self.codec.timing.samples_per_frame
         for start, stop in prime_pieces(len(codes), self.frame_buckets):
             self._jobs.put(ChunkJob(seq, codes[start:stop], index=-1, prime=True))
 
@@ -207,9 +221,10 @@ class CodecWorker:
             self._decode(n, chunk_jobs)
 
     def _decode_length(self, job: ChunkJob) -> int:
-        """Frames to decode for `job`: its own, or a last chunk padded up to a captured count."""
+        """Frames to decode for `job`: its own, or a causal decoder's last chunk padded
+        up to a captured count."""
         n = len(job.codes)
-        if job.last and n not in self.frame_buckets:
+        if job.last and self.codec.causal and n not in self.frame_buckets:
             return next((b for b in self.frame_buckets if b > n), n)
         return n
 
@@ -247,7 +262,7 @@ class CodecWorker:
     def _decode_together(self, n: int, jobs: list[ChunkJob]) -> None:
         for job in jobs:
             if job.seq.codec_slot is None:
-                job.seq.codec_slot = self.codec.open()
+                job.seq.codec_slot = self.codec.open(job.seq.voice)
         # Padding repeats a chunk's last frame (any valid codes would do).
         codes = to_device(
             torch.from_numpy(
@@ -260,23 +275,47 @@ class CodecWorker:
             ),
             self.device,
         )
-        pcm = to_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes).float()).numpy()
+        audio = _on_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes))
+        ending = [i for i, job in enumerate(jobs) if job.last]
+        if ending:  # what the decoder held back (none at 12 Hz); closes their slots
+            rest = _on_host(self.codec.finish([jobs[i].seq.codec_slot for i in ending]))
+            for i, tail in zip(ending, rest, strict=True):
+                jobs[i].seq.codec_slot = None
+                if len(tail):
+                    audio[i] = np.concatenate([audio[i], tail])
         now = time.monotonic()
-        spf = pcm.shape[1] // n
-        for job, audio in zip(jobs, pcm, strict=True):
+        spf = self.codec.timing.samples_per_frame
+        for job, pcm in zip(jobs, audio, strict=True):
+            frames = len(job.codes)
+            if n > frames:  # a padded last chunk: the padding's audio is cut off
+                pcm = pcm[: frames * spf]
+            if job.seq.codec_skip_samples:  # the reference recording's audio
+                cut = min(job.seq.codec_skip_samples, len(pcm))
+                pcm, job.seq.codec_skip_samples = pcm[cut:], job.seq.codec_skip_samples - cut
             if job.prime:
                 continue
-            frames = len(job.codes)
-            job.seq.stream.deliver(
+            stream = job.seq.stream
+            stream.frames_decoded += frames
+            if not len(pcm):
+                continue  # nothing final yet: these frames go with the next chunk
+            stream.deliver(
                 AudioChunk(
-                    pcm=audio[: frames * spf],
+                    pcm=pcm,
                     sample_rate=self.sample_rate,
-                    index=job.index,
-                    frames=frames,
+                    index=stream.chunks_delivered,
+                    frames=stream.frames_decoded - stream.frames_delivered,
                     t_admitted=job.seq.t_admitted,
                     t_emitted=now,
                 )
             )
+
+
+def _on_host(decoded: DecodedAudio) -> list[np.ndarray]:
+    """Each stream's audio of one decoder call, float32 on the host (one copy)."""
+    if not any(decoded.lengths):
+        return [np.zeros(0, np.float32) for _ in decoded.lengths]
+    samples = to_host(decoded.samples.float()).numpy()
+    return np.split(samples, np.cumsum(decoded.lengths[:-1]))
 
 
 def prime_pieces(frames: int, buckets: tuple[int, ...]) -> list[tuple[int, int]]:

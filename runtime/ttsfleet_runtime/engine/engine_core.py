@@ -31,8 +31,6 @@ import numpy as np
 import torch
 
 from ..codec import convs as codec_convs
-from ..codec.decoder import load_speech_tokenizer
-from ..codec.streaming import StreamingCodec
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
@@ -40,6 +38,7 @@ from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecWorker
 from .compile_cache import use_compile_cache
+from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
 from .kv_blocks import KVBlocks
 from .model_runner import PREFILL_PROMPTS, ModelRunner, Prompt, SlotParams, prefill_buckets
 from .scheduler import Scheduler, StepRules
@@ -48,8 +47,6 @@ from .startup import StartupClock
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 24000
-FRAME_S = 0.08  # audio per frame (12.5 Hz)
 # The engine thread's phases (`EngineCore.busy_s`); the codec thread's time is
 # the codec worker's `busy_s`.
 BUSY_PHASES = ("plan", "prefill", "decode", "postprocess")
@@ -61,6 +58,7 @@ class EngineCore:
         path: Path,
         config: TTSConfig,
         builder: PromptBuilder,
+        timing: FrameTiming,
         *,
         device: str,
         max_batch: int,
@@ -89,12 +87,14 @@ class EngineCore:
         self._background_started = 0.0
         self.config = config
         self.builder = builder
+        self.timing = timing
         self.device = device
         self.max_batch = max_batch
         self.cuda_graphs = cuda_graphs
         self.dtype = dtype
-        self.first_chunk_frames = first_chunk_frames
-        self.chunk_frames = chunk_frames
+        # Chunks are whole emission steps of the decoder (25 Hz: DiT blocks).
+        self.first_chunk_frames = first_chunk_frames = timing.chunk_frames(first_chunk_frames)
+        self.chunk_frames = chunk_frames = timing.chunk_frames(chunk_frames)
         self.codec_conv_route = codec_conv_route
         self.decode_priority = decode_priority
         self.max_len = max_len
@@ -136,7 +136,7 @@ class EngineCore:
         self.busy_s = dict.fromkeys(BUSY_PHASES, 0.0)
         self.model: LoadedModel | None = None
         self.runner: ModelRunner | None = None
-        self.codec: StreamingCodec | None = None
+        self.codec: FrameDecoder | None = None
         self.codec_worker: CodecWorker | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -169,10 +169,9 @@ class EngineCore:
         self.scheduler.kv = KVBlocks(cache.num_blocks, cache.block_size)
         say("loading the codec decoder")
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
-        decoder = load_speech_tokenizer(self.path / "speech_tokenizer", self.device, codec_dtype)
         if torch.device(self.device).type == "cuda":
             codec_convs.use(self.codec_conv_route)
-        self.codec = StreamingCodec(decoder, self.max_batch, self.device)
+        self.codec = load_frame_decoder(self.path, self.device, codec_dtype, self.max_batch)
         clock.done("load_weights")
         frame_buckets = []
         if self.runner.use_graphs:
@@ -193,7 +192,6 @@ class EngineCore:
         self.codec_worker = CodecWorker(
             self.codec,
             self.device,
-            SAMPLE_RATE,
             tuple(frame_buckets),
             on_failure=self._codec_failed,
             capture_lock=self.runner.capture_lock,
@@ -443,14 +441,16 @@ class EngineCore:
         (playback starts at the first byte). Records the smallest (an underrun
         when below 0) and returns the least spare time (None: nobody plays):
         the lead left once the stream's next chunk is made, if it still needs
-        frames for it, at the recent decode step time per frame."""
+        frames for it, at the recent decode step time per frame. Frames a
+        decoder holds for its look-ahead (25 Hz) are decoded, not in flight:
+        the next chunk's audio still needs steps."""
         least_lead = least_spare = None
         for seq in self.scheduler.running.values():
             stream = seq.stream
             if stream.first_audio_at is None or seq.finished:
                 continue
-            lead = stream.frames_delivered * FRAME_S - (now - stream.first_audio_at)
-            in_flight = seq.frames - len(seq.pending) > stream.frames_delivered
+            lead = stream.audio_delivered_s - (now - stream.first_audio_at)
+            in_flight = seq.frames - len(seq.pending) > stream.frames_decoded
             owed = self.rules.chunk_limit(seq.chunks)
             missing = 0 if in_flight else max(0, owed - len(seq.pending))
             spare = lead - missing * self.step_s

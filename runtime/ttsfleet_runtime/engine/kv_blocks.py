@@ -20,11 +20,10 @@ from __future__ import annotations
 BLOCK_POSITIONS = 64
 SCRATCH_BLOCK = 0  # where unassigned table entries point
 # The start-up check: the pool must hold `max_batch` streams of this many
-# seconds of audio (12.5 frames, i.e. positions, a second) after a prompt of
-# up to PROMPT_POSITIONS (a voice without instructions takes ~30-60).
+# seconds of audio (one position a frame: 12.5 a second at 12 Hz, 25 at 25 Hz)
+# after a prompt of up to PROMPT_POSITIONS (a voice without instructions takes ~30-60).
 MIN_STREAM_SECONDS = 10
 PROMPT_POSITIONS = 64
-FRAMES_PER_SECOND = 12.5
 # Share of the pool a newcomer must leave free for running streams to grow
 # into (vLLM's watermark), at least one block.
 WATERMARK = 0.01
@@ -35,9 +34,10 @@ def blocks_for(positions: int, block_size: int) -> int:
     return -(-positions // block_size)
 
 
-def stream_blocks(seconds: float, block_size: int) -> int:
-    """Blocks one stream of `seconds` of audio (after its prompt) holds at its end."""
-    return blocks_for(PROMPT_POSITIONS + round(seconds * FRAMES_PER_SECOND), block_size)
+def stream_blocks(seconds: float, frame_rate_hz: float, block_size: int) -> int:
+    """Blocks one stream of `seconds` of audio (after its prompt) holds at its end,
+    at `frame_rate_hz` frames (positions) a second."""
+    return blocks_for(PROMPT_POSITIONS + round(seconds * frame_rate_hz), block_size)
 
 
 class KVBlocks:

@@ -9,6 +9,9 @@ frame and predicts the next frame's first code:
     talker:    sum of the 16 code embeddings + next text token -> hidden, logits
     sample the next code 0 (repetition penalty, suppressed ids, min length)
 
+A 25 Hz checkpoint's frame is one code (`num_code_groups` 1): there is no
+predictor, its cache or its steps, and the talker reads the code's embedding.
+
 All of it reads and writes per-slot state tensors, so the step is one CUDA
 graph per batch bucket with sampling inside and one device-to-host copy (the
 frame's codes) per step. A graph attends over the whole KV cache, each row
@@ -34,6 +37,7 @@ import torch
 from ..kernels.host_copy import ids_on, to_device, to_host
 from ..model.weights import LoadedModel
 from . import fusion
+from .frame_decoder import read_timing
 from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks
 from .kv_cache import KVCache, PagedKVCache, bytes_per_position
 
@@ -148,10 +152,12 @@ class ModelRunner:
         self.cache = PagedKVCache(
             cfg, max_batch, max_len, blocks + 1, kv_block_size, self.dtype, self.device
         )
-        assert cfg.code_predictor is not None
-        self.predictor_cache = KVCache.allocate(
-            cfg.code_predictor, max_batch, self.groups, self.dtype, self.device
-        )
+        self.predictor_cache = None
+        if self.predictor is not None:
+            assert cfg.code_predictor is not None
+            self.predictor_cache = KVCache.allocate(
+                cfg.code_predictor, max_batch, self.groups, self.dtype, self.device
+            )
         # One row past the batch slots: the packed prefill's unused rows write there.
         self.scratch_row = max_batch
         self.state = SlotState(
@@ -165,9 +171,10 @@ class ModelRunner:
         )
         self.tts_pad_id = model.config.tts_pad_token_id
         self.eos_id = cfg.codec_eos_token_id
-        # Control ids (2048..3071) other than EOS are never sampled as codes.
+        # Control ids (the codebook's size and up: 2048..3071 at 12 Hz) other than
+        # EOS are never sampled as codes.
         suppress = torch.zeros(cfg.vocab_size, dtype=torch.bool, device=self.device)
-        suppress[cfg.vocab_size - 1024 :] = True
+        suppress[model.config.codebook_size :] = True
         suppress[self.eos_id] = False
         self.suppressed = suppress
         self.eos_only = torch.zeros_like(suppress)
@@ -198,8 +205,11 @@ class ModelRunner:
         else start-up fails naming the numbers and what to change."""
         per_position = bytes_per_position(cfg, self.dtype)
         per_block = per_position * block_size
+        # A position is a frame: how many a second is the checkpoint's speech tokenizer's.
+        rate = read_timing(self.model.path).frame_rate_hz
         per_stream = min(
-            stream_blocks(MIN_STREAM_SECONDS, block_size), blocks_for(self.max_len, block_size)
+            stream_blocks(MIN_STREAM_SECONDS, rate, block_size),
+            blocks_for(self.max_len, block_size),
         )
         # More than every slot at max_len could ever use is never needed.
         cap = self.max_batch * blocks_for(self.max_len, block_size)
@@ -229,7 +239,7 @@ class ModelRunner:
         log.info(
             f"KV cache: {blocks} blocks of {block_size} positions, {gib:.1f} GiB ({source}), "
             f"{per_position // 1024} KiB per position: holds {blocks // per_stream} streams "
-            f"of {MIN_STREAM_SECONDS} s or {blocks // stream_blocks(60, block_size)} of 60 s",
+            f"of {MIN_STREAM_SECONDS} s or {blocks // stream_blocks(60, rate, block_size)} of 60 s",
             extra={"kv_blocks": blocks, "kv_bytes_per_position": per_position},
         )
         return blocks
@@ -424,30 +434,8 @@ class ModelRunner:
         state.out_codes / state.out_next. Only tensor ops: graph-capturable."""
         s = self.state
         rows = slice(0, B)
-        p = self.predictor
         h, c0, frame = s.hidden[rows], s.code0[rows], s.frame[rows]
-        counter = frame * self.groups
-        # Code predictor: positions 0,1 = talker hidden, code 0; then one code each.
-        pk, pv = self.predictor_cache.rows(0, B)
-        x = torch.stack([p.project(h), p.project(self.talker.codec_hidden(c0))], dim=1)
-        out = p.prefill(x, pk, pv)[:, -1]
-        codes = [c0]
-        for g in range(1, self.groups):
-            if g > 1:
-                out = p.decode(
-                    p.embed_projected(g - 1, codes[-1]), self.predictor_positions[g][:B], pk, pv
-                )
-            code = fusion.sample(
-                p.logits(g, out),
-                s.sub_temperature[rows],
-                s.sub_top_k[rows],
-                s.sub_top_p[rows],
-                s.seed[rows],
-                counter + g,
-            )
-            codes.append(code)
-        frame_codes = torch.stack(codes, dim=1)
-        embed_sum = self.talker.codec_hidden(c0) + p.embed_sum(frame_codes[:, 1:])
+        frame_codes, embed_sum = self._frame(B, h, c0, frame)
         # Talker: the frame's code embeddings plus the next text token.
         idx = frame.clamp(max=self.max_text - 1)
         text_id = torch.where(
@@ -477,6 +465,38 @@ class ModelRunner:
         # scatter, not one_hot: one_hot checks its input on the host (a sync).
         newly = torch.zeros_like(s.seen[rows]).scatter_(1, nxt[:, None], act[:, None])
         s.seen[rows] = s.seen[rows] | newly
+
+    def _frame(
+        self, B: int, h: torch.Tensor, c0: torch.Tensor, frame: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows' whole frames [B, groups] from their first codes, and the sum of the
+        frames' code embeddings [B, hidden] the talker reads next."""
+        p = self.predictor
+        if p is None:  # one code a frame
+            return c0[:, None], self.talker.codec_hidden(c0)
+        s, rows = self.state, slice(0, B)
+        counter = frame * self.groups
+        # Code predictor: positions 0,1 = talker hidden, code 0; then one code each.
+        pk, pv = self.predictor_cache.rows(0, B)
+        x = torch.stack([p.project(h), p.project(self.talker.codec_hidden(c0))], dim=1)
+        out = p.prefill(x, pk, pv)[:, -1]
+        codes = [c0]
+        for g in range(1, self.groups):
+            if g > 1:
+                out = p.decode(
+                    p.embed_projected(g - 1, codes[-1]), self.predictor_positions[g][:B], pk, pv
+                )
+            code = fusion.sample(
+                p.logits(g, out),
+                s.sub_temperature[rows],
+                s.sub_top_k[rows],
+                s.sub_top_p[rows],
+                s.seed[rows],
+                counter + g,
+            )
+            codes.append(code)
+        frame_codes = torch.stack(codes, dim=1)
+        return frame_codes, self.talker.codec_hidden(c0) + p.embed_sum(frame_codes[:, 1:])
 
     def bucket(self, batch: int) -> int:
         """The batch bucket (captured graph) a step over `batch` slots runs in."""

@@ -114,6 +114,9 @@ class Sequence:
         self.chunks = 0
         self.codec_slot: int | None = None  # owned by the codec worker
         self.codec_closed = False
+        # Audio of primed reference frames still to drop (codec worker): a decoder that
+        # holds audio back (25 Hz) makes some of it only with the first chunks.
+        self.codec_skip_samples = 0
         self.text_pump = None  # the asyncio task feeding a streamed text, if any
         self.all_codes: list[np.ndarray] = []  # every frame, for tests and debugging
 

@@ -29,9 +29,14 @@ class EngineStream:
         # feeding the sequence's streamed text).
         self.on_end: list[Callable[[], object]] = []
         # Playback, as the listener sees it (the engine's lead over it): when
-        # the first chunk was handed out and how many frames have been since.
+        # the first chunk was handed out and how much audio has been since.
         self.first_audio_at: float | None = None
-        self.frames_delivered = 0
+        self.audio_delivered_s = 0.0
+        self.chunks_delivered = 0
+        self.frames_delivered = 0  # frames whose audio was handed out
+        # Frames the codec worker has decoded: those of the chunks handed out, and
+        # those a decoder holds until their audio is final (25 Hz look-ahead).
+        self.frames_decoded = 0
 
     def __aiter__(self) -> AsyncIterator[AudioChunk]:
         return self._iterate()
@@ -59,6 +64,8 @@ class EngineStream:
     def deliver(self, chunk: AudioChunk) -> None:
         if self.first_audio_at is None:
             self.first_audio_at = chunk.t_emitted
+        self.audio_delivered_s += chunk.duration_s
+        self.chunks_delivered += 1
         self.frames_delivered += chunk.frames
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, chunk)

@@ -41,7 +41,8 @@ from .api import (
     SamplingParams,
     SynthesisRequest,
 )
-from .engine_core import SAMPLE_RATE, EngineCore
+from .engine_core import EngineCore
+from .frame_decoder import TOKENIZER_25HZ, read_timing, speech_tokenizer_type
 from .kv_blocks import BLOCK_POSITIONS
 from .scheduler import QueueFullError
 from .sequence import Sequence, TextFeed
@@ -98,13 +99,16 @@ class TTSEngine:
         path = resolve_checkpoint(model, revision)
         config = TTSConfig.from_file(path / "config.json")
         name = model_name(model)
+        self.timing = timing = read_timing(path)
         self.builder = PromptBuilder(config, TextTokenizer.from_checkpoint(path), name)
         self.info = ModelInfo(
             name=name,
             size=_SIZE_NAMES.get(config.tts_model_size, config.tts_model_size),
             variant=_VARIANT_NAMES.get(config.tts_model_type, config.tts_model_type),
-            tokenizer_rate_hz=25 if "25hz" in config.tokenizer_type else 12,
-            sample_rate=SAMPLE_RATE,
+            tokenizer_rate_hz=25 if speech_tokenizer_type(path) == TOKENIZER_25HZ else 12,
+            sample_rate=timing.sample_rate,
+            frame_rate_hz=timing.frame_rate_hz,
+            samples_per_frame=timing.samples_per_frame,
             speakers=self.builder.speakers,
             languages=self.builder.languages,
             supports_instructions=self.builder.supports_instructions,
@@ -117,6 +121,7 @@ class TTSEngine:
             path,
             config,
             self.builder,
+            timing,
             device=device,
             max_batch=max_batch,
             max_queue=max_queue,
@@ -206,9 +211,10 @@ class TTSEngine:
         elif self.info.supports_voice_clone:
             # A Base model speaks clones only: one of a second of a tone (x-vector),
             # which is the speaker encoder's first call too.
-            tone = np.sin(2 * np.pi * 220 * np.arange(SAMPLE_RATE) / SAMPLE_RATE)
+            rate = self.timing.sample_rate
+            tone = np.sin(2 * np.pi * 220 * np.arange(rate) / rate)
             cloned = await asyncio.to_thread(
-                self.clone_voice, (0.3 * tone).astype(np.float32), SAMPLE_RATE, None
+                self.clone_voice, (0.3 * tone).astype(np.float32), rate, None
             )
         else:
             log.info("no warm-up: the model has no voice to speak with")
@@ -280,7 +286,9 @@ class TTSEngine:
             voice = self.builder.voice(
                 request.voice, request.instructions, request.language, request.cloned_voice
             )
-            prompt_length = self.builder.check_fits(voice, self.core.runner.max_prompt)
+            prompt_length = self.builder.check_fits(
+                voice, self.core.runner.max_prompt, self.timing.frame_rate_hz
+            )
         except PromptError as e:
             raise InvalidRequest(str(e), param=e.param) from e
         except InvalidText as e:

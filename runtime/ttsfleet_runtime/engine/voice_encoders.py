@@ -1,8 +1,11 @@
 """Voice cloning's encoder work: a reference recording -> `ClonedVoice`.
 
 A Base checkpoint carries two encoders: the speaker encoder (model/speaker_encoder.py)
-for the speaker embedding, and the speech tokenizer's encoder (codec/encoder.py) for the
-reference codes of in-context cloning. `VoiceEncoders` holds both on the engine's device
+for the speaker embedding, and the speech tokenizer's encoder for the reference codes
+of in-context cloning (12 Hz: codec/encoder.py; 25 Hz: codec25/encoder.py, picked by
+speech_tokenizer/config.json). A 25 Hz tokenizer's decoder also needs the voice: its
+x-vector and reference mel (`DecoderVoiceExtractor`) are computed for every 25 Hz
+voice, with or without a transcript. `VoiceEncoders` holds both on the engine's device
 and runs them for `TTSEngine.clone_voice`, from whatever thread calls it (the server's
 upload workers), beside the engine loop:
 
@@ -19,6 +22,7 @@ not mono, non-finite or silent samples, shorter than one codec frame, longer tha
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from pathlib import Path
 
@@ -26,6 +30,7 @@ import numpy as np
 import torch
 
 from ..codec.encoder import load_codec_encoder
+from ..codec25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
 from ..kernels.host_copy import to_device, to_host
 from ..model.speaker_encoder import load_speaker_encoder, min_samples
 from .api import ClonedVoice, InvalidRequest
@@ -45,9 +50,16 @@ class VoiceEncoders:
     def __init__(self, checkpoint: Path, device: str):
         self.device = torch.device(device)
         self.speaker = load_speaker_encoder(checkpoint, self.device)
-        self.codec = load_codec_encoder(checkpoint / "speech_tokenizer", self.device)
+        tokenizer = checkpoint / "speech_tokenizer"
+        self.decoder_voice: DecoderVoiceExtractor | None = None
+        if _is_25hz(tokenizer):
+            self.codec = load_speech_encoder_25hz(tokenizer, self.device)
+            self.codec_rate = self.codec.sampling_rate
+            self.decoder_voice = DecoderVoiceExtractor(tokenizer / "campplus.onnx")
+        else:
+            self.codec = load_codec_encoder(tokenizer, self.device)
+            self.codec_rate = self.codec.config.sampling_rate
         self.speaker_rate = self.speaker.config.sample_rate
-        self.codec_rate = self.codec.config.sampling_rate
         # The shortest recording both encoders take: one codec frame, and enough mel
         # frames for the speaker encoder's widest padding.
         self.min_seconds = max(
@@ -71,11 +83,12 @@ class VoiceEncoders:
                 param="transcript",
             )
         for_speaker = torch.from_numpy(resample(mono, sample_rate, self.speaker_rate))
-        for_codec = (
-            torch.from_numpy(resample(mono, sample_rate, self.codec_rate))
-            if transcript is not None
+        at_codec_rate = (
+            resample(mono, sample_rate, self.codec_rate)
+            if transcript is not None or self.decoder_voice is not None
             else None
         )
+        for_codec = torch.from_numpy(at_codec_rate) if transcript is not None else None
         with self._lock, self.device_scope():
             # Pinned copies (kernels/host_copy.py): a pageable one would wait behind
             # the codec thread's copies in the driver's shared staging buffer.
@@ -83,11 +96,16 @@ class VoiceEncoders:
             codes = None
             if for_codec is not None:
                 codes = to_host(self.codec.encode(to_device(for_codec, self.device))).numpy()
+        xvector = ref_mel = None
+        if self.decoder_voice is not None:  # CPU work (onnxruntime): outside the lock
+            xvector, ref_mel = self.decoder_voice.extract(at_codec_rate)
         return ClonedVoice(
             speaker_embedding=embedding,
             ref_codes=codes,
             ref_text=transcript,
             model=model,
+            xvector=xvector,
+            ref_mel=ref_mel,
         )
 
     @contextlib.contextmanager
@@ -126,3 +144,8 @@ class VoiceEncoders:
         if float(np.abs(mono).max()) < SILENT_PEAK:
             raise InvalidRequest("the reference audio is silent", param="audio")
         return mono
+
+
+def _is_25hz(speech_tokenizer: Path) -> bool:
+    config = json.loads((speech_tokenizer / "config.json").read_text())
+    return config.get("model_type") == "qwen3_tts_tokenizer_25hz"

@@ -12,7 +12,8 @@ reference's default, `non_streaming_mode=False`) the prefill is
 with codec prefix = nothink think_bos think_eos (language "auto") or
 think think_bos <language> think_eos, then the speaker, then codec_pad
 codec_bos. Every later frame adds the next text token (then tts_eos, then
-tts_pad forever) to the sum of the previous frame's 16 code embeddings.
+tts_pad forever) to the sum of the previous frame's 16 code embeddings (one
+code at 25 Hz).
 
 The speaker is a codec id (CustomVoice), nothing (VoiceDesign), or, on a
 Base model, a cloned voice's speaker embedding put in that position as it is
@@ -20,7 +21,8 @@ Base model, a cloned voice's speaker embedding put in that position as it is
 voice also has reference codes and their transcript (`generate_icl_prompt`):
 the text side then reads the transcript before the text, and the codec side
 after codec_bos reads the reference's frames, each the sum of its 16 code
-embeddings, so the model continues the recording:
+embeddings (a 25 Hz frame is one code: its embedding; its reference codes are
+[frames]), so the model continues the recording:
 
     ref text + text + tts_eos, tts_pad ...   +  codec_bos, ref frame 1 .. ref frame R
 
@@ -74,6 +76,8 @@ class ClonedVoiceLike(Protocol):
     ref_codes: np.ndarray | None
     ref_text: str | None
     model: str
+    xvector: np.ndarray | None
+    ref_mel: np.ndarray | None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -84,6 +88,11 @@ class VoicePrompt:
     speaker_embedding: torch.Tensor | None = None  # Base: float32 [hidden] in the speaker place
     ref_text_ids: tuple[int, ...] = ()  # in-context cloning: the reference transcript
     ref_codes: torch.Tensor | None = None  # in-context cloning: int64 [frames, code groups]
+    # The 25 Hz decoder's conditioning of a cloned voice: its x-vector float32 [192]
+    # and reference mel float32 [frames, 80]; None: the decoder's unconditioned input
+    # (built-in speakers, and every 12 Hz voice).
+    decoder_xvector: torch.Tensor | None = None
+    decoder_ref_mel: torch.Tensor | None = None
 
     @property
     def prompt_text_ids(self) -> int:
@@ -216,40 +225,68 @@ class PromptBuilder:
                 "cloned_voice",
             )
         speaker = torch.from_numpy(embedding.astype(np.float32))
+        voice = VoicePrompt(
+            prefix, None, (), speaker_embedding=speaker, **self._decoder_part(cloned)
+        )
         if cloned.ref_codes is None:
-            return VoicePrompt(prefix, None, (), speaker_embedding=speaker)
-        codes = np.asarray(cloned.ref_codes)
-        groups, codebook = self.config.num_code_groups, self.config.codebook_size
-        if codes.ndim != 2 or codes.shape[0] < 1 or codes.shape[1] != groups:
-            raise PromptError(
-                f"reference codes must be [frames >= 1, {groups}], got shape {codes.shape}",
-                "cloned_voice",
-            )
-        if not np.issubdtype(codes.dtype, np.integer) or codes.min() < 0 or codes.max() >= codebook:
-            raise PromptError(
-                f"reference codes must be integers in [0, {codebook})", "cloned_voice"
-            )
+            return voice
+        codes = self._reference_codes(np.asarray(cloned.ref_codes))
         if not cloned.ref_text:
             raise PromptError(
                 "in-context cloning needs the reference recording's transcript", "cloned_voice"
             )
         ref_text_ids = tuple(self.tokenizer.encode(cloned.ref_text))
         if len(ref_text_ids) > codes.shape[0]:
-            # More than 12.5 tokens a second: not this recording's transcript. (Its
-            # tokens beyond the prompt would also take the text's room in a slot.)
+            # More tokens than frames (12.5 or 25 a second): not this recording's
+            # transcript. (Its tokens beyond the prompt would also take the text's room.)
             raise PromptError(
                 f"the reference transcript has {len(ref_text_ids)} tokens for "
                 f"{codes.shape[0]} frames of audio, more than anyone speaks: is it the "
                 "recording's transcript?",
                 "cloned_voice",
             )
-        return VoicePrompt(
-            prefix,
-            None,
-            (),
-            speaker_embedding=speaker,
-            ref_text_ids=ref_text_ids,
-            ref_codes=torch.from_numpy(codes.astype(np.int64)),
+        return dataclasses.replace(
+            voice, ref_text_ids=ref_text_ids, ref_codes=torch.from_numpy(codes.astype(np.int64))
+        )
+
+    def _reference_codes(self, codes: np.ndarray) -> np.ndarray:
+        """A cloned voice's reference codes as [frames, groups], checked: [frames, 16]
+        at 12 Hz, [frames] (one codebook) at 25 Hz."""
+        groups, codebook = self.config.num_code_groups, self.config.codebook_size
+        shape = "[frames >= 1]" if groups == 1 else f"[frames >= 1, {groups}]"
+        if groups == 1 and codes.ndim == 1:
+            codes = codes[:, None]
+        if codes.ndim != 2 or codes.shape[0] < 1 or codes.shape[1] != groups:
+            raise PromptError(
+                f"reference codes must be {shape}, got shape {codes.shape}", "cloned_voice"
+            )
+        if not np.issubdtype(codes.dtype, np.integer) or codes.min() < 0 or codes.max() >= codebook:
+            raise PromptError(
+                f"reference codes must be integers in [0, {codebook})", "cloned_voice"
+            )
+        return codes
+
+    def _decoder_part(self, cloned: ClonedVoiceLike) -> dict[str, torch.Tensor]:
+        """The 25 Hz decoder's conditioning of `cloned` (none for a 12 Hz model)."""
+        if self.config.num_code_groups > 1:
+            return {}
+        if cloned.xvector is None or cloned.ref_mel is None:
+            raise PromptError(
+                "this voice has no decoder conditioning (x-vector and reference mel): "
+                "clone it again for this model",
+                "cloned_voice",
+            )
+        xvector, ref_mel = np.asarray(cloned.xvector), np.asarray(cloned.ref_mel)
+        finite = np.isfinite(xvector).all() and np.isfinite(ref_mel).all()
+        if xvector.ndim != 1 or ref_mel.ndim != 2 or len(ref_mel) < 1 or not finite:
+            raise PromptError(
+                f"the decoder conditioning must be a finite x-vector [dim] and reference mel "
+                f"[frames >= 1, mels], got shapes {xvector.shape} and {ref_mel.shape}",
+                "cloned_voice",
+            )
+        return dict(
+            decoder_xvector=torch.from_numpy(xvector.astype(np.float32)),
+            decoder_ref_mel=torch.from_numpy(ref_mel.astype(np.float32)),
         )
 
     def text_ids(self, text: str) -> list[int]:
@@ -278,9 +315,10 @@ class PromptBuilder:
         before_bos = len(self.codec_ids(voice)) - 1 + speaker_embedding
         return len(voice.instruct_ids) + len(self.role_ids) + before_bos + voice.prompt_text_ids
 
-    def check_fits(self, voice: VoicePrompt, limit: int) -> int:
+    def check_fits(self, voice: VoicePrompt, limit: int, frame_rate_hz: float) -> int:
         """The prompt's positions; PromptError naming what to shorten when a
-        prefill cannot take them (`limit`: the runner's longest prompt)."""
+        prefill cannot take them (`limit`: the runner's longest prompt;
+        `frame_rate_hz`: the speech tokenizer's frames a second)."""
         length = self.prompt_length(voice)
         if length <= limit:
             return length
@@ -290,7 +328,7 @@ class PromptBuilder:
             raise PromptError(
                 f"the reference recording is too long: the prompt would take {length} positions "
                 f"({frames} of them its frames), this server takes at most {limit}; use a "
-                f"recording shorter by {over * 0.08:.1f} s or more",
+                f"recording shorter by {over / frame_rate_hz:.1f} s or more",
                 "cloned_voice",
             )
         raise PromptError(
@@ -362,5 +400,9 @@ class PromptBuilder:
 
 def frame_embeds(model: LoadedModel, codes: torch.Tensor) -> torch.Tensor:
     """Frames of codes [T, groups] -> what the talker reads for each [T, hidden]: the
-    sum of the frame's code embeddings (group 0 the talker's, 1..15 the predictor's)."""
-    return model.talker.codec_hidden(codes[:, 0]) + model.predictor.embed_sum(codes[:, 1:])
+    sum of the frame's code embeddings (group 0 the talker's, 1..15 the predictor's;
+    a one-code frame, 25 Hz, is its code's embedding)."""
+    first = model.talker.codec_hidden(codes[:, 0])
+    if model.predictor is None:
+        return first
+    return first + model.predictor.embed_sum(codes[:, 1:])

@@ -1,5 +1,5 @@
 """The talker: a Qwen3 decoder over summed text + codec embeddings that
-predicts the first code group of each 12.5 Hz frame."""
+predicts the first code group of each frame (12.5 a second at 12 Hz, 25 at 25 Hz)."""
 
 from __future__ import annotations
 

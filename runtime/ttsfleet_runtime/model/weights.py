@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 from .code_predictor import CodePredictor
-from .config import TTSConfig
+from .config import TalkerConfig, TTSConfig
 from .layers import DecoderStack, RotaryTable
 from .talker import Talker
 from .tensor_layout import tensor_shapes
@@ -28,7 +28,9 @@ class LoadedModel:
     path: Path
     config: TTSConfig
     talker: Talker
-    predictor: CodePredictor
+    # None when frames are one code (25 Hz: `num_code_groups` 1): nothing to predict.
+    # The checkpoint still holds the predictor's stack; it is checked, not loaded.
+    predictor: CodePredictor | None
 
 
 def resolve_checkpoint(model: str, revision: str | None = None) -> Path:
@@ -90,16 +92,9 @@ def load_model(
     torch_dtype = DTYPES[dtype]
     with torch.device(device):
         talker = Talker(t, max_positions).to(torch_dtype).eval()
-        predictor = CodePredictor(t.code_predictor, t.hidden_size).to(torch_dtype).eval()
-        # RoPE tables stay float32 (cast per use, like the reference): rebuild
-        # them after the dtype cast rounded them.
-        for stack in (talker.stack, predictor.stack):
-            stack.rope = RotaryTable(
-                stack.config.head_dim, stack.config.rope_theta, stack.rope.cos.shape[0]
-            )
+        _rope_in_float32(talker.stack)
     with torch.no_grad():
         _fill_stack(talker.stack, tensors, "talker.model")
-        _fill_stack(predictor.stack, tensors, "talker.code_predictor.model")
         talker.codec_embedding.copy_(tensors["talker.model.codec_embedding.weight"])
         talker.text_embedding.copy_(tensors["talker.model.text_embedding.weight"])
         talker.codec_head.copy_(tensors["talker.codec_head.weight"])
@@ -107,30 +102,49 @@ def load_model(
         talker.text_fc1_bias.copy_(tensors["talker.text_projection.linear_fc1.bias"])
         talker.text_fc2.copy_(tensors["talker.text_projection.linear_fc2.weight"])
         talker.text_fc2_bias.copy_(tensors["talker.text_projection.linear_fc2.bias"])
-        groups = t.code_predictor.num_code_groups - 1
-        predictor.codec_embedding.copy_(
-            torch.stack(
-                [
-                    tensors[f"talker.code_predictor.model.codec_embedding.{g}.weight"]
-                    for g in range(groups)
-                ]
-            )
-        )
-        predictor.lm_head.copy_(
-            torch.stack(
-                [tensors[f"talker.code_predictor.lm_head.{g}.weight"] for g in range(groups)]
-            )
-        )
-        if predictor.has_projection:
-            predictor.projection.copy_(
-                tensors["talker.code_predictor.small_to_mtp_projection.weight"]
-            )
-            predictor.projection_bias.copy_(
-                tensors["talker.code_predictor.small_to_mtp_projection.bias"]
-            )
-    predictor.prepare()
+    predictor = None
+    if t.num_code_groups > 1:
+        predictor = _load_predictor(t, tensors, device, torch_dtype)
     say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
     return LoadedModel(path=path, config=config, talker=talker, predictor=predictor)
+
+
+def _rope_in_float32(stack: DecoderStack) -> None:
+    # RoPE tables stay float32 (cast per use, like the reference): rebuild them
+    # after the dtype cast rounded them.
+    stack.rope = RotaryTable(
+        stack.config.head_dim, stack.config.rope_theta, stack.rope.cos.shape[0]
+    )
+
+
+@torch.no_grad()
+def _load_predictor(
+    t: TalkerConfig, tensors: dict[str, torch.Tensor], device: str, dtype: torch.dtype
+) -> CodePredictor:
+    assert t.code_predictor is not None
+    with torch.device(device):
+        predictor = CodePredictor(t.code_predictor, t.hidden_size).to(dtype).eval()
+        _rope_in_float32(predictor.stack)
+    _fill_stack(predictor.stack, tensors, "talker.code_predictor.model")
+    groups = t.code_predictor.num_code_groups - 1
+    predictor.codec_embedding.copy_(
+        torch.stack(
+            [
+                tensors[f"talker.code_predictor.model.codec_embedding.{g}.weight"]
+                for g in range(groups)
+            ]
+        )
+    )
+    predictor.lm_head.copy_(
+        torch.stack([tensors[f"talker.code_predictor.lm_head.{g}.weight"] for g in range(groups)])
+    )
+    if predictor.has_projection:
+        predictor.projection.copy_(tensors["talker.code_predictor.small_to_mtp_projection.weight"])
+        predictor.projection_bias.copy_(
+            tensors["talker.code_predictor.small_to_mtp_projection.bias"]
+        )
+    predictor.prepare()
+    return predictor
 
 
 def _fill_stack(stack: DecoderStack, tensors: dict[str, torch.Tensor], prefix: str) -> None:

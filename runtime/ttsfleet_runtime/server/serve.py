@@ -50,7 +50,7 @@ def build_engine(settings: ServerSettings):
     from ..engine.tts_engine import TTSEngine  # torch: imported only when serving
 
     dtype = settings.dtype or ("float32" if settings.device == "cpu" else "bfloat16")
-    return TTSEngine.from_pretrained(
+    engine = TTSEngine.from_pretrained(
         settings.model,
         device=settings.device,
         revision=settings.model_revision,
@@ -66,6 +66,14 @@ def build_engine(settings: ServerSettings):
         cuda_graphs=settings.cuda_graphs,
         compile_cache_dir=settings.compile_cache_dir,
     )
+    expected, found = settings.tokenizer_rate_hz, engine.info.tokenizer_rate_hz
+    if expected is not None and found != expected:
+        raise ValueError(
+            f"--tokenizer-rate-hz {expected} (the TTSService's model.tokenizerRateHz), but "
+            f"{settings.model} has a {found} Hz speech tokenizer: point the service at a "
+            f"{expected} Hz checkpoint, or set tokenizerRateHz to {found}"
+        )
+    return engine
 
 
 def uvicorn_config(app, settings: ServerSettings, **overrides):

@@ -182,11 +182,7 @@ class Synthesizer:
         self.drain = drain
         self.voices = voices
         self.max_input_chars = max_input_chars
-        # 12 Hz tokenizers make 12.5 frames per second, 25 Hz ones 25.
-        frames_per_s = (
-            12.5 if engine.info.tokenizer_rate_hz == 12 else float(engine.info.tokenizer_rate_hz)
-        )
-        self.max_frames = max(1, math.ceil(max_audio_seconds * frames_per_s))
+        self.max_frames = max(1, math.ceil(max_audio_seconds * engine.info.frame_rate_hz))
         self._speakers = {s.lower(): s for s in engine.info.speakers}
 
     async def speaking_voice(

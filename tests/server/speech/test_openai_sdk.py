@@ -9,20 +9,18 @@ client when the engine has generated only part of the utterance's frames.
 from __future__ import annotations
 
 import base64
-import io
 import json
 
 import httpx
 import numpy as np
 import openai
 import pytest
-import soundfile
 
 from support.live_server import API_KEY, LiveServer, auth
+from support.speech_audio import SAMPLE_RATE, decode
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.settings import ServerSettings
 
-SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920
 # 100 codec frames at 12.5 Hz: the first chunk (2 frames) is far from the end.
 LONG_AUDIO_S = 8.0
@@ -34,14 +32,6 @@ def long_server(make_engine):
         make_engine(), ServerSettings(max_audio_seconds=LONG_AUDIO_S), ApiKeys((API_KEY,))
     ) as live:
         yield live
-
-
-def decode(data: bytes, fmt: str) -> np.ndarray:
-    if fmt == "pcm":
-        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768
-    samples, rate = soundfile.read(io.BytesIO(data), dtype="float32")
-    assert rate == SAMPLE_RATE
-    return samples
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])

@@ -1,0 +1,326 @@
+"""StreamingDecoder25Hz: many 25 Hz streams decoded block by block, one batch per call.
+
+Why windows. The DiT's attention is block-wise (blocks of 24 mel frames = 12 codes): one
+DiT call reaches 2 blocks back and 1 ahead, and flow matching calls it 9 times, so the
+exact mel of a block depends on codes 9 blocks (4.3 s) ahead. Waiting for those would
+make streaming useless; instead a block is generated in a *window*: `left_blocks` blocks
+of left context (default 2, one call's reach), the block itself and one look-ahead block
+(the reach of the look-ahead layer), all sampled from the noise of their own positions.
+Only the block's frames are kept (final); the look-ahead block's frames are provisional.
+This is an approximation of offline decoding; `tests/codec25/test_streaming.py` measures
+and bounds the error (on random weights).
+
+The vocoder (BigVGAN) is not causal but its receptive field is finite
+(`Vocoder.context_frames`, (60, 21) mel frames for the published layout): a block's
+samples come from a window of the last final mel frames on the left, the block, and the
+provisional frames of the look-ahead block on the right, cropped to the block. Given the
+same mel it reproduces a whole-utterance run exactly, so the only approximation is the
+DiT's and the provisional right context.
+
+Latency: a block is final once the next block's codes are in, so the first audio
+(24 * 480 samples = 0.48 s) comes after 2 blocks = 24 codes (0.96 s of audio); after
+that every 12 codes give 12 codes' audio. `finish` decodes the rest without look-ahead,
+exactly as offline decoding treats the end.
+
+Determinism. The noise of mel frame i is row i (mod `NOISE_FRAMES`) of one table drawn
+from `seed` when the decoder is built, and every window has the same shape whatever the
+stream's age (padded positions masked), so a stream's audio does not depend on what else
+is in the batch, nor on how its codes were split into calls.
+
+Engine usage:
+    decoder25 = StreamingDecoder25Hz(load_speech_tokenizer_25hz(folder), max_streams)
+    slot = decoder25.open(voice)              # DecoderVoice, or None for no reference
+    audio = decoder25.decode([slot], codes)   # codes [B, n] -> per stream the final audio
+    rest = decoder25.finish([slot])           # end of utterance: the rest; closes the slot
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .decoder import Decoder25Hz, DecoderVoice, SpeakerCondition
+
+NOISE_FRAMES = 30000  # 10 minutes of mel frames, as many as the reference draws
+DEFAULT_SEED = 0
+
+
+@dataclasses.dataclass
+class _Stream:
+    condition: SpeakerCondition
+    codes: list[int]  # every code from `first_code` on
+    first_code: int = 0  # absolute index of codes[0]
+    next_block: int = 0  # the first block not yet final
+    mel_history: torch.Tensor | None = None  # final mel frames before next_block, the last few
+
+    @property
+    def total_codes(self) -> int:
+        return self.first_code + len(self.codes)
+
+
+@dataclasses.dataclass
+class _Job:
+    """One block to make final: its DiT window and, later, its vocoder window."""
+
+    slot: int
+    block: int
+    frames: int  # of the block (a full block, or fewer at the end)
+    lookahead: int  # provisional frames of the next block kept for the vocoder
+
+
+class StreamingDecoder25Hz:
+    num_quantizers = 1
+
+    def __init__(
+        self,
+        decoder: Decoder25Hz,
+        max_streams: int,
+        device: str | torch.device | None = None,
+        *,
+        left_blocks: int = 2,
+        seed: int = DEFAULT_SEED,
+    ):
+        self.decoder = decoder
+        self.device = torch.device(device) if device is not None else decoder.device
+        self.max_streams = max_streams
+        config = decoder.config
+        self.sampling_rate = config.output_sample_rate
+        self.frame_rate = config.frame_rate
+        self.samples_per_frame = config.samples_per_code
+        self.repeats = config.mel_generator.repeats
+        self.block_frames = config.mel_generator.block_size
+        self.block_codes = config.mel_generator.codes_per_block
+        self.samples_per_mel_frame = config.vocoder.samples_per_mel_frame
+        self.left_blocks = left_blocks
+        self.window_frames = (left_blocks + 2) * self.block_frames
+        self.vocoder_left, self.vocoder_right = decoder.bigvgan.context_frames()
+        if self.vocoder_right > self.block_frames:
+            raise ValueError(
+                f"the vocoder reads {self.vocoder_right} mel frames ahead, more than one "
+                f"block ({self.block_frames}): one look-ahead block cannot feed it"
+            )
+        generator = torch.Generator().manual_seed(seed)
+        mel_dim = config.mel_generator.mel_dim
+        self.noise = torch.randn(NOISE_FRAMES, mel_dim, generator=generator).to(
+            self.device, decoder.dtype
+        )
+        self._streams: dict[int, _Stream] = {}
+        self._free = list(range(max_streams - 1, -1, -1))
+        self._graphs: dict[int, object] = {}
+
+    # ---------------------------------------------------------------- slots
+    def open(self, voice: DecoderVoice | None) -> int:
+        if not self._free:
+            raise RuntimeError(f"all {self.max_streams} 25 Hz decoder slots are in use")
+        condition = self.decoder.condition(voice)  # before taking the slot: may raise
+        slot = self._free.pop()
+        self._streams[slot] = _Stream(condition=condition, codes=[])
+        return slot
+
+    def close(self, slot: int) -> None:
+        del self._streams[slot]
+        self._free.append(slot)
+
+    @property
+    def active(self) -> int:
+        return len(self._streams)
+
+    @property
+    def state_bytes_per_stream(self) -> int:
+        """The most a stream holds between calls: its conditioning, the codes of its
+        window and the vocoder's left context of mel."""
+        config = self.decoder.config.mel_generator
+        element = self.noise.element_size()
+        floats = config.enc_dim + config.enc_emb_dim + self.vocoder_left * config.mel_dim
+        codes = (self.left_blocks + 2) * self.block_codes
+        return floats * element + codes * 8
+
+    # ---------------------------------------------------------------- decode
+    def decode(self, slots: list[int], codes: torch.Tensor) -> list[torch.Tensor]:
+        """Append codes [B, n] to the streams in `slots`; per stream, the float32 audio
+        that became final (a multiple of a block's samples, possibly empty)."""
+        self._check(slots)
+        if codes.dim() != 2 or codes.shape[0] != len(slots):
+            raise ValueError(f"codes must be [{len(slots)}, n], got {tuple(codes.shape)}")
+        if codes.numel() and int(codes.min()) < 0:
+            raise ValueError("codes must be >= 0")
+        jobs = []
+        for slot, row in zip(slots, codes.tolist(), strict=True):
+            stream = self._streams[slot]
+            stream.codes.extend(row)
+            while stream.total_codes >= (stream.next_block + 2) * self.block_codes:
+                jobs.append(self._job(slot, stream.next_block))
+                stream.next_block += 1
+        return self._run(slots, jobs)
+
+    def finish(self, slots: list[int]) -> list[torch.Tensor]:
+        """The rest of each stream's audio (its last blocks, without look-ahead past the
+        end); closes the slots."""
+        self._check(slots)
+        jobs = []
+        for slot in slots:
+            stream = self._streams[slot]
+            total_blocks = -(-stream.total_codes // self.block_codes)
+            for block in range(stream.next_block, total_blocks):
+                jobs.append(self._job(slot, block))
+            stream.next_block = total_blocks
+        audio = self._run(slots, jobs)
+        for slot in slots:
+            self.close(slot)
+        return audio
+
+    def _check(self, slots: list[int]) -> None:
+        if len(set(slots)) != len(slots) or not set(slots) <= self._streams.keys():
+            raise ValueError(f"slots must be distinct open slots, got {slots}")
+
+    def _job(self, slot: int, block: int) -> _Job:
+        """Block `block` of the stream as its codes stand: the next block's frames that
+        exist (all of them before the end) feed the vocoder's right context."""
+        total_frames = self._streams[slot].total_codes * self.repeats
+        start = block * self.block_frames
+        frames = min(self.block_frames, total_frames - start)
+        following = max(0, total_frames - start - self.block_frames)
+        return _Job(slot, block, frames, min(self.vocoder_right, following))
+
+    # ---------------------------------------------------------------- the windows
+    def _run(self, slots: list[int], jobs: list[_Job]) -> list[torch.Tensor]:
+        audio: dict[int, list[torch.Tensor]] = {slot: [] for slot in slots}
+        if jobs:
+            with torch.inference_mode():
+                mels = self._generate(jobs)
+                for job, wave in zip(jobs, self._vocode(jobs, mels), strict=True):
+                    audio[job.slot].append(wave)
+            for slot in slots:
+                self._forget_old_codes(self._streams[slot])
+        empty = torch.zeros(0, dtype=torch.float32, device=self.device)
+        return [torch.cat(audio[slot]) if audio[slot] else empty for slot in slots]
+
+    def _generate(self, jobs: list[_Job]) -> torch.Tensor:
+        """The DiT windows of all jobs, one batch: [J, window_frames, mel_dim]."""
+        width, codes_width = self.window_frames, self.window_frames // self.repeats
+        count = len(jobs)
+        codes = torch.zeros(count, codes_width, dtype=torch.long)
+        valid = torch.zeros(count, width, dtype=torch.bool)
+        positions = torch.zeros(count, width, dtype=torch.long)
+        for i, job in enumerate(jobs):
+            stream = self._streams[job.slot]
+            first = (job.block - self.left_blocks) * self.block_codes  # absolute code index
+            lo, hi = max(first, 0), min(first + codes_width, stream.total_codes)
+            codes[i, lo - first : hi - first] = torch.tensor(
+                stream.codes[lo - stream.first_code : hi - stream.first_code]
+            )
+            valid[i, (lo - first) * self.repeats : (hi - first) * self.repeats] = True
+            positions[i] = torch.arange(width) + first * self.repeats
+        noise = self.noise[positions.clamp(min=0) % NOISE_FRAMES]
+        speaker = torch.stack([self._streams[j.slot].condition.speaker for j in jobs])
+        xvector = torch.stack([self._streams[j.slot].condition.xvector for j in jobs])
+        return self._sample_windows(
+            codes.to(self.device), noise, speaker, xvector, valid.to(self.device)
+        )
+
+    def _sample_windows(self, codes, noise, speaker, xvector, valid) -> torch.Tensor:
+        graph = self._graph_for(codes.shape[0])
+        if graph is not None:
+            return graph.run(codes, noise, speaker, xvector, valid)
+        return self.decoder.dit.sample(codes, noise, speaker, xvector, valid)
+
+    def _vocode(self, jobs: list[_Job], windows: torch.Tensor) -> list[torch.Tensor]:
+        """Each job's samples: the vocoder on (final mel history, the block, provisional
+        look-ahead), batched by window shape, cropped to the block."""
+        block_at = self.left_blocks * self.block_frames
+        inputs, crops = [], []
+        for i, job in enumerate(jobs):
+            stream = self._streams[job.slot]
+            block = windows[i, block_at : block_at + job.frames]
+            ahead = windows[i, block_at + self.block_frames :][: job.lookahead]
+            history = stream.mel_history
+            if history is None:
+                history = block[:0]
+            inputs.append(torch.cat([history, block, ahead]))
+            crops.append((history.shape[0], job.frames))
+            kept = torch.cat([history, block])[-self.vocoder_left :]
+            stream.mel_history = kept
+        out: list[torch.Tensor | None] = [None] * len(jobs)
+        shapes = sorted({(x.shape[0], crop) for x, crop in zip(inputs, crops, strict=True)})
+        spm = self.samples_per_mel_frame
+        for length, (left, frames) in shapes:
+            rows = [
+                i
+                for i, (x, crop) in enumerate(zip(inputs, crops, strict=True))
+                if (x.shape[0], crop) == (length, (left, frames))
+            ]
+            waves = self.decoder.bigvgan(torch.stack([inputs[i] for i in rows])).float()
+            for i, wave in zip(rows, waves, strict=True):
+                out[i] = wave[left * spm : (left + frames) * spm]
+        return out
+
+    def _forget_old_codes(self, stream: _Stream) -> None:
+        keep_from = max(0, (stream.next_block - self.left_blocks) * self.block_codes)
+        drop = keep_from - stream.first_code
+        if drop > 0:
+            del stream.codes[:drop]
+            stream.first_code = keep_from
+
+    # ---------------------------------------------------------------- CUDA graphs
+    def capture(self, batch_sizes: list[int], frame_counts: list[int] | None = None) -> None:
+        """Capture the DiT's window sampling (all 9 flow steps, both guidance halves) as
+        one CUDA graph per batch size: its shapes depend only on the number of blocks in
+        a call, never on the stream's age or the codes per call (`frame_counts` is
+        accepted for the codec protocol and does not change any shape here). Calls with
+        more blocks than the largest graph, and the vocoder, run eagerly."""
+        del frame_counts
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        pool = None
+        for batch in sorted(set(batch_sizes), reverse=True):  # largest first: sizes the pool
+            if batch not in self._graphs:
+                graph = _CapturedWindows(self, batch, pool)
+                pool = graph.graph.pool()
+                self._graphs[batch] = graph
+
+    def _graph_for(self, jobs: int):
+        sizes = [b for b in self._graphs if b >= jobs]
+        return self._graphs[min(sizes)] if sizes else None
+
+
+class _CapturedWindows:
+    """One CUDA graph of the DiT sampling a fixed number of windows. Rows past the call's
+    jobs hold masked zeros and are discarded."""
+
+    def __init__(self, owner: StreamingDecoder25Hz, batch: int, pool):
+        config = owner.decoder.config.mel_generator
+        device, dtype = owner.device, owner.noise.dtype
+        width = owner.window_frames
+        self.codes = torch.zeros(batch, width // owner.repeats, dtype=torch.long, device=device)
+        self.noise = torch.zeros(batch, width, config.mel_dim, dtype=dtype, device=device)
+        self.speaker = torch.zeros(batch, config.enc_dim, dtype=dtype, device=device)
+        self.xvector = torch.zeros(batch, config.enc_emb_dim, dtype=dtype, device=device)
+        self.valid = torch.zeros(batch, width, dtype=torch.bool, device=device)
+        sample = owner.decoder.dit.sample
+        args = (self.codes, self.noise, self.speaker, self.xvector, self.valid)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
+                sample(*args)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        capturing = torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local")
+        with torch.inference_mode(), capturing:
+            self.mel = sample(*args)
+
+    def run(self, codes, noise, speaker, xvector, valid) -> torch.Tensor:
+        n = codes.shape[0]
+        for static, value in (
+            (self.codes, codes),
+            (self.noise, noise),
+            (self.speaker, speaker),
+            (self.xvector, xvector),
+        ):
+            static.zero_()
+            static[:n].copy_(value)
+        self.valid.zero_()
+        self.valid[:n].copy_(valid)
+        self.graph.replay()
+        return self.mel[:n].clone()

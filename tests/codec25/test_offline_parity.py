@@ -1,0 +1,142 @@
+"""Offline decoding equals the reference's (qwen-tts 0.1.1) on the same random weights
+and the same initial noise, in float32 on the CPU."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from support.decoder25 import TINY_SPEECH_TOKENIZER, random_voice, reference_modeling
+from ttsfleet_runtime.codec25 import (
+    CheckpointMismatch,
+    ConfigError,
+    load_speech_tokenizer_25hz,
+)
+
+REFERENCE_NOISE_FRAMES = 30000  # what the reference's sampler draws per stream
+
+
+def reference_noise(seed: int, streams: int) -> torch.Tensor:
+    """The noise the reference's sampler draws after torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    return torch.randn([streams, REFERENCE_NOISE_FRAMES, 80])
+
+
+def reference_decode(reference, codes, voices, seed):
+    """Qwen3TTSTokenizerV1Model.decode on the reference decoder (the method needs only
+    the decoder and the upsample rate of the model it belongs to)."""
+    model = types.SimpleNamespace(
+        decoder=reference,
+        decode_upsample_rate=TINY_SPEECH_TOKENIZER["decode_upsample_rate"],
+        config=types.SimpleNamespace(return_dict=False),
+    )
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        (audio,) = reference_modeling().Qwen3TTSTokenizerV1Model.decode(
+            model,
+            codes,
+            torch.stack([v.xvector for v in voices]),
+            torch.stack([v.ref_mel for v in voices]),
+            return_dict=False,
+        )
+    return audio
+
+
+def random_codes(seed: int, streams: int, length: int) -> torch.Tensor:
+    return torch.randint(0, 50, (streams, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_mel_equals_reference(reference, decoder):
+    codes = random_codes(1, 2, 40)
+    voices = [random_voice(1), random_voice(2)]
+    torch.manual_seed(7)
+    with torch.no_grad():
+        expected = reference.dit.sample(
+            torch.stack([v.xvector for v in voices]),
+            torch.stack([v.ref_mel for v in voices]),
+            codes,
+        ).transpose(1, 2)
+    mel, frames = decoder.generate_mel(
+        codes, [decoder.condition(v) for v in voices], reference_noise(7, 2)
+    )
+    assert frames.tolist() == [80, 80]
+    torch.testing.assert_close(mel, expected, rtol=0, atol=2e-5)
+
+
+def test_vocoder_equals_reference(reference, decoder):
+    mel = torch.randn(2, 70, 80, generator=torch.Generator().manual_seed(3)) - 3
+    with torch.no_grad():
+        expected = reference.bigvgan(mel.transpose(1, 2))
+    ours = decoder.vocode(mel, torch.tensor([70, 70]))
+    torch.testing.assert_close(torch.stack(ours), expected, rtol=0, atol=1e-6)
+
+
+def test_decode_equals_reference_decode(reference, decoder):
+    codes = random_codes(2, 2, 30)
+    voices = [random_voice(3), random_voice(4)]
+    expected = reference_decode(reference, codes, voices, seed=11)
+    ours = decoder.decode(codes, voices, reference_noise(11, 2))
+    assert [a.shape[0] for a in ours] == [30 * decoder.samples_per_code] * 2
+    for a, b in zip(ours, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_padded_stream_decodes_as_it_would_alone(reference, decoder):
+    """-1 pads a shorter stream; its audio is the reference's for it alone."""
+    long_codes, short_codes = random_codes(5, 1, 36), random_codes(6, 1, 17)
+    voices = [random_voice(5), random_voice(6)]
+    alone = [
+        reference_decode(reference, long_codes, voices[:1], seed=21)[0],
+        reference_decode(reference, short_codes, voices[1:], seed=22)[0],
+    ]
+    padded = torch.full((2, 36), -1)
+    padded[0], padded[1, :17] = long_codes[0], short_codes[0]
+    noise = torch.cat([reference_noise(21, 1), reference_noise(22, 1)])
+    ours = decoder.decode(padded, voices, noise)
+    assert [a.shape[0] for a in ours] == [36 * 480, 17 * 480]
+    for a, b in zip(ours, alone, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_voice_without_reference_is_the_unguided_speaker(reference, decoder):
+    """No voice: the DiT sees zeros, as the reference given a zero x-vector and mel."""
+    codes = random_codes(8, 1, 24)
+    silent = random_voice(0)
+    silent = type(silent)(xvector=torch.zeros(192), ref_mel=torch.zeros(40, 80))
+    expected = reference_decode(reference, codes, [silent], seed=5)
+    (ours,) = decoder.decode(codes, [None], reference_noise(5, 1))
+    torch.testing.assert_close(ours, expected[0], rtol=0, atol=1e-5)
+
+
+def _copy_folder(src, dst, tensors=None, config=None):
+    dst.mkdir()
+    (dst / "config.json").write_text(
+        json.dumps(config or json.loads((src / "config.json").read_text()))
+    )
+    save_file(tensors or load_file(str(src / "model.safetensors")), str(dst / "model.safetensors"))
+    return dst
+
+
+def test_missing_and_unexpected_tensors_are_named(speech_tokenizer_dir, tmp_path):
+    tensors = load_file(str(speech_tokenizer_dir / "model.safetensors"))
+    del tensors["decoder.bigvgan.conv_post.weight"]
+    tensors["decoder.dit.extra.weight"] = torch.zeros(1)
+    tensors["encoder.anything"] = torch.zeros(1)  # the encoder half is not the decoder's
+    folder = _copy_folder(speech_tokenizer_dir, tmp_path / "st", tensors=tensors)
+    with pytest.raises(CheckpointMismatch) as err:
+        load_speech_tokenizer_25hz(folder)
+    assert "missing decoder.bigvgan.conv_post.weight" in str(err.value)
+    assert "unexpected decoder.dit.extra.weight" in str(err.value)
+    assert "encoder.anything" not in str(err.value)
+
+
+def test_wrong_model_type_is_refused(speech_tokenizer_dir, tmp_path):
+    config = json.loads((speech_tokenizer_dir / "config.json").read_text())
+    config["model_type"] = "qwen3_tts_tokenizer_12hz"
+    folder = _copy_folder(speech_tokenizer_dir, tmp_path / "st", config=config)
+    with pytest.raises(ConfigError, match="qwen3_tts_tokenizer_12hz"):
+        load_speech_tokenizer_25hz(folder)
