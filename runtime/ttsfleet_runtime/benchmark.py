@@ -245,7 +245,10 @@ def json_writer(path: str, results: dict):
 
 
 def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
-    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-12Hz-{size}-{variant}-random")
+    """Where the random checkpoint of `size`, `variant` and the tokenizer rate (the
+    `--tokenizer-rate` of scripts that have one; else 12 Hz) lives, or `args.model`."""
+    rate = getattr(args, "tokenizer_rate", 12)
+    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-{rate}Hz-{size}-{variant}-random")
 
 
 def ready_checkpoint(size: str, args, variant: str = "CustomVoice") -> str:
@@ -257,7 +260,13 @@ def ready_checkpoint(size: str, args, variant: str = "CustomVoice") -> str:
         from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
         write_random_checkpoint(
-            ckpt, size, variant, seed=0, device=args.device, progress=lambda m: None
+            ckpt,
+            size,
+            variant,
+            seed=0,
+            device=args.device,
+            tokenizer_rate_hz=getattr(args, "tokenizer_rate", 12),
+            progress=lambda m: None,
         )
     return ckpt
 
@@ -476,6 +485,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--model", default=None, help="time this checkpoint instead (give one --sizes label)"
     )
     ap.add_argument("--frames", type=int, default=120)
+    ap.add_argument(
+        "--tokenizer-rate",
+        type=int,
+        choices=(12, 25),
+        default=12,
+        help="random checkpoints of this speech tokenizer rate (Hz)",
+    )
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--first-chunk-frames", type=int, default=1)

@@ -75,6 +75,10 @@ def test_25hz_talker_has_one_code_group_and_the_codebook_plus_special_ids(size):
     # The reference suppresses the top 1,024 ids (all but EOS) while sampling codes.
     assert all(codebook <= i < talker["vocab_size"] == codebook + 1024 for i in specials)
     assert len(set(specials)) == len(specials) == 7
+    # Language and speaker ids too: none of them may be a code of the larger codebook.
+    named = [*talker["codec_language_id"].values(), *talker["spk_id"].values()]
+    assert named and all(codebook <= i < talker["vocab_size"] for i in named)
+    assert not set(named) & set(specials)
     parsed = TTSConfig.from_dict(config)
     assert parsed.tokenizer_type == "qwen3_tts_tokenizer_25hz" and parsed.num_code_groups == 1
     with pytest.raises(ValueError, match="tokenizer rate"):

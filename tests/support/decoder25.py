@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from support.reference import require
+from support.reference_25hz import reference_25hz_modules
 
 TINY_DIT = {
     "hidden_size": 32,
@@ -52,14 +52,14 @@ TINY_SPEECH_TOKENIZER = {
 
 def reference_modeling():
     """The reference's modeling module (qwen-tts 0.1.1): a failed import fails the test."""
-    return require("qwen_tts.core.tokenizer_25hz.modeling_qwen3_tts_tokenizer_v1")
+    return reference_25hz_modules()[1]
 
 
 def reference_decoder(seed: int = 0):
     """The reference decoder of the tiny config, random weights (SnakeBeta and modulation
     parameters perturbed and attention amplified, since their initial values hide
     mistakes and make the DiT's context count for little)."""
-    configuration = require("qwen_tts.core.tokenizer_25hz.configuration_qwen3_tts_tokenizer_v1")
+    configuration = reference_25hz_modules()[0]
     torch.manual_seed(seed)
     config = configuration.Qwen3TTSTokenizerV1DecoderConfig(
         **TINY_SPEECH_TOKENIZER["decoder_config"]

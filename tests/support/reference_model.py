@@ -3,7 +3,8 @@ TTS model (talker, code predictor, speaker encoder) and the 12 Hz speech tokeniz
 
 qwen_tts imports librosa, soundfile, sox, onnxruntime, torchaudio and einops at
 module level for audio file I/O, mel features and the 25 Hz tokenizer; where they are
-not installed they are replaced by empty stand-ins so the reference modules import.
+not installed they are replaced by empty stand-ins so the reference modules import
+(torchaudio's Kaldi features by a working one: support/kaldi_stand_in.py).
 librosa is a test dependency (the speaker encoder's mel filterbank and the reference's
 resampling are librosa's), so the speaker-embedding parity tests run the real one;
 nothing the tests compare runs through a stand-in.
@@ -20,6 +21,7 @@ import types
 from pathlib import Path
 
 from support import reference
+from support.kaldi_stand_in import install_kaldi_stand_in
 
 _AUDIO_ONLY_MODULES = (
     "librosa",
@@ -28,9 +30,6 @@ _AUDIO_ONLY_MODULES = (
     "sox",
     "onnxruntime",
     "einops",
-    "torchaudio",
-    "torchaudio.compliance",
-    "torchaudio.compliance.kaldi",
 )
 
 
@@ -40,6 +39,10 @@ class _Absent(types.ModuleType):
 
 
 def _stub_audio_io() -> None:
+    # torchaudio (no build for our torch) gets the working Kaldi stand-in, never an empty
+    # one: a reference module imported now keeps the `kaldi` it saw, and the 25 Hz
+    # tests run it.
+    install_kaldi_stand_in()
     for name in _AUDIO_ONLY_MODULES:
         try:
             __import__(name)

@@ -199,9 +199,12 @@ def model_config(size: str, variant: str, tokenizer_rate_hz: int = 12) -> dict[s
         talker.update(_TINY_TALKER)
         predictor.update(_TINY_PREDICTOR)
     talker["code_predictor_config"] = predictor
-    talker["codec_language_id"] = dict(LANGUAGE_IDS)
+    # Language and speaker ids are codec ids above the codebook, like the special ones:
+    # the published (12 Hz) numbers, moved up with a larger codebook so no id is a code.
+    shift = CODEBOOK_SIZE[tokenizer_rate_hz] - CODEBOOK_SIZE[12]
+    talker["codec_language_id"] = {k: v + shift for k, v in LANGUAGE_IDS.items()}
     custom = variant == "CustomVoice"
-    talker["spk_id"] = dict(SPEAKER_IDS) if custom else {}
+    talker["spk_id"] = {k: v + shift for k, v in SPEAKER_IDS.items()} if custom else {}
     talker["spk_is_dialect"] = dict(SPEAKER_DIALECT) if custom else {}
     config: dict[str, Any] = dict(
         architectures=["Qwen3TTSForConditionalGeneration"],

@@ -28,15 +28,16 @@ from typing import Any
 
 import torch
 
+from ..codec25.decoder import TENSOR_PREFIX as DECODER_PREFIX
+from ..codec25.encoder import ENCODER_PREFIX
 from ..model.config import SpeakerEncoderConfig
 from ..model.speaker_encoder import SpeakerEncoder
 from .campplus_onnx import write_random_campplus
 from .sizes import CODEBOOK_SIZE
 from .speech_tokenizer_files import PREPROCESSOR_CONFIG as PREPROCESSOR_CONFIG_12HZ
 
-ENCODER_PREFIX = "encoder.tokenizer."
-DIT_PREFIX = "decoder.dit."
-BIGVGAN_PREFIX = "decoder.bigvgan."
+DIT_PREFIX = DECODER_PREFIX + "dit."
+BIGVGAN_PREFIX = DECODER_PREFIX + "bigvgan."
 SPEAKER_PREFIX = DIT_PREFIX + "input_embed.spk_encoder."
 
 INPUT_SAMPLE_RATE = 16000

@@ -30,9 +30,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..checkpoint.speech_tokenizer_25hz_files import ENCODER_PREFIX
 from ..model.speaker_encoder import mel_filterbank
 
+# Where the encoder's tensors live in the speech tokenizer's model.safetensors.
+ENCODER_PREFIX = "encoder.tokenizer."
 SAMPLE_RATE = 16000
 # Whisper's front end.
 _WHISPER_FFT, _HOP = 400, 160
