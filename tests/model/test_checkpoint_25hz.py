@@ -81,6 +81,10 @@ def test_25hz_talker_has_one_code_group_and_the_codebook_plus_special_ids(size):
     assert not set(named) & set(specials)
     parsed = TTSConfig.from_dict(config)
     assert parsed.tokenizer_type == "qwen3_tts_tokenizer_25hz" and parsed.num_code_groups == 1
+    assert parsed.tokenizer_rate_hz == 25
+    assert TTSConfig.from_dict(model_config(size, "CustomVoice")).tokenizer_rate_hz == 12
+    with pytest.raises(ValueError, match="unknown tokenizer_type 'qwen3_tts_tokenizer_50hz'"):
+        TTSConfig.from_dict(dict(config, tokenizer_type="qwen3_tts_tokenizer_50hz"))
     with pytest.raises(ValueError, match="tokenizer rate"):
         model_config(size, "CustomVoice", tokenizer_rate_hz=50)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..model.config import TOKENIZER_TYPES
+
 SIZES = ("tiny", "0.6B", "1.7B")
 VARIANTS = ("Base", "CustomVoice", "VoiceDesign")
 MODEL_TYPE = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
@@ -60,8 +62,7 @@ SPECIAL_TOKENS = {
     "<tts_text_eod>": 151673,
 }
 
-TOKENIZER_RATES = (12, 25)
-TOKENIZER_TYPE = {12: "qwen3_tts_tokenizer_12hz", 25: "qwen3_tts_tokenizer_25hz"}
+TOKENIZER_RATES = tuple(TOKENIZER_TYPES)  # 12, 25
 # Codes in a frame's (first) codebook. 12 Hz as published; no 25 Hz checkpoint is
 # published, so 25 Hz takes the 25 Hz tokenizer's `audio_vq_codebook_size` default in
 # qwen-tts 0.1.1. The speech tokenizer writer reads it from here too.
@@ -210,7 +211,7 @@ def model_config(size: str, variant: str, tokenizer_rate_hz: int = 12) -> dict[s
         architectures=["Qwen3TTSForConditionalGeneration"],
         model_type="qwen3_tts",
         talker_config=talker,
-        tokenizer_type=TOKENIZER_TYPE[tokenizer_rate_hz],
+        tokenizer_type=TOKENIZER_TYPES[tokenizer_rate_hz],
         tts_model_size=MODEL_SIZE[size],
         tts_model_type=MODEL_TYPE[variant],
         im_start_token_id=SPECIAL_TOKENS["<|im_start|>"],

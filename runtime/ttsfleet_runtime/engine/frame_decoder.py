@@ -21,7 +21,6 @@ whole batch to the host in one copy, as it did when the 12 Hz codec was all ther
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Protocol
 
@@ -30,10 +29,8 @@ import torch
 from ..codec.config import SpeechTokenizerConfig
 from ..codec.streaming import StreamingCodec
 from ..codec25 import DecoderVoice, StreamingDecoder25Hz, read_config
+from ..model.config import TTSConfig
 from ..model.prompt import VoicePrompt
-
-TOKENIZER_12HZ = "qwen3_tts_tokenizer_12hz"
-TOKENIZER_25HZ = "qwen3_tts_tokenizer_25hz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,20 +195,16 @@ def _packed(audio: list[torch.Tensor]) -> DecodedAudio:
     return DecodedAudio(torch.cat(audio), lengths)
 
 
-def speech_tokenizer_type(checkpoint: Path) -> str:
-    """The checkpoint's speech tokenizer (`tokenizer_type` of its config.json)."""
-    config = json.loads((checkpoint / "config.json").read_text())
-    kind = config.get("tokenizer_type", TOKENIZER_12HZ)
-    if kind not in (TOKENIZER_12HZ, TOKENIZER_25HZ):
-        raise ValueError(f"{checkpoint}: unknown tokenizer_type {kind!r}")
-    return kind
+def tokenizer_rate_hz(checkpoint: Path) -> int:
+    """12 or 25: the rate of the checkpoint's speech tokenizer (its config.json)."""
+    return TTSConfig.from_file(checkpoint / "config.json").tokenizer_rate_hz
 
 
 def read_timing(checkpoint: Path) -> FrameTiming:
     """The frame timing of the checkpoint's speech tokenizer, from its config
     (no weights are read)."""
     folder = checkpoint / "speech_tokenizer"
-    if speech_tokenizer_type(checkpoint) == TOKENIZER_25HZ:
+    if tokenizer_rate_hz(checkpoint) == 25:
         cfg = read_config(folder)
         return FrameTiming(
             cfg.output_sample_rate, cfg.samples_per_code, cfg.mel_generator.codes_per_block
@@ -233,7 +226,7 @@ def load_frame_decoder(
     from ..codec25 import load_speech_tokenizer_25hz
 
     folder = checkpoint / "speech_tokenizer"
-    if speech_tokenizer_type(checkpoint) == TOKENIZER_25HZ:
+    if tokenizer_rate_hz(checkpoint) == 25:
         decoder_25hz = load_speech_tokenizer_25hz(folder, device, dtype)
         return Codec25Hz(StreamingDecoder25Hz(decoder_25hz, max_streams, device))
     decoder = load_speech_tokenizer(folder, device, dtype)

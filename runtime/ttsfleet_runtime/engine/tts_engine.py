@@ -42,7 +42,7 @@ from .api import (
     SynthesisRequest,
 )
 from .engine_core import EngineCore
-from .frame_decoder import TOKENIZER_25HZ, read_timing, speech_tokenizer_type
+from .frame_decoder import read_timing
 from .kv_blocks import BLOCK_POSITIONS
 from .scheduler import QueueFullError
 from .sequence import Sequence, TextFeed
@@ -105,7 +105,7 @@ class TTSEngine:
             name=name,
             size=_SIZE_NAMES.get(config.tts_model_size, config.tts_model_size),
             variant=_VARIANT_NAMES.get(config.tts_model_type, config.tts_model_type),
-            tokenizer_rate_hz=25 if speech_tokenizer_type(path) == TOKENIZER_25HZ else 12,
+            tokenizer_rate_hz=config.tokenizer_rate_hz,
             sample_rate=timing.sample_rate,
             frame_rate_hz=timing.frame_rate_hz,
             samples_per_frame=timing.samples_per_frame,

@@ -3,7 +3,7 @@
 A Base checkpoint carries two encoders: the speaker encoder (model/speaker_encoder.py)
 for the speaker embedding, and the speech tokenizer's encoder for the reference codes
 of in-context cloning (12 Hz: codec/encoder.py; 25 Hz: codec25/encoder.py, picked by
-speech_tokenizer/config.json). A 25 Hz tokenizer's decoder also needs the voice: its
+the checkpoint's `tokenizer_type`). A 25 Hz tokenizer's decoder also needs the voice: its
 x-vector and reference mel (`DecoderVoiceExtractor`) are computed for every 25 Hz
 voice, with or without a transcript. `VoiceEncoders` holds both on the engine's device
 and runs them for `TTSEngine.clone_voice`, from whatever thread calls it (the server's
@@ -22,7 +22,6 @@ not mono, non-finite or silent samples, shorter than one codec frame, longer tha
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import torch
 from ..codec.encoder import load_codec_encoder
 from ..codec25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
 from ..kernels.host_copy import to_device, to_host
+from ..model.config import TTSConfig
 from ..model.speaker_encoder import load_speaker_encoder, min_samples
 from .api import ClonedVoice, InvalidRequest
 from .resampling import resample
@@ -52,7 +52,7 @@ class VoiceEncoders:
         self.speaker = load_speaker_encoder(checkpoint, self.device)
         tokenizer = checkpoint / "speech_tokenizer"
         self.decoder_voice: DecoderVoiceExtractor | None = None
-        if _is_25hz(tokenizer):
+        if TTSConfig.from_file(checkpoint / "config.json").tokenizer_rate_hz == 25:
             self.codec = load_speech_encoder_25hz(tokenizer, self.device)
             self.codec_rate = self.codec.sampling_rate
             self.decoder_voice = DecoderVoiceExtractor(tokenizer / "campplus.onnx")
@@ -144,8 +144,3 @@ class VoiceEncoders:
         if float(np.abs(mono).max()) < SILENT_PEAK:
             raise InvalidRequest("the reference audio is silent", param="audio")
         return mono
-
-
-def _is_25hz(speech_tokenizer: Path) -> bool:
-    config = json.loads((speech_tokenizer / "config.json").read_text())
-    return config.get("model_type") == "qwen3_tts_tokenizer_25hz"

@@ -118,10 +118,14 @@ class SpeakerEncoderConfig:
         return cfg
 
 
+# The speech tokenizers a checkpoint's `tokenizer_type` may name, by rate (Hz).
+TOKENIZER_TYPES = {12: "qwen3_tts_tokenizer_12hz", 25: "qwen3_tts_tokenizer_25hz"}
+
+
 @dataclasses.dataclass(frozen=True)
 class TTSConfig:
     talker: TalkerConfig
-    tokenizer_type: str  # "qwen3_tts_tokenizer_12hz" | "qwen3_tts_tokenizer_25hz"
+    tokenizer_type: str  # one of TOKENIZER_TYPES' values
     tts_model_size: str  # "0b6" | "1b7" | "tiny"
     tts_model_type: str  # "base" | "custom_voice" | "voice_design"
     im_start_token_id: int
@@ -133,11 +137,22 @@ class TTSConfig:
     speaker_encoder: SpeakerEncoderConfig | None = None
     raw: dict[str, Any] = dataclasses.field(repr=False, compare=False, default_factory=dict)
 
+    @property
+    def tokenizer_rate_hz(self) -> int:
+        """12 or 25: the speech tokenizer's rate (`tokenizer_type`, checked when parsed)."""
+        return next(rate for rate, name in TOKENIZER_TYPES.items() if name == self.tokenizer_type)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TTSConfig:
+        tokenizer_type = d.get("tokenizer_type", TOKENIZER_TYPES[12])
+        if tokenizer_type not in TOKENIZER_TYPES.values():
+            raise ValueError(
+                f"unknown tokenizer_type {tokenizer_type!r}; "
+                f"known: {sorted(TOKENIZER_TYPES.values())}"
+            )
         return cls(
             talker=TalkerConfig.from_dict(d["talker_config"]),
-            tokenizer_type=d.get("tokenizer_type", "qwen3_tts_tokenizer_12hz"),
+            tokenizer_type=tokenizer_type,
             tts_model_size=d.get("tts_model_size", ""),
             tts_model_type=d.get("tts_model_type", "custom_voice"),
             im_start_token_id=d.get("im_start_token_id", 151644),
