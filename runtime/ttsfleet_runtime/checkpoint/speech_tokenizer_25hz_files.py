@@ -13,9 +13,9 @@ reference's default stages upsample 240; the real dims add one x2 stage).
 
 No 25 Hz checkpoint is published, so "real" dims are the reference's config defaults
 where they are consistent with that rate; "tiny" is small enough for CPU parity tests.
-Tensor names and shapes are listed here from the config (one table for the writer and,
-through `speech_tokenizer_25hz_shapes`, for the loaders' checks); a test compares them
-with the reference model's state dict.
+Tensor names and shapes come from the config (`speech_tokenizer_25hz_shapes`): the
+encoder's are listed here, the decoder's are our decoder's own state dict (its loader
+takes the official names strictly); a test compares them with the reference model's.
 """
 
 from __future__ import annotations
@@ -28,17 +28,15 @@ from typing import Any
 
 import torch
 
+from ..codec25.config import SpeechTokenizer25HzConfig
 from ..codec25.decoder import TENSOR_PREFIX as DECODER_PREFIX
+from ..codec25.decoder import Decoder25Hz
 from ..codec25.encoder import ENCODER_PREFIX
-from ..model.config import SpeakerEncoderConfig
-from ..model.speaker_encoder import SpeakerEncoder
 from .campplus_onnx import write_random_campplus
 from .sizes import CODEBOOK_SIZE
 from .speech_tokenizer_files import PREPROCESSOR_CONFIG as PREPROCESSOR_CONFIG_12HZ
 
-DIT_PREFIX = DECODER_PREFIX + "dit."
 BIGVGAN_PREFIX = DECODER_PREFIX + "bigvgan."
-SPEAKER_PREFIX = DIT_PREFIX + "input_embed.spk_encoder."
 
 INPUT_SAMPLE_RATE = 16000
 OUTPUT_SAMPLE_RATE = 24000
@@ -211,99 +209,17 @@ def _encoder_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return {ENCODER_PREFIX + k: v for k, v in shapes.items()}
 
 
-def dit_speaker_encoder_config(dit: dict[str, Any]) -> SpeakerEncoderConfig:
-    """The DiT's ECAPA-TDNN (reference mel -> `enc_dim`): the same network as the talker's
-    speaker encoder, on 80 mel bins."""
-    return SpeakerEncoderConfig.from_dict(
-        {k: v for k, v in dit.items() if k.startswith("enc_") and k != "enc_emb_dim"}
-        | {"mel_dim": dit["mel_dim"]}
-    )
-
-
-def _dit_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    h, inner = c["hidden_size"], c["num_attention_heads"] * c["head_dim"]
-    ff = h * c["ff_mult"]
-    shapes: dict[str, tuple[int, ...]] = {
-        "time_embed.time_mlp.0.weight": (h, 256),
-        "time_embed.time_mlp.0.bias": (h,),
-        "time_embed.time_mlp.2.weight": (h, h),
-        "time_embed.time_mlp.2.bias": (h,),
-        "text_embed.codec_embed.weight": (c["num_embeds"] + 1, c["emb_dim"]),
-        "input_embed.proj.weight": (
-            h,
-            c["mel_dim"] + c["enc_dim"] + c["enc_emb_dim"] + c["emb_dim"],
-        ),
-        "input_embed.proj.bias": (h,),
-        "rotary_embed.inv_freq": (c["head_dim"] // 2,),
-    }
-    for i in range(c["num_hidden_layers"]):
-        p = f"transformer_blocks.{i}."
-        shapes[p + "attn_norm.linear.weight"], shapes[p + "attn_norm.linear.bias"] = (
-            (6 * h, h),
-            (6 * h,),
-        )
-        for proj in ("to_q", "to_k", "to_v"):
-            shapes[p + f"attn.{proj}.weight"], shapes[p + f"attn.{proj}.bias"] = (
-                (inner, h),
-                (inner,),
-            )
-        shapes[p + "attn.to_out.0.weight"], shapes[p + "attn.to_out.0.bias"] = (h, inner), (h,)
-        shapes[p + "ff.ff.0.weight"], shapes[p + "ff.ff.0.bias"] = (ff, h), (ff,)
-        shapes[p + "ff.ff.3.weight"], shapes[p + "ff.ff.3.bias"] = (h, ff), (h,)
-    shapes.update(
-        {
-            "norm_out.linear.weight": (2 * h, h),
-            "norm_out.linear.bias": (2 * h,),
-            "proj_out.weight": (c["mel_dim"], h),
-            "proj_out.bias": (c["mel_dim"],),
-        }
-    )
+def _decoder_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every decoder tensor: our decoder's own (it loads the official
+    names strictly), made on the meta device from the config."""
     with torch.device("meta"):
-        ecapa = SpeakerEncoder(dit_speaker_encoder_config(c))
-    out = {DIT_PREFIX + k: v for k, v in shapes.items()}
-    out.update({SPEAKER_PREFIX + k: tuple(v.shape) for k, v in ecapa.state_dict().items()})
-    return out
-
-
-def _bigvgan_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    width = c["upsample_initial_channel"]
-    shapes: dict[str, tuple[int, ...]] = {
-        "conv_pre.weight": (width, c["mel_dim"], 5),
-        "conv_pre.bias": (width,),
-    }
-    kernels = c["resblock_kernel_sizes"]
-    for i, k_up in enumerate(c["upsample_kernel_sizes"]):
-        c_in, c_out = width // 2**i, width // 2 ** (i + 1)
-        shapes[f"ups.{i}.0.weight"], shapes[f"ups.{i}.0.bias"] = (c_in, c_out, k_up), (c_out,)
-        for j, k in enumerate(kernels):
-            p = f"resblocks.{i * len(kernels) + j}."
-            for conv in ("convs1", "convs2"):
-                for n in range(3):
-                    shapes[p + f"{conv}.{n}.weight"] = (c_out, c_out, k)
-                    shapes[p + f"{conv}.{n}.bias"] = (c_out,)
-            for n in range(6):
-                shapes[p + f"activations.{n}.act.alpha"] = (c_out,)
-                shapes[p + f"activations.{n}.act.beta"] = (c_out,)
-            if i <= 1:  # the first two stages' blocks open with a conv and an activation
-                shapes[p + "pre_conv.weight"], shapes[p + "pre_conv.bias"] = (
-                    (c_out, c_out, k),
-                    (c_out,),
-                )
-                shapes[p + "pre_act.act.alpha"] = shapes[p + "pre_act.act.beta"] = (c_out,)
-    last = width // 2 ** len(c["upsample_rates"])
-    shapes["activation_post.act.alpha"] = shapes["activation_post.act.beta"] = (last,)
-    shapes["conv_post.weight"] = (1, last, 7)
-    return {BIGVGAN_PREFIX + k: v for k, v in shapes.items()}
+        decoder = Decoder25Hz(SpeechTokenizer25HzConfig.from_dict(config))
+    return {DECODER_PREFIX + k: tuple(v.shape) for k, v in decoder.state_dict().items()}
 
 
 def speech_tokenizer_25hz_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """Official name -> shape of every tensor of a 25 Hz speech tokenizer's safetensors."""
-    decoder = config["decoder_config"]
-    return {
-        **_encoder_shapes(config["encoder_config"]),
-        **_dit_shapes(decoder["dit_config"]),
-        **_bigvgan_shapes(decoder["bigvgan_config"]),
-    }
+    return {**_encoder_shapes(config["encoder_config"]), **_decoder_shapes(config)}
 
 
 def _sinusoids(length: int, channels: int) -> torch.Tensor:
