@@ -14,57 +14,45 @@ if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-@pytest.fixture(scope="session")
-def tiny_custom_voice(tmp_path_factory) -> Path:
-    """A tiny random CustomVoice checkpoint (seed 0) in the official layout, written once a
-    session for the model tests and the server tests alike."""
+def _tiny_checkpoint(tmp_path_factory, folder: str, variant: str, rate_hz: int = 12) -> Path:
+    """A tiny random checkpoint (seed 0) in the official layout, in a fresh folder."""
     from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
 
     return write_random_checkpoint(
-        tmp_path_factory.mktemp("tiny-cv"), "tiny", "CustomVoice", seed=0, progress=lambda *_: None
+        tmp_path_factory.mktemp(folder),
+        "tiny",
+        variant,
+        seed=0,
+        tokenizer_rate_hz=rate_hz,
+        progress=lambda *_: None,
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_custom_voice(tmp_path_factory) -> Path:
+    """A tiny random CustomVoice checkpoint, written once a session for the model tests
+    and the server tests alike."""
+    return _tiny_checkpoint(tmp_path_factory, "tiny-cv", "CustomVoice")
 
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory) -> Path:
-    """A tiny random Base checkpoint (seed 0): speaker encoder and speech tokenizer
-    encoder included, for the voice-cloning tests."""
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-
-    return write_random_checkpoint(
-        tmp_path_factory.mktemp("tiny-base"), "tiny", "Base", seed=0, progress=lambda *_: None
-    )
+    """A tiny random Base checkpoint: speaker encoder and speech tokenizer encoder
+    included, for the voice-cloning tests."""
+    return _tiny_checkpoint(tmp_path_factory, "tiny-base", "Base")
 
 
 @pytest.fixture(scope="session")
 def tiny_25hz_custom_voice(tmp_path_factory) -> Path:
-    """A tiny random CustomVoice checkpoint (seed 0) with the 25 Hz speech tokenizer."""
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-
-    return write_random_checkpoint(
-        tmp_path_factory.mktemp("tiny-cv-25hz"),
-        "tiny",
-        "CustomVoice",
-        seed=0,
-        tokenizer_rate_hz=25,
-        progress=lambda *_: None,
-    )
+    """A tiny random CustomVoice checkpoint with the 25 Hz speech tokenizer."""
+    return _tiny_checkpoint(tmp_path_factory, "tiny-cv-25hz", "CustomVoice", rate_hz=25)
 
 
 @pytest.fixture(scope="session")
 def tiny_25hz_base(tmp_path_factory) -> Path:
-    """A tiny random Base checkpoint (seed 0) with the 25 Hz speech tokenizer: its
-    encoder and campplus.onnx make the voice-cloning inputs."""
-    from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-
-    return write_random_checkpoint(
-        tmp_path_factory.mktemp("tiny-base-25hz"),
-        "tiny",
-        "Base",
-        seed=0,
-        tokenizer_rate_hz=25,
-        progress=lambda *_: None,
-    )
+    """A tiny random Base checkpoint with the 25 Hz speech tokenizer: its encoder and
+    campplus.onnx make the voice-cloning inputs."""
+    return _tiny_checkpoint(tmp_path_factory, "tiny-base-25hz", "Base", rate_hz=25)
 
 
 @pytest.fixture(scope="session")
