@@ -134,7 +134,11 @@ async def test_a_codec_decode_that_fails_for_one_stream_ends_only_that_stream(ma
     real_decode = worker._decode_together  # one codec call over a batch of chunks
 
     def decode_failing_with_the_victim(n, jobs):
-        if any(job.seq.request_id == "victim" and job.index >= 1 for job in jobs):
+        # The victim's chunks after its first delivered one.
+        victim_later = (
+            job.seq.request_id == "victim" and job.seq.stream.chunks_delivered >= 1 for job in jobs
+        )
+        if any(victim_later):
             raise RuntimeError("injected codec fault")
         return real_decode(n, jobs)
 

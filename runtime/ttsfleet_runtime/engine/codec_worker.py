@@ -66,7 +66,6 @@ log = logging.getLogger(__name__)
 class ChunkJob:
     seq: object  # engine Sequence: .stream, .codec_slot, .t_admitted
     codes: np.ndarray  # [n, groups]
-    index: int
     last: bool = False  # the stream's final chunk: its codec state is not needed after it
     prime: bool = False  # reference codes: decoded into the codec state, audio dropped
 
@@ -111,8 +110,8 @@ class CodecWorker:
         self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
         self._thread.start()
 
-    def chunk(self, seq, codes: np.ndarray, index: int, last: bool = False) -> None:
-        self._jobs.put(ChunkJob(seq, codes, index, last))
+    def chunk(self, seq, codes: np.ndarray, last: bool = False) -> None:
+        self._jobs.put(ChunkJob(seq, codes, last))
 
     def prime(self, seq, codes: np.ndarray) -> None:
         """Decode a reference recording's codes [n, groups] into `seq`'s codec
@@ -120,7 +119,7 @@ class CodecWorker:
         makes it only with later calls."""
         seq.codec_skip_samples = len(codes) * self.codec.timing.samples_per_frame
         for start, stop in prime_pieces(len(codes), self.frame_buckets):
-            self._jobs.put(ChunkJob(seq, codes[start:stop], index=-1, prime=True))
+            self._jobs.put(ChunkJob(seq, codes[start:stop], prime=True))
 
     def end(self, seq, reason: FinishReason) -> None:
         self._jobs.put(EndJob(seq, reason))

@@ -403,7 +403,7 @@ class EngineCore:
             self.frames_total += outcome.frames
         for chunk in outcome.chunks:
             if not chunk.seq.finished:
-                self.codec_worker.chunk(chunk.seq, chunk.codes, chunk.index, last=chunk.last)
+                self.codec_worker.chunk(chunk.seq, chunk.codes, last=chunk.last)
         with self.lock:
             for seq, reason in outcome.finished:
                 if not seq.finished:

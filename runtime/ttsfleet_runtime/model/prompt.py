@@ -268,7 +268,7 @@ class PromptBuilder:
 
     def _decoder_part(self, cloned: ClonedVoiceLike) -> dict[str, torch.Tensor]:
         """The 25 Hz decoder's conditioning of `cloned` (none for a 12 Hz model)."""
-        if self.config.num_code_groups > 1:
+        if self.config.tokenizer_rate_hz != 25:
             return {}
         if cloned.xvector is None or cloned.ref_mel is None:
             raise PromptError(
