@@ -55,7 +55,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..kernels.host_copy import to_device, to_host
+from ..kernels.host_copy import to_host
 from .api import AudioChunk, FinishReason
 from .frame_decoder import DecodedAudio, FrameDecoder
 
@@ -262,17 +262,12 @@ class CodecWorker:
         for job in jobs:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open(job.seq.voice)
-        # Padding repeats a chunk's last frame (any valid codes would do).
-        codes = to_device(
-            torch.from_numpy(
-                np.stack(
-                    [
-                        np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)])
-                        for j in jobs
-                    ]
-                )
-            ),
-            self.device,
+        # Padding repeats a chunk's last frame (any valid codes would do). The codes stay
+        # on the host: the decoder moves them where it reads them.
+        codes = torch.from_numpy(
+            np.stack(
+                [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
+            )
         )
         audio = _on_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes))
         ending = [i for i, job in enumerate(jobs) if job.last]

@@ -9,13 +9,16 @@ never assumes either: `FrameTiming` (read from the checkpoint) is the one home o
 the rate, and the worker sees only this protocol:
 
     slot = decoder.open(voice)              # a stream; voice: its conditioning or None
-    audio = decoder.decode(slots, codes)    # codes [B, n, groups] -> what is final now
+    audio = decoder.decode(slots, codes)    # host codes [B, n, groups] -> what is final now
     audio = decoder.finish(slots)           # end of utterance: the rest; closes the slots
     decoder.close(slot)                     # cancel: drop the stream, no audio
 
-`decode` and `finish` return the streams' audio back to back in one device tensor
-(`DecodedAudio`), with each stream's length known on the host: the worker brings a
-whole batch to the host in one copy, as it did when the 12 Hz codec was all there was.
+`decode` takes the codes on the host and moves them where the decoder reads them (the
+12 Hz codec on the device, without blocking; the 25 Hz decoder plans its windows from
+them on the host, so they never make a round trip). `decode` and `finish` return the
+streams' audio back to back in one device tensor (`DecodedAudio`), with each stream's
+length known on the host: the worker brings a whole batch to the host in one copy, as it
+did when the 12 Hz codec was all there was.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from ..codec.config import SpeechTokenizerConfig
 from ..codec.streaming import StreamingCodec
 from ..codec25 import DecoderVoice, StreamingDecoder25Hz, read_config
+from ..kernels.host_copy import to_device
 from ..model.config import TTSConfig
 from ..model.prompt import VoicePrompt
 
@@ -114,7 +118,7 @@ class Codec12Hz:
         return self.codec.open()
 
     def decode(self, slots: list[int], codes: torch.Tensor) -> DecodedAudio:
-        pcm = self.codec.decode(slots, codes)
+        pcm = self.codec.decode(slots, to_device(codes, self.codec.device))
         return DecodedAudio(pcm.reshape(-1), (pcm.shape[1],) * pcm.shape[0])
 
     def finish(self, slots: list[int]) -> DecodedAudio:
