@@ -8,39 +8,13 @@ import json
 import torch
 
 from support.greedy import our_codes
-from support.reference_model import reference_model
+from support.reference_model import reference_greedy_codes, reference_model
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model
 
 TEXT = "Hello world, this is a parity test."
 FRAMES = 12
-
-
-def _reference_codes(checkpoint, text, speaker, instructions, language, frames):
-    ref = reference_model(checkpoint)
-    tok = TextTokenizer.from_checkpoint(checkpoint)
-    ids = torch.tensor(
-        [tok.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")]
-    )
-    instruct = None
-    if instructions:
-        instruct = torch.tensor([tok.encode(f"<|im_start|>user\n{instructions}<|im_end|>\n")])
-    # The reference completes frame t while generating first code t+1: ask for
-    # one more first code to get `frames` whole frames.
-    with torch.no_grad():
-        codes, _ = ref.generate(
-            input_ids=[ids],
-            instruct_ids=[instruct],
-            languages=[language],
-            speakers=[speaker],
-            non_streaming_mode=False,
-            max_new_tokens=frames + 1,
-            do_sample=False,
-            subtalker_dosample=False,
-            repetition_penalty=1.05,
-        )
-    return codes[0]
 
 
 def test_talker_logits_match_reference_on_the_same_prompt(tiny_custom_voice):
@@ -66,7 +40,7 @@ def test_talker_logits_match_reference_on_the_same_prompt(tiny_custom_voice):
 
 
 def test_greedy_codes_match_reference_custom_voice(tiny_custom_voice):
-    expected = _reference_codes(tiny_custom_voice, TEXT, "ryan", None, "english", FRAMES)
+    expected = reference_greedy_codes(tiny_custom_voice, TEXT, "ryan", None, "english", FRAMES)
     got = our_codes(tiny_custom_voice, TEXT, "ryan", None, "english", FRAMES)
     assert got.shape == expected.shape
     assert torch.equal(got, expected)
@@ -74,14 +48,16 @@ def test_greedy_codes_match_reference_custom_voice(tiny_custom_voice):
 
 def test_greedy_codes_match_reference_dialect_speaker_auto_language(tiny_custom_voice):
     # "eric" speaks Sichuan dialect: with language auto the dialect's codec id is used.
-    expected = _reference_codes(tiny_custom_voice, TEXT, "eric", None, "auto", FRAMES)
+    expected = reference_greedy_codes(tiny_custom_voice, TEXT, "eric", None, "auto", FRAMES)
     got = our_codes(tiny_custom_voice, TEXT, "eric", None, "auto", FRAMES)
     assert torch.equal(got, expected)
 
 
 def test_greedy_codes_match_reference_voice_design(tiny_voice_design):
     instructions = "A calm, low voice speaking slowly."
-    expected = _reference_codes(tiny_voice_design, TEXT, None, instructions, "english", FRAMES)
+    expected = reference_greedy_codes(
+        tiny_voice_design, TEXT, None, instructions, "english", FRAMES
+    )
     got = our_codes(tiny_voice_design, TEXT, None, instructions, "english", FRAMES)
     assert torch.equal(got, expected)
 

@@ -17,39 +17,20 @@ import pytest
 import torch
 
 from support.greedy import our_codes
-from support.reference_model import reference_model
-from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
+from support.reference_model import reference_greedy_codes, reference_model
 
 TEXT = "Hello world, this is a parity test."
 FRAMES = 12
 
 
 def _reference_codes(checkpoint, speaker: str, language: str) -> torch.Tensor:
-    ref = reference_model(checkpoint)
-
     def no_sub_codes(inputs_embeds, **_):
         return types.SimpleNamespace(
             sequences=torch.zeros(inputs_embeds.shape[0], 0, dtype=torch.long)
         )
 
-    ref.talker.code_predictor.generate = no_sub_codes
-    tok = TextTokenizer.from_checkpoint(checkpoint)
-    ids = torch.tensor(
-        [tok.encode(f"<|im_start|>assistant\n{TEXT}<|im_end|>\n<|im_start|>assistant\n")]
-    )
-    with torch.no_grad():
-        codes, _ = ref.generate(
-            input_ids=[ids],
-            instruct_ids=[None],
-            languages=[language],
-            speakers=[speaker],
-            non_streaming_mode=False,
-            max_new_tokens=FRAMES + 1,
-            do_sample=False,
-            subtalker_dosample=False,
-            repetition_penalty=1.05,
-        )
-    return codes[0]
+    reference_model(checkpoint).talker.code_predictor.generate = no_sub_codes
+    return reference_greedy_codes(checkpoint, TEXT, speaker, None, language, FRAMES)
 
 
 @pytest.mark.parametrize(("speaker", "language"), [("ryan", "english"), ("eric", "auto")])

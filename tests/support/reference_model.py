@@ -100,6 +100,38 @@ def reference_model(checkpoint: Path):
     return model
 
 
+def reference_greedy_codes(checkpoint, text, speaker, instructions, language, frames):
+    """The reference's own generate loop, greedy, on `checkpoint`: its first `frames`
+    whole frames [frames, groups]."""
+    import torch
+
+    from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
+
+    ref = reference_model(checkpoint)
+    tok = TextTokenizer.from_checkpoint(checkpoint)
+    ids = torch.tensor(
+        [tok.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")]
+    )
+    instruct = None
+    if instructions:
+        instruct = torch.tensor([tok.encode(f"<|im_start|>user\n{instructions}<|im_end|>\n")])
+    # The reference completes frame t while generating first code t+1: ask for
+    # one more first code to get `frames` whole frames.
+    with torch.no_grad():
+        codes, _ = ref.generate(
+            input_ids=[ids],
+            instruct_ids=[instruct],
+            languages=[language],
+            speakers=[speaker],
+            non_streaming_mode=False,
+            max_new_tokens=frames + 1,
+            do_sample=False,
+            subtalker_dosample=False,
+            repetition_penalty=1.05,
+        )
+    return codes[0]
+
+
 def reference_tokenizer_modules():
     """The reference 12 Hz tokenizer modules from the installed `qwen-tts` package.
 
