@@ -328,6 +328,13 @@ def use(route: str) -> None:
     conv = ROUTES[route]
 
 
+def times_cudnn() -> bool:
+    """Whether the bound route gives dense convolutions to cuDNN, whose algorithm choice
+    needs benchmark mode on these shapes (the capture turns it on only then: timing
+    the candidates costs ~0.1 s per new shape)."""
+    return conv in (conv_cudnn, conv_routed)
+
+
 def use_eager() -> None:
     """Undo use(): torch convolutions (the reference)."""
     use("eager")

@@ -95,7 +95,7 @@ class CodecDecoder(nn.Module):
         state after these frames.
         """
         # Channels-last from here on: [B, samples, channels].
-        h = self.quantizer.decode(codes).to(self._dtype()).transpose(1, 2)
+        h = self.quantizer.decode(codes).to(self._dtype())
         h, _ = convs.conv(self.pre_conv, h, state)
         h = self.pre_transformer(h, state)
         for transposed, convnext in self.upsample:

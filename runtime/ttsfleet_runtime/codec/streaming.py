@@ -25,6 +25,7 @@ import math
 import torch
 
 from ..kernels.host_copy import ids_on
+from . import convs
 from .decoder import CodecDecoder
 
 
@@ -116,9 +117,10 @@ class StreamingCodec:
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
         # cuDNN's heuristics pick slow kernels for these channels-last shapes (the server
-        # served 4x worse on them): each capture's warm-up times the candidates once per
-        # shape, as the benchmarks measured.
-        with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+        # served 4x worse on them): on a cuDNN route each capture's warm-up times the
+        # candidates once per shape, as the benchmarks measured. The Triton route's few
+        # cuDNN calls (depthwise) keep the heuristics: timing costs ~0.1 s per shape.
+        with torch.backends.cudnn.flags(enabled=True, benchmark=convs.times_cudnn()):
             for frames in sorted(frame_counts, reverse=True):
                 for batch in sorted(batch_sizes, reverse=True):  # largest first: sizes the pool
                     if (batch, frames) in self._graphs:

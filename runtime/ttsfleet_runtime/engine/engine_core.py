@@ -171,6 +171,11 @@ class EngineCore:
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
         if torch.device(self.device).type == "cuda":
             codec_convs.use(self.codec_conv_route)
+            # cuDNN's fused attention builds a kernel for every new shape (~0.1 s), and
+            # every graph capture brings new shapes: a request that arrived during the
+            # captures after ready waited for them. The other SDPA kernels take the same
+            # masks with no per-shape build.
+            torch.backends.cuda.enable_cudnn_sdp(False)
         self.codec = load_frame_decoder(self.path, self.device, codec_dtype, self.max_batch)
         clock.done("load_weights")
         frame_buckets = []
