@@ -126,10 +126,7 @@ def summarise(
     for size, run in ((capacity or {}).get("sizes") or {}).items():
         if isinstance(run, dict) and run.get("load"):
             sizes.setdefault(size, {})["load"] = run["load"]
-    for size, run in ((startup or {}).get("sizes") or {}).items():
-        figures = present({k: (run or {}).get(k) for k in ("startup_s", "startup_s_cold")})
-        if figures:
-            sizes.setdefault(size, {}).update(figures)
+    add_startup(sizes, startup)
     for entry in sizes.values():
         if codec_ms is not None and "error" not in entry:
             entry["codec_ms_b128_n8"] = codec_ms
@@ -149,6 +146,14 @@ def summarise(
             "--compile-cache-dir (bench/startup.py)."
         ),
     )
+
+
+def add_startup(sizes: dict, startup: dict | None) -> None:
+    """Per size `startup_s` / `startup_s_cold` of a startup.json, into `sizes`."""
+    for size, run in ((startup or {}).get("sizes") or {}).items():
+        figures = present({k: (run or {}).get(k) for k in ("startup_s", "startup_s_cold")})
+        if figures:
+            sizes.setdefault(size, {}).update(figures)
 
 
 def load(path: str | None) -> dict | None:
@@ -179,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--ours",
-        required=True,
         action="append",
-        help="ours.json of `ttsfleet-runtime bench` (again for a run split by size)",
+        help="ours.json of `ttsfleet-runtime bench` (again for a run split by size); "
+        "without it, --startup's figures go into the existing --out and nothing else changes",
     )
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
@@ -195,6 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup", help="startup.json of bench/startup.py (startup_s per size)")
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
+    if not args.ours:
+        # Start-up is timed in its own lease (it needs fresh processes, not the engine
+        # benchmark's): its figures join the summary of the engine run they follow.
+        if not args.startup:
+            ap.error("give --ours, or --startup to add start-up figures to --out")
+        summary = json.loads(Path(args.out).read_text())
+        add_startup(summary["sizes"], load(args.startup))
+        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+        return 0
     ours: dict = {}
     for path in args.ours:  # sizes from every file; env and the rest from the first
         ours = load(path) | ours

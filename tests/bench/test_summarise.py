@@ -188,3 +188,30 @@ def test_start_up_seconds_join_each_size_that_has_them(tmp_path):
     sizes = summarise(tmp_path, dict(ours=ours, startup=startup))["sizes"]
     assert (sizes["1.7B"]["startup_s"], sizes["1.7B"]["startup_s_cold"]) == (11.2, 48.0)
     assert "startup_s" not in sizes["0.6B"] and sizes["0.6B"]["startup_s_cold"] == 30.5
+
+
+def test_start_up_figures_join_an_existing_summary_and_change_nothing_else(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    before = summarise(tmp_path, dict(ours=ours))
+    startup = dict(sizes={"1.7B": dict(startup_s=11.4, startup_s_cold=96.7)})
+    (tmp_path / "startup.json").write_text(json.dumps(startup))
+    out = tmp_path / "summary.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--startup",
+            str(tmp_path / "startup.json"),
+            "--out",
+            str(out),
+        ],
+        check=True,
+    )
+    after = json.loads(out.read_text())
+    assert after["sizes"]["1.7B"].pop("startup_s") == 11.4
+    assert after["sizes"]["1.7B"].pop("startup_s_cold") == 96.7
+    assert after == before
+    refused = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "--startup" in refused.stderr
