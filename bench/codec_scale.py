@@ -5,14 +5,17 @@
 Writes a real-size random speech tokenizer (official layout, as bench_codec.py does) unless
 --tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
 "triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
-channels-last + the fused epilogue, "routed" = per `route_for` (a server runs its `codec_conv_route` setting);
-"eager" = the torch reference path, for comparison) measures:
+channels-last + the fused epilogue, "gemm" = every one as a cuBLAS product over the input
+windows + the fused epilogue, "routed" = Triton or the product per `route_for` (a server
+runs its `codec_conv_route` setting); "eager" = the torch reference path) measures:
   1. correctness on the GPU first: streamed bf16 audio (chunks 1, 2, 8, ...) of a few
      streams vs the float32 eager (torch) offline decode: SNR dB and max |error| of the
      PCM (bf16 eager too: what bf16 alone costs), and graph replay == eager on the route;
-  2. per convolution call of the decoder at (B=1, n=1) and (B=32, n=2): Triton kernel vs
-     cuDNN (each call with its real epilogue and history, graphed: do_bench_cudagraph), and
-     the TRITON_MAX_ROWS table for codec/convs.py those numbers suggest;
+  2. per convolution call of the decoder at (B, n) = (1, 1), (8, 2), (32, 2), (128, 8):
+     the Triton kernel, cuDNN and the product (each call with its real epilogue and
+     history, graphed: do_bench_cudagraph), with the samples a stream brings to the layer
+     (what `route_for` decides by); per (B, n) the sum of each route and of "routed"
+     (`per_layer_totals`);
   3. per route and frame count n: capture of every batch bucket (largest first, one pool)
      with its seconds and the peak memory it took; then per bucket B the replay time of a
      decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
@@ -216,15 +219,20 @@ def time_call(fn, call: dict, x: torch.Tensor, residual: torch.Tensor | None) ->
         return triton.testing.do_bench_cudagraph(run, rep=20, return_mode="median")
 
 
+# The routes a convolution call can take, timed one against another per layer.
+LAYER_ROUTES = {"triton": convs.conv_kernel, "cudnn": convs.conv_cudnn, "gemm": convs.conv_gemm}
+LAYER_POINTS = ((1, 1), (8, 2), (32, 2), (128, 8))  # (streams, frames) a server decodes
+
+
 def per_layer(decoder, args, report: dict, t0: float) -> None:
-    """Triton kernel vs cuDNN on every distinct convolution call at small rows, graphed."""
+    """Every distinct convolution call on each route of LAYER_ROUTES, graphed."""
     rows = report.setdefault("per_layer", [])
     dtype, device = decoder._dtype(), decoder._device()
-    for batch, frames in ((1, 1), (32, 2)):
+    for batch, frames in LAYER_POINTS:
         seen = set()
         for call in record_calls(decoder, batch, frames):
             layer = call["layer"]
-            key = tuple(layer.kernel_weight.shape[::-1])  # (N, Cin, taps), TRITON_MAX_ROWS's
+            key = tuple(layer.kernel_weight.shape[::-1])  # (N, Cin, taps)
             dedupe = (key, call["shape"], call["residual"], call["activation"] is not None)
             if dedupe in seen:
                 continue
@@ -239,6 +247,7 @@ def per_layer(decoder, args, report: dict, t0: float) -> None:
                 "layer": call["name"],
                 "key": list(key),
                 "rows": b * length,
+                "samples": length,  # per stream: what route_for decides by
                 "residual": call["residual"],
                 "activation": call["activation"] is not None,
                 "emit_raw": call["emit_raw"],
@@ -250,7 +259,7 @@ def per_layer(decoder, args, report: dict, t0: float) -> None:
                 if call["residual"]
                 else None
             )
-            for route, fn in (("triton", convs.conv_kernel), ("cudnn", convs.conv_cudnn)):
+            for route, fn in LAYER_ROUTES.items():
                 try:
                     row[f"{route}_ms"] = time_call(fn, call, x, residual)
                 except Exception as exc:
@@ -259,16 +268,28 @@ def per_layer(decoder, args, report: dict, t0: float) -> None:
             print(json.dumps(row), flush=True)
 
 
-def suggested_table(rows: list[dict]) -> dict[tuple[int, int, int], int]:
-    """TRITON_MAX_ROWS from the per-layer numbers: per shape, the most rows at which the
-    Triton kernel was faster than cuDNN (shapes where it never was are left out)."""
-    table: dict[tuple[int, int, int], int] = {}
+def per_layer_totals(rows: list[dict]) -> list[dict]:
+    """Per (streams, frames): the summed ms of every convolution call on each route, on
+    "routed" (each call on the route `route_for` gives it) and on the faster of the Triton
+    kernel and the product per call (what a perfect rule between them would reach). The
+    sums count each distinct call once (residual units repeat at three dilations)."""
+    totals: dict[tuple[int, int], dict] = {}
     for row in rows:
-        triton_ms, cudnn_ms = row.get("triton_ms"), row.get("cudnn_ms")
-        if triton_ms is not None and cudnn_ms is not None and triton_ms < cudnn_ms:
-            key = tuple(row["key"])
-            table[key] = max(table.get(key, 0), row["rows"])
-    return table
+        entry = totals.setdefault(
+            (row["batch"], row["frames"]), {"batch": row["batch"], "frames": row["frames"]}
+        )
+        timed_routes = {r: row.get(f"{r}_ms") for r in LAYER_ROUTES}
+        for route, ms in timed_routes.items():
+            if ms is not None:
+                entry[f"{route}_ms"] = entry.get(f"{route}_ms", 0.0) + ms
+        triton_ms, gemm_ms = timed_routes["triton"], timed_routes["gemm"]
+        if triton_ms is not None and gemm_ms is not None:
+            chosen = gemm_ms if convs.route_for(row["samples"]) == "gemm" else triton_ms
+            entry["routed_ms"] = entry.get("routed_ms", 0.0) + chosen
+            entry["best_of_triton_gemm_ms"] = entry.get("best_of_triton_gemm_ms", 0.0) + min(
+                triton_ms, gemm_ms
+            )
+    return list(totals.values())
 
 
 def main() -> None:
@@ -284,7 +305,7 @@ def main() -> None:
     parser.add_argument(
         "--routes",
         nargs="+",
-        default=["triton", "cudnn", "routed"],
+        default=["triton", "gemm", "routed"],
         choices=sorted(convs.ROUTES),
         help="convolution routes to measure (eager: the torch reference path)",
     )
@@ -346,17 +367,24 @@ def main() -> None:
     print("\ncorrectness:", json.dumps(report.get("correctness")))
     per_layer_rows = report.get("per_layer", [])
     if per_layer_rows:
-        print(f"\n{'B':>3} {'n':>2} {'layer':34} {'rows':>6} {'triton ms':>10} {'cuDNN ms':>9}")
+        fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else "-"  # noqa: E731
+        print(
+            f"\n{'B':>3} {'n':>2} {'layer':30} {'samples':>7} {'rows':>6} "
+            + " ".join(f"{r + ' ms':>9}" for r in LAYER_ROUTES)
+        )
         for row in per_layer_rows:
-            fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else "-"  # noqa: E731
             print(
-                f"{row['batch']:>3} {row['frames']:>2} {row['layer'][:34]:34} {row['rows']:>6} "
-                f"{fmt(row.get('triton_ms')):>10} {fmt(row.get('cudnn_ms')):>9}"
+                f"{row['batch']:>3} {row['frames']:>2} {row['layer'][:30]:30} {row['samples']:>7} "
+                f"{row['rows']:>6} "
+                + " ".join(f"{fmt(row.get(r + '_ms')):>9}" for r in LAYER_ROUTES)
             )
-        table = suggested_table(per_layer_rows)
-        report["suggested_triton_max_rows"] = {str(k): v for k, v in table.items()}
+        report["per_layer_totals"] = per_layer_totals(per_layer_rows)
         save()
-        print("suggested codec/convs.py TRITON_MAX_ROWS =", table)
+        print(
+            f"\nsums of the distinct calls (routed: GEMM below {convs.GEMM_BELOW_SAMPLES} samples)"
+        )
+        for entry in report["per_layer_totals"]:
+            print(json.dumps(entry))
     print(
         f"\n{'route':>7} {'frames':>6} {'batch':>6} {'decode ms':>10} {'replay ms':>10} "
         f"{'audio-s/s':>10} {'capture s':>10} {'peak GiB':>9}"

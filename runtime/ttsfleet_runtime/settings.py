@@ -177,13 +177,15 @@ class ServerSettings:
         maximum=64,
     )
     # The codec's dense convolutions on a GPU: the Triton implicit-GEMM kernel with the
-    # activation fused (kernels/conv1d.py), cuDNN on channels-last views with a fused
-    # epilogue, or per layer and size (codec/convs.py route_for). Alone cuDNN decodes
-    # 2-4x faster (bench/codec_scale.py); the default is what served best under load.
+    # activation fused (kernels/conv1d.py), cuDNN on channels-last views, one cuBLAS product
+    # over the input windows, the last two with a fused epilogue, or "routed": the product
+    # for layers that see few samples per stream, the Triton kernel for the rest
+    # (codec/convs.py route_for). The default is what served best under load
+    # (bench/capacity.py).
     codec_conv_route: str = setting(
         "triton",
         "GPU convolutions of the codec decoder",
-        choices=("triton", "cudnn", "routed"),
+        choices=("triton", "cudnn", "gemm", "routed"),
     )
     # Decode steps set every stream's pace; codec calls have the lead of the audio
     # already sent. On: the engine thread's kernels run on a high-priority CUDA stream,

@@ -1,6 +1,7 @@
-"""The cuDNN route of the codec's convolutions (conv2d on channels-last views, epilogue
-after it) against the torch reference, layer by layer over successive calls (state) and
-as the whole tiny decoder streamed; and the rule that routes each convolution."""
+"""The cuDNN and matrix-product routes of the codec's convolutions (conv2d on
+channels-last views; one addmm over the input windows; each with its epilogue) against
+the torch reference, layer by layer over successive calls (state) and as the whole tiny
+decoder streamed; and the rule that routes each convolution."""
 
 from __future__ import annotations
 
@@ -32,34 +33,35 @@ def _activation(channels: int, g: torch.Generator) -> SnakeBeta:
     return act
 
 
+@pytest.mark.parametrize("route", ["cudnn", "gemm"])
 @pytest.mark.parametrize("kind", list(LAYERS))
 @pytest.mark.parametrize(
     ("residual", "with_activation", "emit_raw"),
     [(True, True, True), (True, True, False), (False, True, False), (False, False, True)],
     ids=["res-both", "res-act", "act", "raw"],
 )
-def test_cudnn_route_matches_eager_over_calls(kind, residual, with_activation, emit_raw):
+def test_route_matches_eager_over_calls(route, kind, residual, with_activation, emit_raw):
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
     layer = LAYERS[kind]()
     cout = layer.conv.out_channels
     activation = _activation(cout, g) if with_activation else None
     eager_state = {layer.state_key: torch.zeros(2, layer.context, CIN)} if layer.context else {}
-    cudnn_state = dict(eager_state)
+    route_state = dict(eager_state)
     # Shorter than the dilated history, then longer: both ways of remembering it.
     for length in (4, 23, 1):
         x = torch.randn(2, length, CIN, generator=g)
         res = torch.randn(2, length * layer.upsampling, cout, generator=g) if residual else None
         kwargs = dict(residual=res, activation=activation, emit_raw=emit_raw)
         want = convs.conv_eager(layer, x, eager_state, **kwargs)
-        got = convs.conv_cudnn(layer, x, cudnn_state, **kwargs)
+        got = convs.ROUTES[route](layer, x, route_state, **kwargs)
         for w, o in zip(want, got, strict=True):
             assert (w is None) == (o is None)
             if w is not None:
                 assert o.shape == w.shape
                 torch.testing.assert_close(o, w, atol=1e-5, rtol=1e-5)
         if layer.context:
-            torch.testing.assert_close(cudnn_state[layer.state_key], eager_state[layer.state_key])
+            torch.testing.assert_close(route_state[layer.state_key], eager_state[layer.state_key])
 
 
 @pytest.mark.parametrize("kind", ["k7-dilated", "transposed-x5"])
@@ -85,15 +87,58 @@ def test_cudnn_output_stays_channels_last(kind, monkeypatch):
     assert raw.shape == (3, 9 * layer.upsampling, layer.conv.out_channels)
 
 
-def test_route_for_follows_the_table(monkeypatch):
-    layer = CausalConv1d(CIN, 10, kernel_size=7)
-    assert convs.route_for(layer, 1) == "cudnn"  # not listed: cuDNN
-    monkeypatch.setitem(convs.TRITON_MAX_ROWS, (10, CIN, 7), 64)
-    assert convs.route_for(layer, 64) == "triton"
-    assert convs.route_for(layer, 65) == "cudnn"
+def test_route_for_gives_short_inputs_to_the_matrix_product():
+    below = convs.GEMM_BELOW_SAMPLES
+    assert convs.route_for(1) == "gemm"
+    assert convs.route_for(below - 1) == "gemm"
+    assert convs.route_for(below) == "triton"
 
 
-@pytest.mark.parametrize("route", ["cudnn", "routed"])
+def test_routed_runs_the_chosen_route_and_matches_eager(monkeypatch):
+    """Below the threshold the matrix product runs, from it on the Triton kernel (here in
+    Triton's interpreter); the stream continues exactly across the switch."""
+    monkeypatch.setattr(convs, "GEMM_BELOW_SAMPLES", 8)
+    ran = []
+    for name in ("conv_gemm", "conv_kernel"):
+        real = getattr(convs, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            ran.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(convs, name, spy)
+    g = torch.Generator().manual_seed(3)
+    layer = LAYERS["k7-dilated"]()
+    activation = _activation(layer.conv.out_channels, g)
+    eager_state = {layer.state_key: torch.zeros(2, layer.context, CIN)}
+    routed_state = dict(eager_state)
+    for length in (4, 23, 7):
+        x = torch.randn(2, length, CIN, generator=g)
+        want = convs.conv_eager(layer, x, eager_state, activation=activation)
+        got = convs.conv_routed(layer, x, routed_state, activation=activation)
+        for w, o in zip(want, got, strict=True):
+            torch.testing.assert_close(o, w, atol=1e-5, rtol=1e-5)
+    assert ran == ["conv_gemm", "conv_kernel", "conv_gemm"]
+
+
+def test_gemm_route_reads_one_tap_inputs_without_a_copy(monkeypatch):
+    """A 1x1 convolution's windows are its input rows: the product reads x itself."""
+    layer = LAYERS["k1"]()
+    x = torch.randn(3, 5, CIN)
+    seen = []
+    addmm = torch.addmm
+
+    def recording(bias, windows, weight):
+        seen.append(windows)
+        return addmm(bias, windows, weight)
+
+    monkeypatch.setattr(torch, "addmm", recording)
+    convs.conv_gemm(layer, x, {})
+    (windows,) = seen
+    assert windows.data_ptr() == x.data_ptr() and windows.shape == (15, CIN)
+
+
+@pytest.mark.parametrize("route", ["cudnn", "gemm", "routed"])
 def test_tiny_decoder_streamed_on_a_route_matches_eager(tiny_decoder, random_codes, route):
     codes = random_codes(2, 3, seed=1)
     eager = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")

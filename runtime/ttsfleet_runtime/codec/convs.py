@@ -14,11 +14,13 @@ Every convolution goes through `conv(layer, x, state, ...)`, which also adds the
 and applies the activation that the *next* convolution's input needs (SnakeBeta), so the
 GPU computes each activation once, right after the convolution. `conv` is `conv_eager`
 (torch, the reference; CPU and the parity tests) until `use(route)` rebinds it (a GPU
-server: the `codec_conv_route` setting). "routed" sends each convolution, by its shape and
-rows (`route_for`), to cuDNN on channels-last tensors with a fused epilogue kernel (`conv_cudnn`,
-kernels/conv_epilogue.py) or to the Triton implicit-GEMM kernel with the epilogue inside
-(`conv_kernel`, kernels/conv1d.py); `use_eager()` puts it back. All keep the same state:
-the tail of each convolution's (activated) input.
+server: the `codec_conv_route` setting) to one of `ROUTES`: the Triton implicit-GEMM
+kernel with the epilogue inside (`conv_kernel`, kernels/conv1d.py), cuDNN on
+channels-last tensors (`conv_cudnn`), or one cuBLAS matrix product over every stream's
+input windows (`conv_gemm`), the last two with a fused epilogue kernel
+(kernels/conv_epilogue.py); "routed" picks the Triton kernel or the matrix product per
+layer by the samples a stream brings to it (`route_for`). `use_eager()` puts it back.
+All keep the same state: the tail of each convolution's (activated) input.
 
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
 `dwconv`, `pwconv1`, ...) so its safetensors load as they are; the layouts the kernels
@@ -260,8 +262,7 @@ def conv_cudnn(
     [B, L, Cin] is an NCHW tensor [B, Cin, 1, L] with channels_last strides (a view), the
     weight channels_last [N, Cin, 1, taps] (a transposed convolution as its 2-tap/1-tap
     form), so cuDNN writes [B, 1, T, N] = [B, T, N] rows, which are [B, T * s, Cout]. The
-    residual and activation follow in one fused kernel on a GPU (kernels/conv_epilogue.py),
-    in torch on a CPU."""
+    residual and activation follow (`_epilogue`)."""
     full = layer._with_history(x, state)
     y = torch.nn.functional.conv2d(
         full.unsqueeze(1).permute(0, 3, 1, 2),
@@ -273,6 +274,47 @@ def conv_cudnn(
     out_channels = layer.cudnn_weight.shape[0] // layer.upsampling
     # A view when cuDNN kept channels_last (it does for these shapes: tests/codec).
     y = y.permute(0, 2, 3, 1).reshape(batch, length, out_channels)
+    return _epilogue(y, residual, activation, emit_raw)
+
+
+def conv_gemm(
+    layer: ConvLayer,
+    x: torch.Tensor,
+    state: State,
+    *,
+    residual: torch.Tensor | None = None,
+    activation: SnakeBeta | None = None,
+    emit_raw: bool = True,
+) -> ConvOut:
+    """conv_eager as one matrix product (cuBLAS on a GPU, whose heuristics pick a good
+    kernel for every shape with no timing): each output sample's input window, its taps
+    side by side, is a row of [B * T, taps * Cin] (a gather of the history-prefixed input;
+    no copy for one tap), times the Triton kernel's weight layout [taps, Cin, N] read as
+    [taps * Cin, N], bias added in the product. The residual and activation follow
+    (`_epilogue`)."""
+    full = layer._with_history(x, state)
+    taps, cin, n = layer.kernel_weight.shape
+    batch, length = x.shape[0], x.shape[1]
+    if taps == 1:
+        windows = full.reshape(batch * length, cin)
+    else:
+        span = (taps - 1) * layer.dilation + 1
+        # [B, T, Cin, span] -> the taps [B, T, Cin, taps] -> [B * T, taps * Cin] (copied).
+        taps_of = full.unfold(1, span, 1)[..., :: layer.dilation]
+        windows = taps_of.transpose(2, 3).reshape(batch * length, taps * cin)
+    y = torch.addmm(layer.kernel_bias, windows, layer.kernel_weight.view(taps * cin, n))
+    y = y.view(batch, length * layer.upsampling, n // layer.upsampling)
+    return _epilogue(y, residual, activation, emit_raw)
+
+
+def _epilogue(
+    y: torch.Tensor,
+    residual: torch.Tensor | None,
+    activation: SnakeBeta | None,
+    emit_raw: bool,
+) -> ConvOut:
+    """What follows a convolution computed outside the Triton kernel: the residual and the
+    activation in one fused kernel on a GPU (kernels/conv_epilogue.py), in torch on a CPU."""
     if not y.is_cuda:
         return _epilogue_torch(y, residual, activation, emit_raw)
     from ..kernels.conv_epilogue import snake_epilogue
@@ -285,20 +327,17 @@ def conv_cudnn(
     )
 
 
-# Where the Triton kernel beat cuDNN: (N, Cin, taps) of the kernel layout -> the largest
-# number of input rows (streams x input samples) at which it did. Larger inputs, and
-# shapes not listed, go to cuDNN. Measured by bench/codec_scale.py ("routes" section, which
-# prints this table). At 128 streams x 8 frames cuDNN won every shape of the decoder by
-# 1.4-8x on the H100 (bench/results kernel_conv1d.json); nothing is listed until a
-# measurement at small rows says the Triton kernel wins there.
-TRITON_MAX_ROWS: dict[tuple[int, int, int], int] = {}
+# The Triton kernel tiles each stream's input samples by 128 (kernels/conv1d.py
+# `default_config`): a layer that sees fewer samples per stream in a call (the codec's
+# first layers, at 1-4 samples a frame) leaves most of every tile empty and re-reads its
+# weights once per stream, so one matrix product over every stream's rows is faster there.
+GEMM_BELOW_SAMPLES = 128
 
 
-def route_for(layer: ConvLayer, rows: int) -> str:
-    """The route ("triton" or "cudnn") of this layer at this many input rows (B * T): a
-    Python decision on shapes, made once when a CUDA graph is captured."""
-    limit = TRITON_MAX_ROWS.get(tuple(layer.kernel_weight.shape[::-1]), 0)
-    return "triton" if rows <= limit else "cudnn"
+def route_for(samples: int) -> str:
+    """The route ("triton" or "gemm") of a convolution whose input brings `samples` per
+    stream: a Python decision on shapes, made once when a CUDA graph is captured."""
+    return "gemm" if samples < GEMM_BELOW_SAMPLES else "triton"
 
 
 def conv_routed(
@@ -310,12 +349,18 @@ def conv_routed(
     activation: SnakeBeta | None = None,
     emit_raw: bool = True,
 ) -> ConvOut:
-    """conv_kernel or conv_cudnn, as `route_for` decides."""
-    chosen = conv_kernel if route_for(layer, x.shape[0] * x.shape[1]) == "triton" else conv_cudnn
+    """conv_kernel or conv_gemm, as `route_for` decides."""
+    chosen = conv_gemm if route_for(x.shape[1]) == "gemm" else conv_kernel
     return chosen(layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw)
 
 
-ROUTES = {"eager": conv_eager, "triton": conv_kernel, "cudnn": conv_cudnn, "routed": conv_routed}
+ROUTES = {
+    "eager": conv_eager,
+    "triton": conv_kernel,
+    "cudnn": conv_cudnn,
+    "gemm": conv_gemm,
+    "routed": conv_routed,
+}
 
 # Every dense convolution of the decoder calls this name; use() rebinds it.
 conv = conv_eager
@@ -332,7 +377,7 @@ def times_cudnn() -> bool:
     """Whether the bound route gives dense convolutions to cuDNN, whose algorithm choice
     needs benchmark mode on these shapes (the capture turns it on only then: timing
     the candidates costs ~0.1 s per new shape)."""
-    return conv in (conv_cudnn, conv_routed)
+    return conv is conv_cudnn
 
 
 def use_eager() -> None:
