@@ -5,8 +5,9 @@ checkpoint, then `ttsfleet loadtest` against it (HTTP streaming, Poisson arrival
 Per size (1.7B, then 0.6B):
   1. write the random checkpoint (`ttsfleet-runtime checkpoint --random`), unless present;
   2. serve it (--auth disabled, --max-audio-seconds 4: random weights never stop, so every
-     utterance is 4 s) and climb the arrival rates until two in a row fail the knee
-     thresholds (p95 TTFA <= 150 ms, < 1% of streams stalled, < 1% refused);
+     utterance is 4 s), wait (up to 60 s) for the graphs it captures after ready, and
+     climb the arrival rates until two in a row fail the knee thresholds (p95 TTFA
+     <= 150 ms, < 1% of streams stalled, < 1% refused);
   3. restart it with --max-audio-seconds 10 --max-batch 256 (then 192, 128 if the larger
      one does not start) and send a burst of that many 10-second streams at once:
      `max_concurrent_streams` is the most streams the server ran at once (its
@@ -35,7 +36,12 @@ from pathlib import Path
 from ttsfleet_runtime.benchmark import checkpoint_path
 from ttsfleet_runtime.loadtest.command import write_result
 from ttsfleet_runtime.loadtest.runner import LoadConfig, run_load
-from ttsfleet_runtime.loadtest.serve_process import Server, report_head, report_saver
+from ttsfleet_runtime.loadtest.serve_process import (
+    Server,
+    report_head,
+    report_saver,
+    wait_background,
+)
 from ttsfleet_runtime.loadtest.texts import builtin_texts
 from ttsfleet_runtime.loadtest.timings import Thresholds
 
@@ -77,6 +83,11 @@ def rates_section(size: str, args, folder: Path, ckpt: str, end: float) -> dict:
     try:
         ready_s = server.wait_ready(min(args.ready_timeout_s, left_s(args)))
         log(f"{size}: server ready in {ready_s} s (max batch {args.max_batch})")
+        # The rates measure the server as it runs for hours, not its first seconds: the
+        # graphs it captures after ready hold its threads meanwhile (bench/startup.py
+        # measures those).
+        background_s = wait_background(server.base, min(60.0, left_s(args)))
+        log(f"{size}: graphs captured after ready in {background_s} s")
         config = LoadConfig(
             url=server.base,
             texts=builtin_texts(args.utterance_s),
@@ -96,6 +107,7 @@ def rates_section(size: str, args, folder: Path, ckpt: str, end: float) -> dict:
     written = write_result(result, folder)
     return {
         "ready_s": ready_s,
+        "capture_background_s": background_s,
         "max_batch": args.max_batch,
         "files": {k: str(v.relative_to(args.out)) for k, v in written.items()},
         **without_samples(result),

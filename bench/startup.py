@@ -33,11 +33,16 @@ import traceback
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.benchmark import ready_checkpoint
-from ttsfleet_runtime.loadtest.serve_process import Server, report_head, report_saver
+from ttsfleet_runtime.loadtest.serve_process import (
+    Server,
+    report_head,
+    report_saver,
+    startup_phases,
+    wait_background,
+)
 
 T0 = time.monotonic()
 STARTS = ("cold", "warm")
@@ -57,15 +62,6 @@ def release_device_memory() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-
-
-def startup_phases(base: str) -> dict[str, float]:
-    """ttsfleet_startup_seconds by phase, from the server's /metrics."""
-    text = httpx.get(base + "/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        if family.name == metrics.STARTUP_SECONDS:
-            return {s.labels["phase"]: round(s.value, 3) for s in family.samples}
-    return {}
 
 
 def first_request(base: str) -> dict:
@@ -92,19 +88,6 @@ def first_request(base: str) -> dict:
         "seconds": round(time.monotonic() - start, 3),
         "audio_s": round(size / 2 / model["sample_rate"], 3),
     }
-
-
-def wait_background(base: str, timeout_s: float) -> float | None:
-    """Seconds the graphs left for after ready took (the server's own figure), or None."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        phases = startup_phases(base)
-        if "capture_codec_graphs" not in phases:
-            return None  # no CUDA graphs (a CPU server): nothing is captured later
-        if "capture_background" in phases:
-            return phases["capture_background"]
-        time.sleep(0.5)
-    return None
 
 
 def one_start(size: str, start: str, args, folder: Path, ckpt: str, cache: Path) -> dict:

@@ -17,7 +17,9 @@ from importlib import metadata
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
+from .. import metrics
 from .runner import environment
 
 
@@ -69,6 +71,29 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def startup_phases(base: str) -> dict[str, float]:
+    """ttsfleet_startup_seconds by phase, from the server's /metrics."""
+    text = httpx.get(base + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        if family.name == metrics.STARTUP_SECONDS:
+            return {s.labels["phase"]: round(s.value, 3) for s in family.samples}
+    return {}
+
+
+def wait_background(base: str, timeout_s: float) -> float | None:
+    """Seconds the graphs left for after ready took (the server's own figure), or None
+    (none are captured later, or they were not done within `timeout_s`)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        phases = startup_phases(base)
+        if "capture_codec_graphs" not in phases:
+            return None  # no CUDA graphs (a CPU server): nothing is captured later
+        if "capture_background" in phases:
+            return phases["capture_background"]
+        time.sleep(0.5)
+    return None
 
 
 class Server:
