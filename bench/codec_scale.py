@@ -13,9 +13,8 @@ runs its `codec_conv_route` setting); "eager" = the torch reference path) measur
      PCM (bf16 eager too: what bf16 alone costs), and graph replay == eager on the route;
   2. per convolution call of the decoder at (B, n) = (1, 1), (8, 2), (32, 2), (128, 8):
      the Triton kernel, cuDNN and the product (each call with its real epilogue and
-     history, graphed: do_bench_cudagraph), with the samples a stream brings to the layer
-     (what `route_for` decides by); per (B, n) the sum of each route and of "routed"
-     (`per_layer_totals`);
+     history, graphed: do_bench_cudagraph); per (B, n) the sum of each route and of
+     "routed" (`route_for`'s choice per call: `per_layer_totals`);
   3. per route and frame count n: capture of every batch bucket (largest first, one pool)
      with its seconds and the peak memory it took; then per bucket B the replay time of a
      decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
@@ -247,7 +246,7 @@ def per_layer(decoder, args, report: dict, t0: float) -> None:
                 "layer": call["name"],
                 "key": list(key),
                 "rows": b * length,
-                "samples": length,  # per stream: what route_for decides by
+                "samples": length,  # per stream
                 "residual": call["residual"],
                 "activation": call["activation"] is not None,
                 "emit_raw": call["emit_raw"],
@@ -284,7 +283,9 @@ def per_layer_totals(rows: list[dict]) -> list[dict]:
                 entry[f"{route}_ms"] = entry.get(f"{route}_ms", 0.0) + ms
         triton_ms, gemm_ms = timed_routes["triton"], timed_routes["gemm"]
         if triton_ms is not None and gemm_ms is not None:
-            chosen = gemm_ms if convs.route_for(row["samples"]) == "gemm" else triton_ms
+            _, cin, taps = row["key"]
+            route = convs.route_for(taps, cin, row["rows"])
+            chosen = gemm_ms if route == "gemm" else triton_ms
             entry["routed_ms"] = entry.get("routed_ms", 0.0) + chosen
             entry["best_of_triton_gemm_ms"] = entry.get("best_of_triton_gemm_ms", 0.0) + min(
                 triton_ms, gemm_ms
@@ -380,9 +381,7 @@ def main() -> None:
             )
         report["per_layer_totals"] = per_layer_totals(per_layer_rows)
         save()
-        print(
-            f"\nsums of the distinct calls (routed: GEMM below {convs.GEMM_BELOW_SAMPLES} samples)"
-        )
+        print("\nsums of the distinct calls (routed: convs.route_for per call)")
         for entry in report["per_layer_totals"]:
             print(json.dumps(entry))
     print(

@@ -19,7 +19,7 @@ kernel with the epilogue inside (`conv_kernel`, kernels/conv1d.py), cuDNN on
 channels-last tensors (`conv_cudnn`), or one cuBLAS matrix product over every stream's
 input windows (`conv_gemm`), the last two with a fused epilogue kernel
 (kernels/conv_epilogue.py); "routed" picks the Triton kernel or the matrix product per
-layer by the samples a stream brings to it (`route_for`). `use_eager()` puts it back.
+call by its shape (`route_for`). `use_eager()` puts it back.
 All keep the same state: the tail of each convolution's (activated) input.
 
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
@@ -327,17 +327,23 @@ def _epilogue(
     )
 
 
-# The Triton kernel tiles each stream's input samples by 128 (kernels/conv1d.py
-# `default_config`): a layer that sees fewer samples per stream in a call (the codec's
-# first layers, at 1-4 samples a frame) leaves most of every tile empty and re-reads its
-# weights once per stream, so one matrix product over every stream's rows is faster there.
-GEMM_BELOW_SAMPLES = 128
+# Where the Triton kernel beats the product (H100, bench/codec_scale.py per layer at 1 x 1,
+# 8 x 2, 32 x 2 and 128 x 8 streams x frames: bench/results/*-s8-codec_scale-routes.log): a
+# convolution of more than two taps over few input channels and many rows, where
+# gathering the product's windows (taps x the input) costs more than the kernel's whole
+# convolution: the last two blocks' dilated convolutions and the output convolution. Every
+# other call is faster as the product, by 2-20x where a stream brings few samples (the
+# Triton kernel tiles each stream's samples by 128 and re-reads the weights per stream).
+TRITON_MAX_CHANNELS = 192
+TRITON_MIN_ROWS = 16384
 
 
-def route_for(samples: int) -> str:
-    """The route ("triton" or "gemm") of a convolution whose input brings `samples` per
-    stream: a Python decision on shapes, made once when a CUDA graph is captured."""
-    return "gemm" if samples < GEMM_BELOW_SAMPLES else "triton"
+def route_for(taps: int, in_channels: int, rows: int) -> str:
+    """The route ("triton" or "gemm") of a convolution of `taps` taps over `in_channels`
+    channels for an input of `rows` samples (streams x samples): a Python decision on
+    shapes, made once when a CUDA graph is captured."""
+    many_small = taps > 2 and in_channels <= TRITON_MAX_CHANNELS and rows >= TRITON_MIN_ROWS
+    return "triton" if many_small else "gemm"
 
 
 def conv_routed(
@@ -350,7 +356,9 @@ def conv_routed(
     emit_raw: bool = True,
 ) -> ConvOut:
     """conv_kernel or conv_gemm, as `route_for` decides."""
-    chosen = conv_gemm if route_for(x.shape[1]) == "gemm" else conv_kernel
+    taps, in_channels = layer.kernel_weight.shape[:2]
+    route = route_for(taps, in_channels, x.shape[0] * x.shape[1])
+    chosen = conv_gemm if route == "gemm" else conv_kernel
     return chosen(layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw)
 
 
