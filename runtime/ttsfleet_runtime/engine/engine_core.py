@@ -196,7 +196,7 @@ class EngineCore:
                 # Now only what the warm-up synthesis and single streams use (the
                 # smallest buckets), the rest once the engine serves, the largest
                 # first: the start grows with neither the number nor the size of
-                # the buckets (batch 256's codec graphs alone took ~1 s).
+                # the buckets (at --max-batch 256 the largest took most of ~2 s).
                 self.runner.capture_decode_for_start()
                 clock.done("capture_decode_graphs")
                 self.runner.capture_prefill_for_start()

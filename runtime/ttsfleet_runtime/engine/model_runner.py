@@ -553,8 +553,8 @@ class ModelRunner:
     # replays the smallest captured graph that holds it: a larger one only pads
     # more free slots (position 0, no blocks: they write the scratch block) or
     # more positions of the padding prompt, so its results are the same. A
-    # batch or a prompt larger than every graph captured so far (a burst in the
-    # first second after ready) captures its own bucket's graph on that call.
+    # batch or a prompt larger than every graph captured so far (a burst right
+    # after ready) captures its own bucket's graph on that call.
     def _decode_bucket(self, batch: int) -> int:
         """The bucket a step over `batch` slots replays: the smallest captured one
         that holds it, else its own (captured on this first use)."""
