@@ -6,10 +6,12 @@ Per size (1.7B, then 0.6B):
   1. write the random checkpoint (`benchmark.ready_checkpoint`), unless present or --model;
   2. cold: empty --cache-dir/SIZE, start `serve --compile-cache-dir` on it and time
      the process's start (just before it is spawned) to the first 200 of /health/ready
-     (polled every 0.1 s); scrape `ttsfleet_startup_seconds{phase}` from /metrics; send
-     one short streamed request and time its first audio byte (the warm-up should have
-     paid every first-call cost); wait (up to --background-s) for the graphs captured
-     after ready (`capture_background`); stop the server;
+     (polled every 0.1 s); scrape `ttsfleet_startup_seconds{phase}` from /metrics; with
+     --burst N send N streamed requests at once (each must be served, though only the
+     smallest buckets have graphs before ready); send one short streamed request and
+     time its first audio byte (the warm-up should have paid every first-call cost);
+     wait (up to --background-s) for the graphs captured after ready
+     (`capture_background`); stop the server;
   3. warm: the same on the same cache directory, now filled by the cold start.
 `startup_s` is the warm start's wall seconds to ready (what an autoscaled pod with a
 cache volume pays), `startup_s_cold` the cold one's; bench/summarise.py copies both.
@@ -30,6 +32,7 @@ import shutil
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -64,12 +67,12 @@ def release_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def first_request(base: str) -> dict:
+def first_request(base: str, text: str = "The first request after start.") -> dict:
     """One short streamed synthesis right after ready: ms to its first audio byte."""
     model = httpx.get(base + "/v1/models", timeout=10).json()["data"][0]
     body = {
         "model": model["id"],
-        "input": "The first request after start.",
+        "input": text,
         "voice": (model["speakers"] or [None])[0],
         "response_format": "pcm",
         "stream_format": "audio",
@@ -90,6 +93,31 @@ def first_request(base: str) -> dict:
     }
 
 
+def burst(base: str, streams: int) -> dict:
+    """`streams` requests at once right after ready, before the graphs of the large
+    buckets are captured (they come after ready): each must still be served (decode
+    step and prefill capture their bucket on that call, the codec runs eagerly)."""
+    with ThreadPoolExecutor(streams) as pool:
+        calls = [
+            pool.submit(first_request, base, f"Request {i} of a burst right after ready.")
+            for i in range(streams)
+        ]
+    results, errors = [], []
+    for call in calls:
+        try:
+            results.append(call.result())
+        except Exception as error:
+            errors.append(repr(error)[-300:])
+    ttfa = sorted(r["ttfa_ms"] for r in results if r["ttfa_ms"] is not None)
+    return {
+        "streams": streams,
+        "served": len(results),
+        "ttfa_ms_median": ttfa[len(ttfa) // 2] if ttfa else None,
+        "ttfa_ms_max": ttfa[-1] if ttfa else None,
+        "errors": errors[:3],
+    }
+
+
 def one_start(size: str, start: str, args, folder: Path, ckpt: str, cache: Path) -> dict:
     serve_args = argparse.Namespace(
         port=args.port,
@@ -104,8 +132,11 @@ def one_start(size: str, start: str, args, folder: Path, ckpt: str, cache: Path)
         result["wall_ready_s"] = round(time.monotonic() - spawned, 2)
         result["phases"] = startup_phases(server.base)
         log(f"{size} {start}: ready in {result['wall_ready_s']} s: {json.dumps(result['phases'])}")
+        sections = [("first_request", lambda: first_request(server.base))]
+        if args.burst:
+            sections.insert(0, ("burst", lambda: burst(server.base, args.burst)))
         for name, section in (
-            ("first_request", lambda: first_request(server.base)),
+            *sections,
             (
                 "capture_background_s",
                 lambda: wait_background(server.base, min(args.background_s, left_s(args))),
@@ -181,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=60.0,
         help="how long to wait after ready for the background captures to finish",
+    )
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        help="this many requests at once right after ready, before the first request "
+        "(0: none); checks a batch larger than the graphs captured before ready",
     )
     ap.add_argument(
         "--serve-flag",

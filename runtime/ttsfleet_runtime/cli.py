@@ -73,6 +73,13 @@ def _add_serve(subparsers) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .engine import cuda_context
+    from .server import json_logging
+
+    # First of all: CUDA's context is made on a thread while the server and torch
+    # import (engine/cuda_context.py), its log lines already in the server's format.
+    json_logging.configure(args.log_level)
+    cuda_context.retain_in_background(args.device)
     from .server.serve import run
 
     values = {}

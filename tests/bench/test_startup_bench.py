@@ -1,6 +1,7 @@
 """bench/startup.py on the CPU with a tiny checkpoint: two real `serve` processes (an
 empty compile cache, then the same one), each timed from spawn to /health/ready, with
-the server's own start-up phases scraped from /metrics and a first request timed."""
+the server's own start-up phases scraped from /metrics, a burst of requests served and a
+first request timed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_a_cold_and_a_warm_start_are_timed_and_summarised(tmp_path):
         [sys.executable, str(SCRIPT), "--out", str(out), "--sizes", "tiny", "--device", "cpu"]
         + ["--ckpt-dir", str(tmp_path / "ckpt"), "--cache-dir", str(tmp_path / "cache")]
         + ["--port", "8931", "--budget-s", "800"]
-        + ["--background-s", "0", "--max-batch", "4"],
+        + ["--background-s", "0", "--max-batch", "4", "--burst", "3"],
         capture_output=True,
         text=True,
         timeout=880,
@@ -38,6 +39,7 @@ def test_a_cold_and_a_warm_start_are_timed_and_summarised(tmp_path):
         # The server's clock starts when the process does; the bench's just before it.
         assert 0 < phases["total"] <= run["wall_ready_s"] + 0.05 <= phases["total"] + 2.0
         assert run["first_request"]["ttfa_ms"] > 0 and run["first_request"]["audio_s"] > 0
+        assert run["burst"]["served"] == 3 and not run["burst"]["errors"]
         assert any('phase="total"' in line for line in run["metrics_lines"])
         assert (out / run["log"]).is_file()
     assert tiny["startup_s"] == tiny["warm"]["wall_ready_s"]

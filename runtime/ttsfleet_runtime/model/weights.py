@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import mmap
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from .code_predictor import CodePredictor
 from .config import TalkerConfig, TTSConfig
@@ -52,13 +52,66 @@ def checkpoint_files(path: Path) -> list[str]:
 
 
 def read_tensors(path: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """The talker's tensors of the checkpoint in folder `path`."""
+    """The talker's tensors of the checkpoint in folder `path`, on `device`."""
     tensors: dict[str, torch.Tensor] = {}
     for name in checkpoint_files(path):
-        with safe_open(str(path / name), framework="pt", device=device) as f:
-            for key in f.keys():  # noqa: SIM118 (safe_open is no dict: it has keys(), no __iter__)
-                if key.startswith("talker."):
-                    tensors[key] = f.get_tensor(key)
+        tensors.update(read_safetensors(path / name, device, lambda key: key.startswith("talker.")))
+    return tensors
+
+
+# safetensors' dtype names (the format's header), as torch's dtypes.
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def read_safetensors(
+    file: Path, device: str, wanted: Callable[[str], bool]
+) -> dict[str, torch.Tensor]:
+    """The tensors of one safetensors file whose names `wanted` accepts, on `device`,
+    from one copy of the bytes from the first of them to the last: a copy per tensor
+    (safetensors' `get_tensor`) is hundreds of host-to-device copies at start-up.
+
+    The format is an 8-byte little-endian header length, a JSON header giving each
+    tensor's dtype, shape and [start, end) byte offsets in the data that follows.
+    Each tensor is a view of the copy; one whose offset is not a multiple of its
+    element size (the format does not promise alignment) is copied out first."""
+    with open(file, "rb") as f:
+        header_bytes = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(header_bytes))
+    header.pop("__metadata__", None)
+    entries = {key: entry for key, entry in header.items() if wanted(key)}
+    if not entries:
+        return {}
+    first = min(entry["data_offsets"][0] for entry in entries.values())
+    last = max(entry["data_offsets"][1] for entry in entries.values())
+    # ACCESS_COPY: a writable view of the file (torch warns on read-only buffers), never
+    # written. The copy to `device` is the tensors' own memory: the mapping then closes.
+    with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
+        in_file = torch.frombuffer(
+            mapped, dtype=torch.uint8, offset=8 + header_bytes + first, count=last - first
+        )
+        data = in_file.to(device, copy=True)
+        del in_file  # releases the mapping's buffer, so that it can close
+    tensors = {}
+    for key, entry in entries.items():
+        begin, end = (offset - first for offset in entry["data_offsets"])
+        dtype = SAFETENSORS_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise ValueError(f"{file}: {key} is {entry['dtype']}, a dtype not read here")
+        raw = data[begin:end]
+        if begin % dtype.itemsize:
+            raw = raw.clone()
+        tensors[key] = raw.view(dtype).reshape(entry["shape"])
     return tensors
 
 

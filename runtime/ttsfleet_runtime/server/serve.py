@@ -14,7 +14,6 @@ import signal
 import time
 
 from ..settings import ServerSettings
-from . import json_logging
 from .app import create_app
 from .auth import ApiKeys, KeysFileError
 
@@ -151,7 +150,8 @@ def uvicorn_server(app, settings: ServerSettings):
 
 
 def run(settings: ServerSettings) -> int:
-    json_logging.configure(settings.log_level)
+    """Serve until a signal ends it (logging is the caller's: `cli._serve` sets it up
+    first). -> the exit code."""
     try:
         api_keys = load_api_keys(settings)
     except ConfigError as exc:
