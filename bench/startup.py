@@ -7,8 +7,8 @@ Per size (1.7B, then 0.6B):
   2. cold: empty --cache-dir/SIZE, start `serve --compile-cache-dir` on it and time
      the process's start (just before it is spawned) to the first 200 of /health/ready
      (polled every 0.1 s); scrape `ttsfleet_startup_seconds{phase}` from /metrics; with
-     --burst N send N streamed requests at once (each must be served, though only the
-     smallest buckets have graphs before ready); send one short streamed request and
+     --burst N send N streamed requests at once while the graphs left for after ready
+     are captured (each must be served); send one short streamed request and
      time its first audio byte (the warm-up should have paid every first-call cost);
      wait (up to --background-s) for the graphs captured after ready
      (`capture_background`); stop the server;
@@ -94,9 +94,8 @@ def first_request(base: str, text: str = "The first request after start.") -> di
 
 
 def burst(base: str, streams: int) -> dict:
-    """`streams` requests at once right after ready, before the graphs of the large
-    buckets are captured (they come after ready): each must still be served (decode
-    step and prefill capture their bucket on that call, the codec runs eagerly)."""
+    """`streams` requests at once right after ready, while the graphs left for after
+    ready are being captured: each must be served, none may fail."""
     with ThreadPoolExecutor(streams) as pool:
         calls = [
             pool.submit(first_request, base, f"Request {i} of a burst right after ready.")
