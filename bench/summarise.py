@@ -14,6 +14,9 @@ Inputs (any but the first may be missing):
 - `--startup`: `startup.json` of `bench/startup.py`: per size `startup_s` (process start ->
   ready with a warm compile cache) and `startup_s_cold`.
 
+Without `--ours`, `--startup` and `--capacity` update an existing summary (--out) and
+change nothing else: a load figure the new run did not measure keeps the old run's.
+
 Speedups compare the peer with us on the same machine in the same run:
 `speedup_ms_per_frame_b1` and `speedup_ttfa_ms_b1` are peer / ours (times faster),
 `speedup_audio_s_per_s_max` is ours / peer (times the throughput).
@@ -148,6 +151,16 @@ def summarise(
     )
 
 
+def add_load(sizes: dict, capacity: dict | None) -> None:
+    """Per size the `load` figures of a capacity.json into an existing summary's `sizes`:
+    each figure the run measured replaces the old one; one it did not (None: a rate it
+    did not run, no burst) keeps the old run's."""
+    for size, run in ((capacity or {}).get("sizes") or {}).items():
+        figures = present((run or {}).get("load") or {})
+        if figures:
+            sizes.setdefault(size, {}).setdefault("load", {}).update(figures)
+
+
 def add_startup(sizes: dict, startup: dict | None) -> None:
     """Per size `startup_s` / `startup_s_cold` of a startup.json, into `sizes`."""
     for size, run in ((startup or {}).get("sizes") or {}).items():
@@ -186,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ours",
         action="append",
         help="ours.json of `ttsfleet-runtime bench` (again for a run split by size); "
-        "without it, --startup's figures go into the existing --out and nothing else changes",
+        "without it, --startup's and --capacity's figures go into the existing --out and "
+        "nothing else changes",
     )
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
@@ -201,12 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
     if not args.ours:
-        # Start-up is timed in its own lease (it needs fresh processes, not the engine
-        # benchmark's): its figures join the summary of the engine run they follow.
-        if not args.startup:
-            ap.error("give --ours, or --startup to add start-up figures to --out")
+        # Start-up and capacity are timed in leases of their own (fresh server processes,
+        # not the engine benchmark's): their figures join the summary of the engine run.
+        if not (args.startup or args.capacity):
+            ap.error("give --ours, or --startup / --capacity to add figures to --out")
         summary = json.loads(Path(args.out).read_text())
         add_startup(summary["sizes"], load(args.startup))
+        add_load(summary["sizes"], merge_capacity([load(path) for path in args.capacity]))
         Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
         return 0
     ours: dict = {}

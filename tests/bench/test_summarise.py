@@ -215,3 +215,37 @@ def test_start_up_figures_join_an_existing_summary_and_change_nothing_else(tmp_p
         [sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True
     )
     assert refused.returncode == 2 and "--startup" in refused.stderr
+
+
+def test_load_figures_join_an_existing_summary_keeping_what_the_run_did_not_measure(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    old_load = dict(
+        ttfa_p95_ms_at_10_rps=51.4,
+        ttfa_p95_ms_at_20_rps=70.4,
+        knee_rps=30.0,
+        max_concurrent_streams=256,
+    )
+    capacity = dict(sizes={"1.7B": dict(load=old_load)})
+    before = summarise(tmp_path, dict(ours=ours, capacity=capacity))
+    new_load = dict(
+        ttfa_p95_ms_at_10_rps=None,
+        ttfa_p95_ms_at_20_rps=47.1,
+        knee_rps=100.0,
+        max_concurrent_streams=None,
+    )
+    (tmp_path / "capacity.json").write_text(json.dumps(dict(sizes={"1.7B": dict(load=new_load)})))
+    out = tmp_path / "summary.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--capacity", str(tmp_path / "capacity.json")]
+        + ["--out", str(out)],
+        check=True,
+    )
+    after = json.loads(out.read_text())
+    assert after["sizes"]["1.7B"].pop("load") == dict(
+        ttfa_p95_ms_at_10_rps=51.4,
+        ttfa_p95_ms_at_20_rps=47.1,
+        knee_rps=100.0,
+        max_concurrent_streams=256,
+    )
+    before["sizes"]["1.7B"].pop("load")
+    assert after == before
