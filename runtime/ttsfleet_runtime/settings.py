@@ -183,7 +183,7 @@ class ServerSettings:
     # Triton kernel (codec/convs.py route_for). The default is what served best under
     # load (bench/capacity.py, routes against each other in one H100 lease: bench/results).
     codec_conv_route: str = setting(
-        "triton",
+        "routed",
         "GPU convolutions of the codec decoder",
         choices=("triton", "cudnn", "gemm", "routed"),
     )

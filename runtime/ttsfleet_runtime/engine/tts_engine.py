@@ -70,7 +70,7 @@ class TTSEngine:
         dtype: str = "bfloat16",
         first_chunk_frames: int = 2,
         chunk_frames: int = 8,
-        codec_conv_route: str = "triton",  # on a GPU: see settings.codec_conv_route
+        codec_conv_route: str = "routed",  # on a GPU: see settings.codec_conv_route
         decode_priority: bool = False,
         max_len: int = 4608,  # KV positions per stream: prompt + up to ~6 min of audio
         max_text_tokens: int = 1024,
