@@ -124,6 +124,29 @@ def test_a_packed_call_writes_only_its_prompts_slots(model):
     assert s.seed[[3, 0]].tolist() == [100, 101]
 
 
+def test_a_smaller_buckets_capture_after_a_large_call_reads_in_bounds(model):
+    """What a graph capture of a bucket runs (its prefill step) after a packed call
+    longer than that bucket: on the call's rows, whose last positions lie beyond the
+    bucket, it gathers out of bounds (on a GPU a device-side assert that ends every
+    stream); on unused rows it reads in bounds, writes only the scratch row, and the
+    call's rows are back afterwards."""
+    runner = runner_of(model)
+    small = runner.prefill_buckets[0]
+    hidden = model.config.talker.hidden_size
+    params = prompts(model)[0].params
+    long_prompts = [Prompt(slot, torch.randn(small, hidden), params) for slot in (0, 1)]
+    runner.prefill(long_prompts)  # 2 x small positions: a larger bucket
+    rows = runner.prefill_ints.clone(), runner.prefill_floats.clone()
+    with pytest.raises(IndexError):
+        runner._prefill_step(small)
+    seeds = runner.state.seed[: runner.max_batch].clone()
+    with runner._prompt_rows_unused():
+        runner._prefill_step(small)
+    assert torch.equal(runner.state.seed[: runner.max_batch], seeds)  # slots untouched
+    assert torch.equal(runner.prefill_ints, rows[0])
+    assert torch.equal(runner.prefill_floats, rows[1])
+
+
 def test_a_call_beyond_the_limits_is_refused(model):
     runner = runner_of(model)
     hidden = model.config.talker.hidden_size

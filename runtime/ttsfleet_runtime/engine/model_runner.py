@@ -249,7 +249,7 @@ class ModelRunner:
         """The packed prefill's inputs, read by its graphs: prompts back to back
         (embeddings, position within the prompt, prompt index), then one row
         per prompt (where its last position is, its slot and sampling)."""
-        P, N = self.prefill_buckets[-1], PREFILL_PROMPTS
+        P = self.prefill_buckets[-1]
         zeros = lambda *shape, dtype=torch.int64: torch.zeros(  # noqa: E731
             *shape, dtype=dtype, device=self.device
         )
@@ -259,10 +259,18 @@ class ModelRunner:
         self.prefill_v = zeros(*kv, dtype=self.dtype)
         self.prefill_embeds = zeros(P, cfg.hidden_size, dtype=self.dtype)
         self.prefill_positions = zeros(2, P)  # [position in its prompt, prompt index]
-        self.prefill_ints = zeros(len(_PROMPT_INTS), N)
-        self.prefill_floats = zeros(len(_PROMPT_FLOATS), N, dtype=torch.float32)
         # Until a call fills them, every row is unused: captures write the scratch row.
-        self.prefill_ints[_PROMPT_INTS.index("slot")] = self.scratch_row
+        ints, floats = self._unused_prompt_rows()
+        self.prefill_ints = ints.to(self.device)
+        self.prefill_floats = floats.to(self.device)
+
+    def _unused_prompt_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed prefill's per-prompt rows (host) with every row unused: last
+        position 0, the scratch row's slot, neutral sampling."""
+        ints = torch.zeros(len(_PROMPT_INTS), PREFILL_PROMPTS, dtype=torch.int64)
+        floats = torch.ones(len(_PROMPT_FLOATS), PREFILL_PROMPTS, dtype=torch.float32)
+        ints[_PROMPT_INTS.index("slot")] = self.scratch_row
+        return ints, floats
 
     @torch.inference_mode()
     def prefill(self, prompts: list[Prompt]) -> None:
@@ -294,9 +302,7 @@ class ModelRunner:
         positions = [t for T in lengths for t in range(T)] + [0] * (P - total)
         segments = [i for i, T in enumerate(lengths) for _ in range(T)] + [N] * (P - total)
         self.prefill_positions[:, :P] = to_device(torch.tensor([positions, segments]), self.device)
-        ints = torch.zeros(len(_PROMPT_INTS), N, dtype=torch.int64)
-        floats = torch.ones(len(_PROMPT_FLOATS), N, dtype=torch.float32)
-        ints[_PROMPT_INTS.index("slot")] = self.scratch_row
+        ints, floats = self._unused_prompt_rows()
         n = len(prompts)
         rows = zip(prompts, starts, lengths, strict=True)
         ints[:, :n] = torch.tensor([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
@@ -362,9 +368,8 @@ class ModelRunner:
             getattr(s, name).index_copy_(0, ints["slot"], value)
 
     def _capture_prefill(self, P: int) -> torch.cuda.CUDAGraph:
-        # Warm-up and capture write the scratch keys/values and the slots of the
-        # rows (those of the last prefill, running now: their state is put back).
-        with self.capture_lock, self._state_kept():
+        # Warm-up and capture write the scratch keys/values and the scratch row.
+        with self.capture_lock, self._state_kept(), self._prompt_rows_unused():
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -544,6 +549,27 @@ class ModelRunner:
         """Likewise for a packed prefill of `positions`."""
         fitting = [size for size in self.prefill_graphs if size >= positions]
         return min(fitting) if fitting else next(n for n in self.prefill_buckets if n >= positions)
+
+    @contextlib.contextmanager
+    def _prompt_rows_unused(self):
+        """The packed prefill's per-prompt rows all unused meanwhile, then put back.
+
+        A capture runs the prefill of its bucket on whatever the rows hold: after a
+        real call they are that call's prompts, whose last positions may lie beyond a
+        smaller bucket (a burst packs hundreds of positions); gathering them from the
+        bucket's hidden states then reads out of bounds (on a GPU a device-side
+        assert, which ends every stream of the process). Captured on unused rows, the
+        graph reads position 0 and writes the scratch row; the call that needed the
+        graph (its rows already written) finds them as it left them."""
+        kept = self.prefill_ints.clone(), self.prefill_floats.clone()
+        ints, floats = self._unused_prompt_rows()
+        self.prefill_ints.copy_(to_device(ints, self.device))
+        self.prefill_floats.copy_(to_device(floats, self.device))
+        try:
+            yield
+        finally:
+            self.prefill_ints.copy_(kept[0])
+            self.prefill_floats.copy_(kept[1])
 
     @contextlib.contextmanager
     def _state_kept(self):
