@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="this many requests at once right after ready, before the first request "
-        "(0: none); checks a batch larger than the graphs captured before ready",
+        "(0: none); checks that they are served while the remaining graphs are captured",
     )
     ap.add_argument(
         "--serve-flag",

@@ -118,7 +118,7 @@ class StreamingCodec:
             raise RuntimeError("CUDA graphs need a CUDA device")
         # cuDNN's heuristics pick slow kernels for these channels-last shapes (the server
         # served 4x worse on them): on a cuDNN route each capture's warm-up times the
-        # candidates once per shape, as the benchmarks measured. The Triton route's few
+        # candidates once per shape, as the benchmarks measured. The other routes' few
         # cuDNN calls (depthwise) keep the heuristics: timing costs ~0.1 s per shape.
         with torch.backends.cudnn.flags(enabled=True, benchmark=convs.times_cudnn()):
             for frames in sorted(frame_counts, reverse=True):
