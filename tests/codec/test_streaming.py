@@ -163,24 +163,32 @@ class _EagerReplay:
 
     def __init__(self, step):
         self.step = step
+        self.replays = 0
 
     def replay(self):
+        self.replays += 1
         self.step.pcm.copy_(self.step.codec._step(self.step.index, self.step.codes))
+
+
+def stand_in_bucket(codec: StreamingCodec, batch: int, frames: int) -> _EagerReplay:
+    """A captured (batch, frames) bucket whose graph is an `_EagerReplay`."""
+    from ttsfleet_runtime.codec.streaming import _CapturedStep
+
+    bucket = _CapturedStep.__new__(_CapturedStep)  # its CUDA capture cannot run here
+    bucket.codec, bucket.batch = codec, batch
+    bucket.index = torch.full((batch,), codec._scratch, dtype=torch.long)
+    bucket.codes = torch.zeros((batch, frames, 16), dtype=torch.long)
+    bucket.pcm = torch.zeros((batch, frames * 1920))
+    bucket.graph = _EagerReplay(bucket)
+    codec._graphs[(batch, frames)] = bucket
+    return bucket.graph
 
 
 def test_a_batch_padded_up_to_a_captured_bucket_decodes_only_its_own_streams(
     tiny_decoder, random_codes
 ):
-    from ttsfleet_runtime.codec.streaming import _CapturedStep
-
     codec = StreamingCodec(tiny_decoder, max_streams=3, device="cpu")
-    bucket = _CapturedStep.__new__(_CapturedStep)  # its CUDA capture cannot run here
-    bucket.codec, bucket.batch = codec, 3
-    bucket.index = torch.full((3,), codec._scratch, dtype=torch.long)
-    bucket.codes = torch.zeros((3, 2, 16), dtype=torch.long)
-    bucket.pcm = torch.zeros((3, 2 * 1920))
-    bucket.graph = _EagerReplay(bucket)
-    codec._graphs[(3, 2)] = bucket
+    stand_in_bucket(codec, batch=3, frames=2)
 
     codes = random_codes(2, 6, seed=16)
     offline = tiny_decoder.decode(codes)
@@ -191,3 +199,17 @@ def test_a_batch_padded_up_to_a_captured_bucket_decodes_only_its_own_streams(
     tail_a = codec.decode([a], codes[:1, 4:6])
     torch.testing.assert_close(torch.cat([head_a[0], rest[1], tail_a[0]]), offline[0], **TOL)
     torch.testing.assert_close(torch.cat([rest[0], tail_b[0]]), offline[1], **TOL)
+
+
+def test_a_batch_larger_than_every_captured_bucket_decodes_eagerly(tiny_decoder, random_codes):
+    # Right after ready only batch 1 has its graphs; the others come in the background.
+    codec = StreamingCodec(tiny_decoder, max_streams=3, device="cpu")
+    single = stand_in_bucket(codec, batch=1, frames=2)
+
+    codes = random_codes(3, 4, seed=17)
+    offline = tiny_decoder.decode(codes)
+    slots = [codec.open() for _ in range(3)]
+    first = codec.decode(slots, codes[:, :2])
+    assert single.replays == 0
+    second = codec.decode(slots, codes[:, 2:])
+    torch.testing.assert_close(torch.cat([first, second], dim=1), offline, **TOL)

@@ -1,8 +1,9 @@
 """Start-up: the phases a start goes through add up to the time from process start
 to ready, a warm-up synthesis runs through the real path before ready with a
-chunk of every size the ramp makes, and the graphs the start leaves out are
-captured later, small buckets first, with every step replaying a graph that
-holds it meanwhile."""
+chunk of every size the ramp makes, using only the graphs captured before ready
+(the smallest buckets), and the graphs the start leaves out are captured later,
+the largest first, then small buckets first, with every step replaying a graph
+that holds it or capturing its own meanwhile."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import torch
 
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.codec.streaming import StreamingCodec
-from ttsfleet_runtime.engine.model_runner import ModelRunner
+from ttsfleet_runtime.engine.model_runner import (
+    BATCH_BUCKETS,
+    ModelRunner,
+    buckets_after_ready,
+    buckets_before_ready,
+    capture_order,
+)
 from ttsfleet_runtime.engine.scheduler import StepRules
 from ttsfleet_runtime.engine.startup import StartupClock, process_start_time
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
@@ -60,13 +67,28 @@ async def test_the_warm_up_speaks_a_chunk_of_every_ramp_size_before_ready(
     tiny_checkpoint, monkeypatch
 ):
     decoded = []  # frames of each codec call: the chunk sizes the warm-up went through
+    codec_batches, step_batches, prefill_buckets = set(), set(), set()
     real_decode = StreamingCodec.decode
+    real_step = ModelRunner.decode
+    real_prefill_bucket = ModelRunner._prefill_bucket
 
     def record(codec, slots, codes):
         decoded.append(codes.shape[1])
+        codec_batches.add(len(slots))
         return real_decode(codec, slots, codes)
 
+    def record_step(runner, batch, active, live_len):
+        step_batches.add(runner.bucket(batch))
+        return real_step(runner, batch, active, live_len)
+
+    def record_prefill(runner, positions):
+        bucket = real_prefill_bucket(runner, positions)
+        prefill_buckets.add(bucket)
+        return bucket
+
     monkeypatch.setattr(StreamingCodec, "decode", record)
+    monkeypatch.setattr(ModelRunner, "decode", record_step)
+    monkeypatch.setattr(ModelRunner, "_prefill_bucket", record_prefill)
     engine = TTSEngine.from_pretrained(
         str(tiny_checkpoint), "cpu", dtype="float32", max_batch=4, chunk_frames=16, warm_up=True
     )
@@ -87,6 +109,10 @@ async def test_the_warm_up_speaks_a_chunk_of_every_ramp_size_before_ready(
         assert stream.finish_reason == "length" and request.params.max_frames == 2 + 2 + 4 + 8 + 16
         assert decoded == [2, 2, 4, 8, 16]
         assert set(decoded) == set(engine.core.rules.chunk_sizes())
+        # Every bucket it used has its graph before ready (on a GPU).
+        runner = engine.runner
+        assert codec_batches == step_batches == set(buckets_before_ready(runner.batch_buckets))
+        assert prefill_buckets == set(buckets_before_ready(runner.prefill_buckets))
         stats = engine.stats()
         # Real work, counted like any request's (counters never go back).
         assert stats.frames_total == request.params.max_frames
@@ -101,6 +127,15 @@ async def test_the_warm_up_speaks_a_chunk_of_every_ramp_size_before_ready(
         )
     finally:
         await engine.stop(drain_timeout_s=0)
+
+
+def test_the_smallest_bucket_is_captured_before_ready_the_largest_first_after():
+    assert capture_order(BATCH_BUCKETS) == (1, 256, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192)
+    assert buckets_before_ready(BATCH_BUCKETS) == (1,)
+    assert buckets_after_ready(BATCH_BUCKETS) == (256, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192)
+    assert buckets_after_ready((32, 1024, 64, 128)) == (1024, 64, 128)
+    assert (buckets_before_ready((1, 2)), buckets_after_ready((1, 2))) == ((1,), (2,))
+    assert (buckets_before_ready((4,)), buckets_after_ready((4,))) == ((4,), ())
 
 
 def test_the_ramp_frames_pass_every_chunk_size_once():
@@ -124,8 +159,12 @@ async def test_codec_graphs_for_every_ramp_size_and_batch_bucket_by_ready_or_in_
         real_init(runner, *args, **kwargs)
         runner.use_graphs = True
 
+    captured = []  # (batch, frames) in the order captured
+
     def capture(codec, batch_sizes, frame_counts):
-        codec._graphs.update({(b, n): "recorded" for n in frame_counts for b in batch_sizes})
+        for b, n in [(b, n) for n in frame_counts for b in batch_sizes]:
+            captured.append((b, n))
+            codec._graphs[(b, n)] = "recorded"
 
     monkeypatch.setattr(ModelRunner, "__init__", init)
     for skipped in ("compile", "capture_decode_for_start", "capture_prefill_for_start"):
@@ -140,14 +179,16 @@ async def test_codec_graphs_for_every_ramp_size_and_batch_bucket_by_ready_or_in_
         ramp, buckets = core.rules.chunk_sizes(), core.runner.batch_buckets
         assert ramp == (2, 4, 8, 16) and buckets == (1, 2, 4, 8)
         assert core.codec_worker.frame_buckets == ramp
-        # Before ready: every ramp size at the smallest and the largest bucket.
-        assert set(core.codec.codec._graphs) == {(b, n) for b in (1, 8) for n in ramp}
+        # Before ready: every ramp size at the smallest bucket only.
+        assert set(core.codec.codec._graphs) == {(1, n) for n in ramp}
         core.start_background_capture()  # the codec thread captures the rest
         every = {(b, n) for b in buckets for n in ramp}
         deadline = time.monotonic() + 10
         while set(core.codec.codec._graphs) != every and time.monotonic() < deadline:
             time.sleep(0.01)
         assert set(core.codec.codec._graphs) == every
+        # After ready the largest batch first, at every ramp size, then small ones first.
+        assert captured[len(ramp) :] == [(b, n) for b in (8, 2, 4) for n in ramp]
     finally:
         core.stop()
 
@@ -182,31 +223,39 @@ def runner_with_recorded_captures(tiny_checkpoint, monkeypatch, max_batch: int) 
     return runner
 
 
-def test_the_start_captures_the_largest_and_smallest_buckets_the_rest_come_later(
+def test_the_start_captures_the_smallest_buckets_the_largest_come_first_after_ready(
     tiny_checkpoint, monkeypatch
 ):
     runner = runner_with_recorded_captures(tiny_checkpoint, monkeypatch, max_batch=256)
-    assert runner.batch_buckets == (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+    assert runner.batch_buckets == BATCH_BUCKETS
+    assert runner.prefill_buckets == (32, 64, 128, 256, 512, 1024)
 
     runner.capture_decode_for_start()
     runner.capture_prefill_for_start()
 
-    # Largest first: it sizes the shared memory pool once.
-    assert runner.order == [("decode", 256), ("decode", 1), ("prefill", 1024), ("prefill", 32)]
-    # Every batch fits a graph now: the smallest captured bucket that holds it.
-    assert [runner._decode_bucket(b) for b in (1, 2, 3, 200, 256)] == [1, 256, 256, 256, 256]
-    assert [runner._prefill_bucket(n) for n in (5, 32, 33, 1024)] == [32, 32, 1024, 1024]
+    assert runner.order == [("decode", 1), ("prefill", 32)]
+    # A batch no captured graph holds gets its own bucket (captured on that call).
+    assert [runner._decode_bucket(b) for b in (1, 2, 3, 200, 256)] == [1, 2, 4, 256, 256]
+    assert [runner._prefill_bucket(n) for n in (5, 32, 33, 1024)] == [32, 32, 64, 1024]
     assert runner.graphs_left[:4] == [
+        ("decode", 256),
+        ("prefill", 1024),
         ("decode", 2),
         ("prefill", 64),
-        ("decode", 4),
-        ("prefill", 128),
     ]
 
     runner.order.clear()
+    runner.capture_next()
+    runner.capture_next()
+    assert runner.order == [("decode", 256), ("prefill", 1024)]
+    # Every batch and every prompt fits a graph now, padded.
+    assert [runner._decode_bucket(b) for b in (1, 2, 3, 200)] == [1, 256, 256, 256]
+    assert [runner._prefill_bucket(n) for n in (5, 33, 1000)] == [32, 1024, 1024]
+
     while runner.capture_next():
         pass
-    assert len(runner.order) == 11 + 4
+    assert len(runner.order) == 12 + 5
+    assert runner.order[2:4] == [("decode", 2), ("prefill", 64)]
     assert not runner.graphs_left and not runner.capture_next()
     # Each batch now replays its own bucket.
     assert [runner._decode_bucket(b) for b in (2, 3, 25, 200)] == [2, 4, 32, 256]

@@ -9,9 +9,10 @@ It drives the checkpoint's speech tokenizer through `FrameDecoder`
 (frame_decoder.py), so the same worker serves the 12 Hz codec and the 25 Hz
 DiT decoder. Chunks of different streams that are waiting together are decoded
 in one batched call per frame count (the decoder pads it to the smallest
-captured batch bucket that holds it: the largest is captured at start-up, the
-others on this thread soon after, `capture_later`), and the batch's audio comes
-to the host in one copy.
+captured batch bucket that holds it: the smallest is captured at start-up, the
+others on this thread soon after, `capture_later`, the largest first; a batch
+larger than every captured bucket meanwhile runs the same step eagerly, slower),
+and the batch's audio comes to the host in one copy.
 
 A call returns the audio that is final: all of it for the 12 Hz codec, whole
 DiT blocks whose look-ahead has arrived for the 25 Hz decoder (none, early in a

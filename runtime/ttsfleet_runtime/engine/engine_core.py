@@ -40,7 +40,15 @@ from .codec_worker import CodecWorker
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
 from .kv_blocks import KVBlocks
-from .model_runner import PREFILL_PROMPTS, ModelRunner, Prompt, SlotParams, prefill_buckets
+from .model_runner import (
+    PREFILL_PROMPTS,
+    ModelRunner,
+    Prompt,
+    SlotParams,
+    buckets_after_ready,
+    buckets_before_ready,
+    prefill_buckets,
+)
 from .scheduler import Scheduler, StepRules
 from .sequence import Sequence, Status
 from .startup import StartupClock
@@ -185,13 +193,15 @@ class EngineCore:
             frame_buckets = list(self.rules.chunk_sizes())
             codec_buckets = self.runner.batch_buckets
             if self.capture_all_graphs:
-                # The largest and smallest buckets now, the rest once the engine
-                # serves: the start does not grow with the number of buckets.
+                # Now only what the warm-up synthesis and single streams use (the
+                # smallest buckets), the rest once the engine serves, the largest
+                # first: the start grows with neither the number nor the size of
+                # the buckets (at --max-batch 256 the largest took most of ~2 s).
                 self.runner.capture_decode_for_start()
                 clock.done("capture_decode_graphs")
                 self.runner.capture_prefill_for_start()
                 clock.done("capture_prefill_graphs")
-                codec_buckets = (codec_buckets[0], codec_buckets[-1])
+                codec_buckets = buckets_before_ready(codec_buckets)
             self.codec.capture(list(codec_buckets), frame_buckets)
             clock.done("capture_codec_graphs")
         self.codec_worker = CodecWorker(
@@ -210,14 +220,17 @@ class EngineCore:
     def start_background_capture(self) -> None:
         """Once serving: capture the graphs the start left out, the decode and
         prefill ones on the engine thread and the codec's on its thread, each
-        while it has nothing else to do. `capture_background` records how long
-        until the last one."""
+        while it has nothing else to do, the largest bucket first (the codec's
+        at every frame count), then the others smallest first. Until then a
+        batch larger than every captured graph captures its own (decode,
+        prefill) or runs eagerly (codec). `capture_background` records how
+        long until the last one."""
         if not self.runner.use_graphs:
             return
         codec = [
             (batch, frames)
+            for batch in buckets_after_ready(self.runner.batch_buckets)
             for frames in self.codec_worker.frame_buckets
-            for batch in self.runner.batch_buckets
             if not self.codec.has_graph(batch, frames)
         ]
         runner = len(self.runner.graphs_left) if self.capture_all_graphs else 0
@@ -246,7 +259,8 @@ class EngineCore:
         try:
             captured = self.runner.capture_next()
         except Exception:
-            # Steps replay a larger captured graph instead: slower, still correct.
+            # Steps replay a larger captured graph instead, or capture their own
+            # bucket's on first use: slower, still correct.
             log.exception("capturing a graph after start-up failed; capturing no more")
             captured = None
         if captured is None:

@@ -30,7 +30,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -50,6 +50,25 @@ PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
 # server's whole batch (--max-batch 64) is prefilled in one call; sampling 64
 # rows instead of a few costs next to nothing beside the prompts' positions.
 PREFILL_PROMPTS = 64
+
+
+def capture_order(buckets: Iterable[int]) -> tuple[int, ...]:
+    """One kind's buckets (decode step, prefill, codec batch) in the order their CUDA
+    graphs are captured: the smallest before ready, all that the warm-up synthesis and
+    single streams use; once the engine serves, the largest, so that every batch fits
+    a graph again (padded), then the rest smallest first, what light load runs."""
+    ascending = sorted(set(buckets))
+    return tuple(dict.fromkeys([ascending[0], ascending[-1], *ascending[1:-1]]))
+
+
+def buckets_before_ready(buckets: Iterable[int]) -> tuple[int, ...]:
+    """The buckets whose graphs are captured before the engine is ready."""
+    return capture_order(buckets)[:1]
+
+
+def buckets_after_ready(buckets: Iterable[int]) -> tuple[int, ...]:
+    """The others, in the order they are captured once the engine serves."""
+    return capture_order(buckets)[1:]
 
 
 def prefill_buckets(max_len: int) -> tuple[int, ...]:
@@ -531,14 +550,16 @@ class ModelRunner:
         return out[:, : self.groups], out[:, self.groups]
 
     # ------------------------------------------------------------ CUDA graphs
-    # Start-up captures few graphs (`capture_*_for_start`): the largest bucket of
-    # each kind, which every batch and every prompt fits (padded), and the
-    # smallest, which single streams use. The others follow once the engine
-    # serves (`capture_next`, on the engine thread while it is idle), so the
-    # time to ready does not grow with the number of buckets. A step replays
-    # the smallest captured graph that holds it: a larger one only pads more
-    # free slots (position 0, no blocks: they write the scratch block) or more
-    # positions of the padding prompt, so its results are the same.
+    # Start-up captures the graphs of `buckets_before_ready` (`capture_*_for_start`):
+    # the smallest bucket of each kind, what the warm-up synthesis and single
+    # streams use. The others follow once the engine serves (`capture_next`, on
+    # the engine thread while it is idle), the largest first, so the time to
+    # ready grows with neither the number nor the size of the buckets. A step
+    # replays the smallest captured graph that holds it: a larger one only pads
+    # more free slots (position 0, no blocks: they write the scratch block) or
+    # more positions of the padding prompt, so its results are the same. A
+    # batch or a prompt larger than every graph captured so far (a burst right
+    # after ready) captures its own bucket's graph on that call.
     def _decode_bucket(self, batch: int) -> int:
         """The bucket a step over `batch` slots replays: the smallest captured one
         that holds it, else its own (captured on this first use)."""
@@ -584,7 +605,12 @@ class ModelRunner:
                 getattr(s, n).copy_(t)
 
     def capture(self, B: int) -> torch.cuda.CUDAGraph:
-        """Capture the decode step of batch bucket B over the whole KV cache."""
+        """Capture the decode step of batch bucket B over the whole KV cache.
+
+        Every decode and prefill graph shares one memory pool, whichever is
+        captured first: a later, larger capture grows it. Sharing is safe because
+        a graph's results go to tensors outside the pool (the slot state, the
+        prefill's keys and values) and one thread replays them, one at a time."""
         L = self.max_len
         # The step writes keys and values through the block table: the device's
         # copy must be the scheduler's (as before any step), not one step old.
@@ -622,21 +648,22 @@ class ModelRunner:
 
     @torch.inference_mode()
     def capture_decode_for_start(self) -> float:
-        """The decode graphs serving needs from its first request: the largest
-        bucket (every batch fits it, padded; captured first, it sizes the shared
-        memory pool once) and the smallest (a single stream). -> seconds taken."""
-        return self._capture_ends(self.batch_buckets, self.capture)
+        """The decode graphs captured before ready (`buckets_before_ready`: a single
+        stream's, the warm-up synthesis's). -> seconds taken."""
+        return self._capture_for_start(self.batch_buckets, self.capture)
 
     @torch.inference_mode()
     def capture_prefill_for_start(self) -> float:
-        """Likewise the largest and the smallest prefill bucket. -> seconds taken."""
-        return self._capture_ends(self.prefill_buckets, self._capture_prefill)
+        """Likewise the prefill's (the smallest bucket: a prompt or a few). -> seconds taken."""
+        return self._capture_for_start(self.prefill_buckets, self._capture_prefill)
 
-    def _capture_ends(self, buckets: tuple[int, ...], capture: Callable[[int], object]) -> float:
+    def _capture_for_start(
+        self, buckets: tuple[int, ...], capture: Callable[[int], object]
+    ) -> float:
         if not self.use_graphs:
             return 0.0
         t0 = time.monotonic()
-        for size in sorted({buckets[0], buckets[-1]}, reverse=True):
+        for size in buckets_before_ready(buckets):
             capture(size)
         torch.cuda.synchronize()
         return time.monotonic() - t0
@@ -644,11 +671,20 @@ class ModelRunner:
     @property
     def graphs_left(self) -> list[tuple[str, int]]:
         """Buckets without a graph yet, in the order `capture_next` takes them:
-        small ones first (what light load runs), decode and prefill in turn."""
-        decode = [("decode", B) for B in self.batch_buckets if B not in self.graphs]
-        prefill = [("prefill", P) for P in self.prefill_buckets if P not in self.prefill_graphs]
-        turns = itertools.zip_longest(decode, prefill)
-        return [kind for pair in turns for kind in pair if kind is not None]
+        decode and prefill in turn, each in `capture_order` (after the start's,
+        the largest, then small ones first). The turns are fixed by the buckets,
+        not by what is left, so the largest prefill follows the largest step."""
+        turns = itertools.zip_longest(
+            [("decode", B) for B in capture_order(self.batch_buckets)],
+            [("prefill", P) for P in capture_order(self.prefill_buckets)],
+        )
+        captured = {"decode": self.graphs, "prefill": self.prefill_graphs}
+        return [
+            (kind, size)
+            for pair in turns
+            for kind, size in filter(None, pair)
+            if size not in captured[kind]
+        ]
 
     @torch.inference_mode()
     def capture_next(self) -> tuple[str, int] | None:
