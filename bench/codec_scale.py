@@ -19,6 +19,8 @@ runs its `codec_conv_route` setting); "eager" = the torch reference path) measur
      with its seconds and the peak memory it took; then per bucket B the replay time of a
      decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
      median) and audio seconds produced per second.
+With --profile, before 2: per route, torch.profiler's kernel totals of one eager decode at
+128 streams x 8 frames, largest first (where the codec's time goes, convolutions or not).
 Writes --out/codec_scale.json after every section (machine, versions, raw samples), prints
 tables last, and skips what would start after --budget-s.
 
@@ -164,6 +166,58 @@ def scale(decoder, route: str, args, report: dict, t0: float) -> None:
         torch.cuda.empty_cache()
 
 
+PROFILE_POINT = (128, 8)  # (streams, frames): the issue's codec_ms_b128_n8
+
+
+def profile(decoder, route: str, args, report: dict) -> None:
+    """Where one decode call's GPU time goes on a route: torch.profiler's kernel totals of
+    eager calls at PROFILE_POINT (eager, so that every kernel is attributed: a graph replays
+    the same kernels without the launches), per call, largest first."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    batch, frames = PROFILE_POINT
+    calls = 3
+    device = torch.device("cuda")
+    convs.use(route)
+    try:
+        codec = StreamingCodec(decoder, batch, device)
+        slots = [codec.open() for _ in range(batch)]
+        codes = torch.randint(0, 2048, (batch, frames, 16), device=device)
+        for _ in range(2):  # compiles, and lets cuDNN pick its algorithms
+            codec.decode(slots, codes)
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                codec.decode(slots, codes)
+            torch.cuda.synchronize()
+    finally:
+        convs.use_eager()
+    kernels = []
+    for event in prof.key_averages():
+        # Self time: a kernel's own; the op that launched it has none (no double count).
+        device_us = getattr(event, "self_device_time_total", 0) or 0
+        if device_us > 0:
+            kernels.append(
+                {
+                    "kernel": event.key[:160],
+                    "ms_per_call": device_us / 1e3 / calls,
+                    "launches_per_call": event.count / calls,
+                }
+            )
+    kernels.sort(key=lambda k: -k["ms_per_call"])
+    entry = {
+        "batch": batch,
+        "frames": frames,
+        "kernel_ms_per_call": sum(k["ms_per_call"] for k in kernels),
+        "kernels": kernels[:40],
+    }
+    report.setdefault("profile", {})[route] = entry
+    print(f"profile {route}: {entry['kernel_ms_per_call']:.2f} ms of kernels per call", flush=True)
+    for k in kernels[:15]:
+        print(f"  {k['ms_per_call']:8.3f} ms x{k['launches_per_call']:4.0f}  {k['kernel'][:100]}")
+
+
 def record_calls(decoder, batch: int, frames: int) -> list[dict]:
     """Every dense convolution call of one decoder step at (batch, frames): the layer, its
     input shape and epilogue (the step runs on the eager path while recorded)."""
@@ -283,8 +337,7 @@ def per_layer_totals(rows: list[dict]) -> list[dict]:
                 entry[f"{route}_ms"] = entry.get(f"{route}_ms", 0.0) + ms
         triton_ms, gemm_ms = timed_routes["triton"], timed_routes["gemm"]
         if triton_ms is not None and gemm_ms is not None:
-            _, cin, taps = row["key"]
-            route = convs.route_for(taps, cin, row["rows"])
+            route = convs.route_for(row["samples"])
             chosen = gemm_ms if route == "gemm" else triton_ms
             entry["routed_ms"] = entry.get("routed_ms", 0.0) + chosen
             entry["best_of_triton_gemm_ms"] = entry.get("best_of_triton_gemm_ms", 0.0) + min(
@@ -311,6 +364,12 @@ def main() -> None:
         help="convolution routes to measure (eager: the torch reference path)",
     )
     parser.add_argument("--no-per-layer", action="store_true", help="skip section 3")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="first, per route: kernel totals of one decode at 128 streams x 8 frames",
+    )
+    parser.add_argument("--no-correctness", action="store_true", help="skip section 1")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -343,7 +402,9 @@ def main() -> None:
             Path(tempfile.mkdtemp()) / "speech_tokenizer", "real"
         )
     args.frame_s = timing_12hz(folder).frame_s  # audio seconds of one frame
-    sections = [("correctness", lambda: correctness(folder, args, report, t0))]
+    sections = []
+    if not args.no_correctness:
+        sections.append(("correctness", lambda: correctness(folder, args, report, t0)))
     decoder = None
 
     def load():
@@ -351,6 +412,9 @@ def main() -> None:
         decoder = load_speech_tokenizer(folder, device="cuda", dtype=torch.bfloat16)
 
     sections.append(("load", load))
+    if args.profile:
+        for route in args.routes:
+            sections.append((f"profile {route}", lambda r=route: profile(decoder, r, args, report)))
     if not args.no_per_layer:
         sections.append(("per_layer", lambda: per_layer(decoder, args, report, t0)))
     for route in args.routes:

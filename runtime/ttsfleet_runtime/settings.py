@@ -178,9 +178,9 @@ class ServerSettings:
     )
     # The codec's dense convolutions on a GPU: the Triton implicit-GEMM kernel with the
     # activation fused (kernels/conv1d.py), cuDNN on channels-last views, one cuBLAS product
-    # over the input windows, the last two with a fused epilogue, or "routed": the product
-    # except for wide convolutions of few channels over many rows, which stay on the
-    # Triton kernel (codec/convs.py route_for). The default is what served best under
+    # over the input windows, the last two with a fused epilogue, or "routed": the Triton
+    # kernel where each stream brings many samples, the product where it brings few
+    # (codec/convs.py route_for). The default is what served best under
     # load (bench/capacity.py, routes against each other in one H100 lease: bench/results).
     codec_conv_route: str = setting(
         "routed",

@@ -87,19 +87,18 @@ def test_cudnn_output_stays_channels_last(kind, monkeypatch):
     assert raw.shape == (3, 9 * layer.upsampling, layer.conv.out_channels)
 
 
-def test_route_for_keeps_the_triton_kernel_for_wide_few_channel_convolutions_only():
-    rows, channels = convs.TRITON_MIN_ROWS, convs.TRITON_MAX_CHANNELS
-    assert convs.route_for(7, channels, rows) == "triton"  # the last blocks' dilated convs
-    assert convs.route_for(7, channels, rows - 1) == "gemm"  # few rows: no tile is full
-    assert convs.route_for(7, channels * 2, rows) == "gemm"  # many channels: the product wins
-    assert convs.route_for(2, channels, rows) == "gemm"  # transposed: a small window
-    assert convs.route_for(1, channels, rows * 8) == "gemm"  # 1x1: no window to gather
+def test_route_for_gives_the_triton_kernel_the_convolutions_of_many_samples_a_stream():
+    samples = convs.TRITON_MIN_SAMPLES
+    assert convs.route_for(samples) == "triton"  # the last blocks, at every batch size
+    assert convs.route_for(samples * 60) == "triton"  # the output convolution at 8 frames
+    assert convs.route_for(samples - 1) == "gemm"  # its per-stream tiles are mostly masked
+    assert convs.route_for(1) == "gemm"  # the pre-transformer side at one frame
 
 
 def test_routed_runs_the_chosen_route_and_matches_eager(monkeypatch):
-    """Few rows go to the matrix product, many to the Triton kernel (here in Triton's
-    interpreter); the stream continues exactly across the switch."""
-    monkeypatch.setattr(convs, "TRITON_MIN_ROWS", 16)
+    """Few samples a stream go to the matrix product, many to the Triton kernel (here in
+    Triton's interpreter); the stream continues exactly across the switch."""
+    monkeypatch.setattr(convs, "TRITON_MIN_SAMPLES", 16)
     ran = []
     for name in ("conv_gemm", "conv_kernel"):
         real = getattr(convs, name)

@@ -52,6 +52,18 @@ def test_matches_torch(dtype, n, channels, residual, activation, emit_raw):
         torch.testing.assert_close(act.double(), want, atol=TOLERANCE[dtype] * scale, rtol=0)
 
 
+def test_the_activation_holds_for_arguments_many_periods_out():
+    # The kernel reduces sin's argument by multiples of pi first (sin^2 has period pi): a
+    # reduction off by a part of pi, or a sign, shows at |y * frequency| of tens to
+    # hundreds, where the codec's activations also reach.
+    y = torch.linspace(-300.0, 300.0, 4096).reshape(64, 64)
+    frequency = torch.full((64,), 1.7)
+    inverse_magnitude = torch.full((64,), 0.5)
+    _, act = snake_epilogue(y, None, (frequency, inverse_magnitude), emit_raw=False)
+    want = y.double() + 0.5 * torch.sin(y.double() * 1.7) ** 2
+    torch.testing.assert_close(act.double(), want, atol=2e-4, rtol=0)
+
+
 def test_without_residual_the_raw_output_is_the_input():
     y = torch.randn(3, 5, 8)
     raw, act = snake_epilogue(y, None, (torch.ones(8), torch.ones(8)), emit_raw=True)

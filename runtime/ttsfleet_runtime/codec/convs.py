@@ -328,22 +328,19 @@ def _epilogue(
 
 
 # Where the Triton kernel beats the product (H100, bench/codec_scale.py per layer at 1 x 1,
-# 8 x 2, 32 x 2 and 128 x 8 streams x frames: bench/results/*-s8-codec_scale-routes.log): a
-# convolution of more than two taps over few input channels and many rows, where
-# gathering the product's windows (taps x the input) costs more than the kernel's whole
-# convolution: the last two blocks' dilated convolutions and the output convolution. Every
-# other call is faster as the product, by 2-20x where a stream brings few samples (the
-# Triton kernel tiles each stream's samples by 128 and re-reads the weights per stream).
-TRITON_MAX_CHANNELS = 192
-TRITON_MIN_ROWS = 16384
+# 8 x 2, 32 x 2 and 128 x 8 streams x frames: bench/results/*-s9-codec_scale.json): every
+# convolution whose input brings each stream at least two of the kernel's 128-sample tiles,
+# whatever its taps and channels (2-5x faster than the product for the last three blocks'
+# dilated convolutions, even for 1x1 ones). Below that the kernel's per-stream tiles are
+# mostly masked and the product (one matrix over every stream's rows) wins by 2-10x: the
+# pre-transformer convolutions and the first block, at 1-32 samples per stream.
+TRITON_MIN_SAMPLES = 256
 
 
-def route_for(taps: int, in_channels: int, rows: int) -> str:
-    """The route ("triton" or "gemm") of a convolution of `taps` taps over `in_channels`
-    channels for an input of `rows` samples (streams x samples): a Python decision on
-    shapes, made once when a CUDA graph is captured."""
-    many_small = taps > 2 and in_channels <= TRITON_MAX_CHANNELS and rows >= TRITON_MIN_ROWS
-    return "triton" if many_small else "gemm"
+def route_for(samples: int) -> str:
+    """The route ("triton" or "gemm") of a convolution whose input has `samples` samples
+    per stream: a Python decision on shapes, made once when a CUDA graph is captured."""
+    return "triton" if samples >= TRITON_MIN_SAMPLES else "gemm"
 
 
 def conv_routed(
@@ -356,8 +353,7 @@ def conv_routed(
     emit_raw: bool = True,
 ) -> ConvOut:
     """conv_kernel or conv_gemm, as `route_for` decides."""
-    taps, in_channels = layer.kernel_weight.shape[:2]
-    route = route_for(taps, in_channels, x.shape[0] * x.shape[1])
+    route = route_for(x.shape[1])
     chosen = conv_gemm if route == "gemm" else conv_kernel
     return chosen(layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # Triton's interpreter multiplies bf16 tl.dot operands as raw integers, so under it the
 # operands go in as float32 (F32_DOT: exact products, float32 sums as on the tensor cores).
@@ -56,10 +57,28 @@ class ConvConfig:
             raise ValueError("tl.dot needs block_t, block_n and block_k >= 16")
 
 
-# (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages),
-# written by bench/kernel_conv1d.py on the H100 (its --out/conv1d_table.py is pasted here).
-# Empty until measured: every shape uses default_config.
-TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
+# (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages), the
+# fastest of bench/kernel_conv1d.py's sweep at 128 streams x 8 frames on the H100
+# (bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json), with the kernel's time per
+# call and, in brackets, cuDNN's channels-last convolution alone on the same problem.
+TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
+    (192, 192, 7): (128, 256, 64, 8, 3),  # block3 ru.conv1 (192, k7): 823 us (898)
+    (384, 384, 7): (128, 128, 64, 8, 3),  # block2 ru.conv1 (384, k7): 672 us (657)
+    (96, 96, 7): (128, 128, 64, 8, 3),  # block4 ru.conv1 (96, k7): 978 us (1056)
+    (768, 768, 7): (128, 256, 64, 8, 3),  # block1 ru.conv1 (768, k7): 425 us (432)
+    (96, 96, 1): (128, 64, 32, 4, 4),  # block4 ru.conv2 (96, k1): 568 us (812)
+    (192, 192, 1): (64, 64, 32, 4, 4),  # block3 ru.conv2 (192, k1): 383 us (548)
+    (384, 384, 1): (64, 128, 64, 4, 3),  # block2 ru.conv2 (384, k1): 218 us (283)
+    (768, 768, 1): (64, 128, 64, 4, 3),  # block1 ru.conv2 (768, k1): 126 us (142)
+    (1920, 768, 2): (128, 256, 64, 8, 3),  # block2 upsample 768->384 x5: 404 us (450)
+    (768, 384, 2): (128, 256, 64, 8, 3),  # block3 upsample 384->192 x4: 491 us (657)
+    (6144, 1536, 2): (64, 128, 64, 4, 3),  # block1 upsample 1536->768 x8: 753 us (292)
+    (288, 192, 2): (128, 128, 64, 8, 3),  # block4 upsample 192->96 x3: 631 us (861)
+    (1536, 1024, 7): (64, 128, 64, 4, 3),  # decoder.0 conv 1024->1536 k7: 416 us (165)
+    (2048, 1024, 1): (64, 128, 64, 4, 3),  # upsample 1024 x2: 76 us (20)
+    (1024, 512, 3): (64, 128, 64, 4, 3),  # pre_conv 512->1024 k3: 53 us (23)
+    (1, 96, 7): (128, 16, 32, 4, 4),  # final conv 96->1 k7: 365 us (478)
+}
 
 
 def default_config(n: int, cin: int) -> ConvConfig:
@@ -78,18 +97,37 @@ def config_for(n: int, cin: int, taps: int) -> ConvConfig:
     return ConvConfig(*entry) if entry is not None else default_config(n, cin)
 
 
+# sin^2 has period pi: the activation reduces its argument to [-pi/2, pi/2] (pi in two
+# float32 parts), where the GPU's hardware sine (MUFU, `fast_sinf`) is accurate to ~5e-7
+# absolute, a few hundred times finer than a bf16 output's rounding. libdevice's `sin`
+# spends ~20 instructions per element on its own reduction, which made the epilogue a
+# large share of the 1-tap convolutions' time.
+_INV_PI = tl.constexpr(0.3183098861837907)
+_PI_HI = tl.constexpr(3.1415927410125732)  # float32(pi)
+_PI_LO = tl.constexpr(-8.742278000372485e-08)  # pi - float32(pi)
+
+
 @triton.jit
-def _snake(y, freq_ptr, inv_ptr, channels, col_mask):
+def _snake(y, freq_ptr, inv_ptr, channels, col_mask, FAST_SIN: tl.constexpr):
     """SnakeBeta of float32 y [BLOCK_T, BLOCK_N] with per-column factors."""
     freq = tl.load(freq_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
     inv = tl.load(inv_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
-    s = tl.sin(y * freq[None, :])
+    z = y * freq[None, :]
+    turns = tl.floor(z * _INV_PI + 0.5)
+    r = z - turns * _PI_HI - turns * _PI_LO
+    if FAST_SIN:
+        s = libdevice.fast_sinf(r)
+    else:  # Triton's interpreter has no libdevice
+        s = tl.sin(r)
     return y + inv[None, :] * s * s
 
 
-# Lengths and batch strides change with the frame count: not specialised, so each layer
-# compiles once for every (batch, frames) graph.
-@triton.jit(do_not_specialize=["T", "stride_xb", "stride_sb", "stride_rb", "stride_ob"])
+# The length changes with the frame count: not specialised, so each layer compiles once
+# for every (batch, frames) graph. The batch strides are (Triton specialises an integer
+# only on being 1 or a multiple of 16, not on its value): knowing that every stream's rows
+# start on 16 bytes is what lets it store the output and load the residual in 16-byte
+# vectors instead of 2-byte elements.
+@triton.jit(do_not_specialize=["T"])
 def _causal_conv_kernel(
     x_ptr,
     state_ptr,
@@ -115,6 +153,7 @@ def _causal_conv_kernel(
     EMIT_RAW: tl.constexpr,
     EMIT_ACT: tl.constexpr,
     F32_DOT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -168,7 +207,7 @@ def _causal_conv_kernel(
         tl.store(raw_ptr + out_offsets, y, mask=mask)
     if EMIT_ACT:
         # From the rounded output, as the eager path activates the stored tensor.
-        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask)
+        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
         tl.store(act_ptr + out_offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
 
 
@@ -271,6 +310,7 @@ def causal_conv1d(
         EMIT_RAW=emit_raw,
         EMIT_ACT=activation is not None,
         F32_DOT=f32_dot,
+        FAST_SIN=not _INTERPRETED,
         BLOCK_T=cfg.block_t,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .conv1d import _snake
+from .conv1d import _INTERPRETED, _snake
 
 _TILE_ELEMENTS = 4096  # per program: 32 per thread with 4 warps
 
@@ -35,6 +35,7 @@ def _snake_epilogue_kernel(
     RESIDUAL: tl.constexpr,
     EMIT_RAW: tl.constexpr,
     EMIT_ACT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -51,7 +52,7 @@ def _snake_epilogue_kernel(
         tl.store(raw_ptr + offsets, y, mask=mask)
     if EMIT_ACT:
         # From the rounded sum, as the eager path activates the stored tensor.
-        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask)
+        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
         tl.store(act_ptr + offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
 
 
@@ -111,6 +112,7 @@ def snake_epilogue(
             RESIDUAL=residual is not None,
             EMIT_RAW=write_raw,
             EMIT_ACT=activation is not None,
+            FAST_SIN=not _INTERPRETED,
             BLOCK_R=block_r,
             BLOCK_N=block_n,
             num_warps=4,
