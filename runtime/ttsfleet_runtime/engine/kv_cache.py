@@ -87,6 +87,9 @@ class PagedKVCache:
         self.num_blocks = num_blocks
         width = blocks_for(max_len, block_size)
         self.host_table = torch.full((slots, width), SCRATCH_BLOCK, dtype=torch.int32)
+        # The same memory as numpy rows: the engine thread rewrites a row whenever a
+        # stream grows into a block, and a torch op per write costs ~10x numpy's.
+        self._host_rows = self.host_table.numpy()
         self.block_table = self.host_table.to(device)
         self._dirty: tuple[int, int] | None = None  # host rows [lo, hi) not on the device yet
 
@@ -101,10 +104,9 @@ class PagedKVCache:
     def set_blocks(self, slot: int, blocks: list[int]) -> None:
         """Slot `slot`'s stream now holds `blocks` (positions in order); the rest of
         its row points at the scratch block. Sent to the device by `flush`."""
-        row = self.host_table[slot]
-        row.fill_(SCRATCH_BLOCK)
-        if blocks:
-            row[: len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
+        row = self._host_rows[slot]
+        row.fill(SCRATCH_BLOCK)
+        row[: len(blocks)] = blocks
         lo, hi = self._dirty or (slot, slot + 1)
         self._dirty = (min(lo, slot), max(hi, slot + 1))
 

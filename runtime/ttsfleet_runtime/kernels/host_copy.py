@@ -11,21 +11,79 @@ its time and the codec and decode streams never running at once. Copies
 through pinned memory are asynchronous DMA with no shared staging: a host ->
 device copy returns at once, and a device -> host copy waits only for the
 current stream's work.
+
+The small copies the engine makes on every prefill and step (positions, sampling
+parameters, text ids, block table rows) go through a ring of pinned buffers each
+thread owns (`PinnedStaging`): a fresh pinned tensor per copy (`pin_memory()`)
+cost the engine thread 15% of its time at 100 req/s on the H100, the caching
+host allocator querying the events of every block in flight and allocating new
+pinned pages (cudaHostAlloc) while earlier copies still queued behind the step.
 """
 
 from __future__ import annotations
 
+import threading
+
 import torch
+
+
+class PinnedStaging:
+    """A ring of `slots` pinned host buffers of `slot_bytes` each for host -> device
+    copies: a copy takes the next buffer, waits for the copy that read it a lap
+    earlier (long done, in practice), fills it and enqueues the transfer on the
+    current stream, then records an event there. Copies larger than a buffer are
+    not taken (None)."""
+
+    def __init__(self, slots: int = 128, slot_bytes: int = 16384, *, pin: bool = True, event=None):
+        self.slots, self.slot_bytes = slots, slot_bytes
+        self._buffer = torch.empty(slots * slot_bytes, dtype=torch.uint8, pin_memory=pin)
+        make_event = event if event is not None else torch.cuda.Event
+        self._events = [make_event() for _ in range(slots)]
+        self._recorded = [False] * slots
+        self._next = 0
+
+    def copy(self, host: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+        nbytes = host.numel() * host.element_size()
+        if nbytes > self.slot_bytes:
+            return None
+        out = torch.empty(host.shape, dtype=host.dtype, device=device)
+        if nbytes == 0:
+            return out
+        i = self._next
+        self._next = (i + 1) % self.slots
+        if self._recorded[i]:
+            self._events[i].synchronize()  # the transfer that read this buffer
+        start = i * self.slot_bytes
+        staged = self._buffer[start : start + nbytes].view(host.dtype).view(host.shape)
+        staged.copy_(host)
+        out.copy_(staged, non_blocking=True)
+        self._events[i].record()
+        self._recorded[i] = True
+        return out
+
+
+_per_thread = threading.local()
+
+
+def _staging() -> PinnedStaging:
+    staging = getattr(_per_thread, "staging", None)
+    if staging is None:
+        staging = _per_thread.staging = PinnedStaging()
+    return staging
 
 
 def to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """`host` (a CPU tensor) on `device`, copied without blocking the caller.
 
-    The data goes through a pinned copy (PyTorch's caching host allocator keeps
-    it alive until the transfer is done), so `host` may change right after."""
+    The data goes through pinned memory (the thread's `PinnedStaging` ring, or for a
+    large tensor a pinned copy the caching host allocator keeps alive until the
+    transfer is done), so `host` may change right after."""
     device = torch.device(device)
     if device.type != "cuda":
         return host.to(device)
+    out = _staging().copy(host, device)
+    if out is not None:
+        return out
     return host.pin_memory().to(device, non_blocking=True)
 
 

@@ -1,0 +1,66 @@
+"""kernels.host_copy.PinnedStaging, the ring of pinned buffers small host -> device
+copies go through. On a CPU the ring is unpinned and its events are recorded here, so
+the reuse rule (a buffer is refilled only after the transfer that read it) is tested
+without a GPU."""
+
+from __future__ import annotations
+
+import torch
+
+from ttsfleet_runtime.kernels.host_copy import PinnedStaging
+
+
+class RecordedEvent:
+    """Stands in for torch.cuda.Event: logs its records and waits."""
+
+    def __init__(self, log: list[tuple[str, int]]):
+        self.log = log
+        self.id = len(log)  # distinct per event as they are made in order
+        log.append(("made", self.id))
+
+    def record(self):
+        self.log.append(("record", self.id))
+
+    def synchronize(self):
+        self.log.append(("wait", self.id))
+
+
+def ring(slots=2, slot_bytes=64):
+    log: list[tuple[str, int]] = []
+    staging = PinnedStaging(slots, slot_bytes, pin=False, event=lambda: RecordedEvent(log))
+    log.clear()  # the events made with the ring
+    return staging, log
+
+
+def test_copies_hold_the_data_even_when_the_source_changes_after():
+    staging, _ = ring()
+    host = torch.arange(6, dtype=torch.int64).reshape(2, 3)
+    out = staging.copy(host, torch.device("cpu"))
+    host += 100
+    assert out.shape == (2, 3) and out.dtype == torch.int64
+    assert out.tolist() == [[0, 1, 2], [3, 4, 5]]
+    flags = staging.copy(torch.tensor([True, False, True]), torch.device("cpu"))
+    assert flags.tolist() == [True, False, True]
+
+
+def test_a_buffer_is_refilled_only_after_the_transfer_that_read_it():
+    staging, log = ring(slots=2)
+    cpu = torch.device("cpu")
+    staging.copy(torch.ones(4), cpu)  # buffer 0, event 0
+    staging.copy(torch.ones(4), cpu)  # buffer 1, event 1
+    assert log == [("record", 0), ("record", 1)]  # a first lap waits for nothing
+    out = staging.copy(torch.full((4,), 7.0), cpu)  # buffer 0 again
+    assert log[2:] == [("wait", 0), ("record", 0)]  # waited for its last reader first
+    assert out.tolist() == [7.0] * 4
+
+
+def test_copies_larger_than_a_buffer_are_left_to_the_caller():
+    staging, _ = ring(slot_bytes=64)
+    assert staging.copy(torch.zeros(17, dtype=torch.float32), torch.device("cpu")) is None
+    assert staging.copy(torch.zeros(16, dtype=torch.float32), torch.device("cpu")) is not None
+
+
+def test_empty_tensors_take_no_buffer():
+    staging, log = ring(slots=1)
+    out = staging.copy(torch.zeros(0, 3), torch.device("cpu"))
+    assert out.shape == (0, 3) and log == []
