@@ -14,8 +14,9 @@ Inputs (any but the first may be missing):
 - `--startup`: `startup.json` of `bench/startup.py`: per size `startup_s` (process start ->
   ready with a warm compile cache) and `startup_s_cold`.
 
-Without `--ours`, `--startup` and `--capacity` update an existing summary (--out) and
-change nothing else: a load figure the new run did not measure keeps the old run's.
+Without `--ours`, `--startup`, `--capacity` and `--codec` update an existing summary
+(--out) and change nothing else: a load figure the new run did not measure keeps the old
+run's.
 
 Speedups compare the peer with us on the same machine in the same run:
 `speedup_ms_per_frame_b1` and `speedup_ttfa_ms_b1` are peer / ours (times faster),
@@ -169,6 +170,14 @@ def add_startup(sizes: dict, startup: dict | None) -> None:
             sizes.setdefault(size, {}).update(figures)
 
 
+def add_codec(sizes: dict, codec: dict | None) -> None:
+    """`codec_ms_b128_n8` of a codec benchmark into every size of `sizes` (one codec)."""
+    codec_ms = codec_ms_b128_n8(codec)
+    if codec_ms is not None:
+        for entry in sizes.values():
+            entry["codec_ms_b128_n8"] = codec_ms
+
+
 def load(path: str | None) -> dict | None:
     return json.loads(Path(path).read_text()) if path else None
 
@@ -199,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         "--ours",
         action="append",
         help="ours.json of `ttsfleet-runtime bench` (again for a run split by size); "
-        "without it, --startup's and --capacity's figures go into the existing --out and "
-        "nothing else changes",
+        "without it, --startup's, --capacity's and --codec's figures go into the existing "
+        "--out and nothing else changes",
     )
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
@@ -215,12 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/summary.json")
     args = ap.parse_args(argv)
     if not args.ours:
-        # Start-up and capacity are timed in leases of their own (fresh server processes,
-        # not the engine benchmark's): their figures join the summary of the engine run.
-        if not (args.startup or args.capacity):
-            ap.error("give --ours, or --startup / --capacity to add figures to --out")
+        # Start-up, capacity and the codec are timed in leases of their own (fresh server
+        # processes, not the engine benchmark's): their figures join the summary of the
+        # engine run.
+        if not (args.startup or args.capacity or args.codec):
+            ap.error("give --ours, or --startup / --capacity / --codec to add figures to --out")
         summary = json.loads(Path(args.out).read_text())
         add_startup(summary["sizes"], load(args.startup))
+        add_codec(summary["sizes"], load(args.codec))
         add_load(summary["sizes"], merge_capacity([load(path) for path in args.capacity]))
         Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
         return 0

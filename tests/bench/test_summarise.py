@@ -249,3 +249,23 @@ def test_load_figures_join_an_existing_summary_keeping_what_the_run_did_not_meas
     )
     before["sizes"]["1.7B"].pop("load")
     assert after == before
+
+
+def test_the_codec_figure_joins_an_existing_summary_and_changes_nothing_else(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    ours["0.6B"] = ours_size([2.5], [9.0])
+    old_codec = dict(scale=[dict(batch=128, frames=8, decode_ms=58.547)])
+    before = summarise(tmp_path, dict(ours=ours, codec=old_codec))
+    new_codec = dict(scale=[dict(batch=32, frames=8, decode_ms=5.9)])
+    new_codec["scale"].append(dict(batch=128, frames=8, decode_ms=19.6561))
+    (tmp_path / "codec.json").write_text(json.dumps(new_codec))
+    out = tmp_path / "summary.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--codec", str(tmp_path / "codec.json"), "--out", str(out)],
+        check=True,
+    )
+    after = json.loads(out.read_text())
+    for size in ("1.7B", "0.6B"):
+        assert after["sizes"][size].pop("codec_ms_b128_n8") == 19.656
+        assert before["sizes"][size].pop("codec_ms_b128_n8") == 58.547
+    assert after == before
