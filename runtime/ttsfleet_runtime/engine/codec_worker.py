@@ -217,7 +217,7 @@ class CodecWorker:
                 job.seq.stream.end(job.reason)
             else:
                 by_len.setdefault(self._decode_length(job), []).append(job)
-        for n, chunk_jobs in by_len.items():
+        for n, chunk_jobs in sorted(by_len.items(), key=_urgency):
             self._decode(n, chunk_jobs)
 
     def _decode_length(self, job: ChunkJob) -> int:
@@ -303,6 +303,18 @@ class CodecWorker:
                     t_emitted=now,
                 )
             )
+
+
+def _urgency(group: tuple[int, list[ChunkJob]]) -> tuple[bool, int]:
+    """The order of a wave's decoder calls (one per frame count): first a call with a
+    stream that has no audio out yet (its time to first audio is running), then the
+    smaller chunks (streams early in the ramp, with the least lead). Under load a
+    wave holds first chunks beside other streams' 8-frame chunks; those callers have
+    seconds of audio ahead of them. A stream is in one call of a wave, so its own
+    chunks keep their order."""
+    frames, jobs = group
+    first_audio = any(not job.prime and job.seq.stream.chunks_delivered == 0 for job in jobs)
+    return (not first_audio, frames)
 
 
 def _on_host(decoded: DecodedAudio) -> list[np.ndarray]:
