@@ -122,6 +122,90 @@ def _snake(y, freq_ptr, inv_ptr, channels, col_mask, FAST_SIN: tl.constexpr):
     return y + inv[None, :] * s * s
 
 
+@triton.jit
+def _conv_tile(
+    x_base,
+    s_base,
+    w_ptr,
+    t,
+    cols,
+    col_mask,
+    T,
+    CIN: tl.constexpr,
+    N: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    F32_DOT: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """float32 [BLOCK_T, BLOCK_N]: output samples `t` of one stream (input rows from
+    x_base, the `(TAPS - 1) * DILATION` before them from its state row s_base), columns
+    `cols` of a weight [TAPS, CIN, N], no bias."""
+    CONTEXT = (TAPS - 1) * DILATION
+    K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
+    acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+    # One loop over taps x channel tiles, so that the loads are pipelined across taps.
+    for step in range(TAPS * K_TILES):
+        tap = step // K_TILES
+        cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
+        cin_mask = cin < CIN
+        src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
+        if CONTEXT > 0:
+            # One load whose rows point into the state or into x: it feeds tl.dot
+            # directly, so the pipeliner can prefetch it.
+            rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
+        else:
+            rows = x_base + src * CIN
+        a = tl.load(
+            rows[:, None] + cin[None, :],
+            mask=(src < T)[:, None] & cin_mask[None, :],
+            other=0.0,
+        )
+        w = tl.load(
+            w_ptr + (tap * CIN + cin)[:, None] * N + cols[None, :],
+            mask=cin_mask[:, None] & col_mask[None, :],
+            other=0.0,
+        )
+        if F32_DOT:
+            acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, w, acc)
+    return acc
+
+
+@triton.jit
+def _epilogue(
+    acc,
+    cols,
+    col_mask,
+    mask,
+    out_offsets,
+    res_offsets,
+    res_ptr,
+    raw_ptr,
+    act_ptr,
+    freq_ptr,
+    inv_ptr,
+    ACT_CHANNELS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    EMIT_RAW: tl.constexpr,
+    EMIT_ACT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
+):
+    """Stores acc (+ residual) rounded to the output dtype and/or its SnakeBeta."""
+    if RESIDUAL:
+        acc += tl.load(res_ptr + res_offsets, mask=mask).to(tl.float32)
+    y = acc.to(raw_ptr.dtype.element_ty)
+    if EMIT_RAW:
+        tl.store(raw_ptr + out_offsets, y, mask=mask)
+    if EMIT_ACT:
+        # From the rounded output, as the eager path activates the stored tensor.
+        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
+        tl.store(act_ptr + out_offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
+
+
 # The length changes with the frame count: not specialised, so each layer compiles once
 # for every (batch, frames) graph. The batch strides are (Triton specialises an integer
 # only on being 1 or a multiple of 16, not on its value): knowing that every stream's rows
@@ -162,65 +246,63 @@ def _causal_conv_kernel(
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     b = tl.program_id(2).to(tl.int64)
-    CONTEXT = (TAPS - 1) * DILATION
-    K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
     col_mask = cols < N
-    x_base = x_ptr + b * stride_xb
-    s_base = state_ptr + b * stride_sb
-    acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-    # One loop over taps x channel tiles, so that the loads are pipelined across taps.
-    for step in range(TAPS * K_TILES):
-        tap = step // K_TILES
-        cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
-        cin_mask = cin < CIN
-        src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
-        if CONTEXT > 0:
-            # One load whose rows point into the state or into x: it feeds tl.dot
-            # directly, so the pipeliner can prefetch it.
-            rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
-        else:
-            rows = x_base + src * CIN
-        a = tl.load(
-            rows[:, None] + cin[None, :],
-            mask=(src < T)[:, None] & cin_mask[None, :],
-            other=0.0,
-        )
-        w = tl.load(
-            w_ptr + (tap * CIN + cin)[:, None] * N + cols[None, :],
-            mask=cin_mask[:, None] & col_mask[None, :],
-            other=0.0,
-        )
-        if F32_DOT:
-            acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, w, acc)
+    acc = _conv_tile(
+        x_ptr + b * stride_xb,
+        state_ptr + b * stride_sb,
+        w_ptr,
+        t,
+        cols,
+        col_mask,
+        T,
+        CIN,
+        N,
+        TAPS,
+        DILATION,
+        F32_DOT,
+        BLOCK_T,
+        BLOCK_N,
+        BLOCK_K,
+    )
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-    row_mask = t < T
-    mask = row_mask[:, None] & col_mask[None, :]
-    out_offsets = b * stride_ob + t[:, None] * N + cols[None, :]
-    if RESIDUAL:
-        res = tl.load(res_ptr + b * stride_rb + t[:, None] * N + cols[None, :], mask=mask)
-        acc += res.to(tl.float32)
-    y = acc.to(raw_ptr.dtype.element_ty)
-    if EMIT_RAW:
-        tl.store(raw_ptr + out_offsets, y, mask=mask)
-    if EMIT_ACT:
-        # From the rounded output, as the eager path activates the stored tensor.
-        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
-        tl.store(act_ptr + out_offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
+    mask = (t < T)[:, None] & col_mask[None, :]
+    _epilogue(
+        acc,
+        cols,
+        col_mask,
+        mask,
+        b * stride_ob + t[:, None] * N + cols[None, :],
+        b * stride_rb + t[:, None] * N + cols[None, :],
+        res_ptr,
+        raw_ptr,
+        act_ptr,
+        freq_ptr,
+        inv_ptr,
+        ACT_CHANNELS,
+        RESIDUAL,
+        EMIT_RAW,
+        EMIT_ACT,
+        FAST_SIN,
+    )
 
 
-def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+def _check(
+    name: str,
+    t: torch.Tensor,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    caller: str = "causal_conv1d",
+) -> None:
     if tuple(t.shape) != shape:
-        raise ValueError(f"causal_conv1d: {name} has shape {tuple(t.shape)}, expected {shape}")
+        raise ValueError(f"{caller}: {name} has shape {tuple(t.shape)}, expected {shape}")
     if t.dtype != dtype:
-        raise ValueError(f"causal_conv1d: {name} is {t.dtype}, expected {dtype} (x's dtype)")
+        raise ValueError(f"{caller}: {name} is {t.dtype}, expected {dtype} (x's dtype)")
     # Strides of dimensions of size 1 are never used (and torch leaves them arbitrary).
     if (shape[-1] > 1 and t.stride(-1) != 1) or (
         t.dim() == 3 and shape[1] > 1 and t.stride(1) != shape[-1]
     ):
-        raise ValueError(f"causal_conv1d: {name} must be contiguous per stream")
+        raise ValueError(f"{caller}: {name} must be contiguous per stream")
 
 
 def _empty(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
