@@ -1,0 +1,249 @@
+"""One residual unit of the codec decoder in one launch: both convolutions back to back.
+
+A residual unit is conv1 (7 taps, dilated, C -> C) whose output goes through SnakeBeta,
+then conv2 (1 tap, C -> C) + the unit's input x, then the activation the next layer
+needs. As two calls of kernels/conv1d.py the activated conv1 output h ([B, T, C]) is
+written to memory and read back, and conv2 (1/7 of the work) is bound by that traffic
+(0.57 ms of 2.4 ms per unit of the last block at 128 streams x 8 frames on the H100).
+
+Here one program owns BLOCK_T samples of one stream and the whole channel width (C padded
+to a power of two, the padding masked to zero): the conv1 tile as in kernels/conv1d.py,
+h = snake(conv1 + b1) in registers, rounded at the same two points as the two-call path
+(conv1's output before its activation, h before conv2, as if it had been stored), then
+h @ W2 in column chunks of BLOCK_N, each with conv1d's epilogue (+ b2, + x, raw and/or
+activated outputs). The two calls' results, without h's round trip or the second launch.
+
+The whole width must fit one program's registers: channels up to `MAX_CHANNELS` (the
+decoder's last two blocks, 96 and 192). Wider units keep the two calls (codec/convs.py).
+
+Block sizes come from `TABLE` (channels -> config: block_n is the chunk of conv2's output
+columns; conv1's are always all of them), measured by bench/kernel_conv1d.py --units,
+never from run-time autotuning (the codec is captured in CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from . import conv1d
+from .conv1d import _INTERPRETED, ConvConfig, _check, _conv_tile, _epilogue, _snake
+
+# The whole width is one tile: conv1's float32 accumulator, then h in bf16 and a chunk of
+# conv2's. sm_90 compiles (ptxas, 8 warps): 96 channels (padded to 128) take 128 registers
+# a thread at 128-sample tiles; 192 (padded to 256) 215 at 64 samples and 255 with a 4-byte
+# spill at 128; 384 (512 wide) spills 380 bytes even at 64 samples, with 200 KB of shared
+# memory: the decoder's first two blocks keep the two calls.
+MAX_CHANNELS = 256
+
+# channels -> (block_t, block_n, block_k, warps, stages), the fastest of
+# bench/kernel_conv1d.py --units on the GPU. Not measured yet: `default_config` meanwhile.
+TABLE: dict[int, tuple[int, int, int, int, int]] = {}
+
+
+def default_config(channels: int) -> ConvConfig:
+    """8 warps, 64-channel steps and conv2 in 64-column chunks; 128-sample tiles up to 128
+    channels, 64 above (the largest tiles that compile for sm_90 without spilling)."""
+    width = max(16, triton.next_power_of_2(channels))
+    block_t = 128 if width <= 128 else 64
+    return ConvConfig(block_t, min(64, width), min(64, width), num_warps=8, num_stages=3)
+
+
+@functools.cache
+def config_for(channels: int) -> ConvConfig:
+    entry = TABLE.get(channels)
+    return ConvConfig(*entry) if entry is not None else default_config(channels)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _residual_unit_kernel(
+    x_ptr,
+    x_act_ptr,
+    state_ptr,
+    w1_ptr,
+    b1_ptr,
+    freq1_ptr,
+    inv1_ptr,
+    w2_ptr,
+    b2_ptr,
+    raw_ptr,
+    act_ptr,
+    freq2_ptr,
+    inv2_ptr,
+    T,
+    stride_xb,
+    stride_ab,
+    stride_sb,
+    stride_ob,
+    C: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    EMIT_RAW: tl.constexpr,
+    F32_DOT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.program_id(1).to(tl.int64)
+    channels = tl.arange(0, BLOCK_C)
+    channel_mask = channels < C
+    acc = _conv_tile(
+        x_act_ptr + b * stride_ab,
+        state_ptr + b * stride_sb,
+        w1_ptr,
+        t,
+        channels,
+        channel_mask,
+        T,
+        C,
+        C,
+        TAPS,
+        DILATION,
+        F32_DOT,
+        BLOCK_T,
+        BLOCK_C,
+        BLOCK_K,
+    )
+    acc += tl.load(b1_ptr + channels, mask=channel_mask, other=0.0).to(tl.float32)[None, :]
+    # Rounded where the two-call path stores: conv1's output (its activation reads the
+    # stored value) and h (conv2 reads it back). Padded channels stay 0 (zero weights,
+    # bias and snake factors), so they add nothing to conv2.
+    y = acc.to(x_act_ptr.dtype.element_ty)
+    h = _snake(y.to(tl.float32), freq1_ptr, inv1_ptr, channels, channel_mask, FAST_SIN)
+    h = h.to(x_act_ptr.dtype.element_ty)
+    if F32_DOT:
+        h = h.to(tl.float32)
+    row_mask = t < T
+    for n0 in tl.static_range(0, BLOCK_C, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        col_mask = cols < C
+        w = tl.load(
+            w2_ptr + channels[:, None] * C + cols[None, :],
+            mask=channel_mask[:, None] & col_mask[None, :],
+            other=0.0,
+        )
+        if F32_DOT:
+            out = tl.dot(h, w.to(tl.float32), input_precision="ieee")
+        else:
+            out = tl.dot(h, w)
+        out += tl.load(b2_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        _epilogue(
+            out,
+            cols,
+            col_mask,
+            row_mask[:, None] & col_mask[None, :],
+            b * stride_ob + t[:, None] * C + cols[None, :],
+            b * stride_xb + t[:, None] * C + cols[None, :],
+            x_ptr,
+            raw_ptr,
+            act_ptr,
+            freq2_ptr,
+            inv2_ptr,
+            C,
+            True,
+            EMIT_RAW,
+            True,
+            FAST_SIN,
+        )
+
+
+Activation = tuple[torch.Tensor, torch.Tensor]  # (frequency, inverse_magnitude), each [C]
+
+
+def residual_unit(
+    x: torch.Tensor,
+    x_act: torch.Tensor,
+    history: torch.Tensor | None,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    act2: Activation,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    next_activation: Activation,
+    *,
+    emit_raw: bool = True,
+    dilation: int = 1,
+    config: ConvConfig | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """What these two calls of kernels/conv1d.py return, in one launch:
+
+        _, h = causal_conv1d(x_act, w1, history, dilation=dilation, bias=b1,
+                             activation=act2, emit_raw=False)
+        return causal_conv1d(h, w2, bias=b2, residual=x, activation=next_activation,
+                             emit_raw=emit_raw)
+
+    x, x_act: [B, T, C] (the unit's input and its activation, conv1's input); history:
+    [B, (taps-1)*dilation, C], conv1's input before x_act (rows may be strided); w1:
+    [taps, C, C] and w2: [1, C, C] contiguous (CausalConv1d.kernel_weight); b1, b2 and
+    the activations' factors [C]. C <= MAX_CHANNELS. All in x's dtype."""
+    if w1.dim() != 3 or not w1.is_contiguous() or w1.shape[1] != w1.shape[2]:
+        raise ValueError(f"residual_unit: w1 must be contiguous [taps, C, C], got {w1.shape}")
+    taps, channels = w1.shape[0], w1.shape[2]
+    if channels > MAX_CHANNELS:
+        raise ValueError(f"residual_unit: {channels} channels > {MAX_CHANNELS} (one tile)")
+    batch, length = x.shape[0], x.shape[1]
+    shape = (batch, length, channels)
+    x, x_act = x.contiguous(), x_act.contiguous()
+    who = "residual_unit"
+    _check("x", x, shape, w1.dtype, who)
+    _check("x_act", x_act, shape, w1.dtype, who)
+    context = (taps - 1) * dilation
+    if context > 0:
+        if history is None:
+            raise ValueError("residual_unit: a conv1 wider than one tap needs its history")
+        _check("history", history, (batch, context, channels), x.dtype, who)
+    if not w2.is_contiguous() or tuple(w2.shape) != (1, channels, channels):
+        raise ValueError(f"residual_unit: w2 must be contiguous [1, C, C], got {w2.shape}")
+    _check("w2", w2, (1, channels, channels), x.dtype, who)
+    for name, vector in [("b1", b1), ("b2", b2), *zip(("act2", "act2"), act2, strict=True)]:
+        _check(name, vector, (channels,), x.dtype, who)
+    for vector in next_activation:
+        _check("next_activation", vector, (channels,), x.dtype, who)
+    raw = conv1d._empty(shape, x) if emit_raw else None
+    act = conv1d._empty(shape, x)
+    if batch == 0 or length == 0:
+        return raw, act
+    width = max(16, triton.next_power_of_2(channels))
+    cfg = config if config is not None else config_for(channels)
+    grid = (triton.cdiv(length, cfg.block_t), batch)
+    # Under the interpreter, bf16 dot operands go in as float32 (see conv1d._INTERPRETED).
+    f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
+    _residual_unit_kernel[grid](
+        x,
+        x_act,
+        history if history is not None else x_act,  # unused pointer: any tensor
+        w1,
+        b1,
+        act2[0],
+        act2[1],
+        w2,
+        b2,
+        raw if raw is not None else act,
+        act,
+        next_activation[0],
+        next_activation[1],
+        length,
+        x.stride(0),
+        x_act.stride(0),
+        history.stride(0) if history is not None else 0,
+        act.stride(0),
+        C=channels,
+        TAPS=taps,
+        DILATION=dilation,
+        EMIT_RAW=emit_raw,
+        F32_DOT=f32_dot,
+        FAST_SIN=not _INTERPRETED,
+        BLOCK_T=cfg.block_t,
+        BLOCK_C=width,
+        BLOCK_N=min(cfg.block_n, width),
+        BLOCK_K=min(cfg.block_k, width),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return raw, act

@@ -1,0 +1,101 @@
+"""kernels.residual_unit, a residual unit's two convolutions in one launch, against the two
+calls of kernels.conv1d it replaces (the same roundings: its results to the last bit, up
+to the order of float32 sums) and against the torch reference, through codec.convs over
+successive calls (state). Outputs are NaN-poisoned first, so an element the kernel never
+writes fails. Runs in Triton's interpreter on a CPU (the whole decoder streamed on it:
+tests/codec/test_conv_kernels.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ttsfleet_runtime.kernels import conv1d, residual_unit
+from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d
+
+SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch):
+    monkeypatch.setattr(
+        conv1d, "_empty", lambda shape, like: torch.full(shape, float("nan"), dtype=like.dtype)
+    )
+
+
+def _rand(g, *shape, dtype=torch.float32, scale=1.0):
+    return (scale * torch.randn(*shape, generator=g)).to(dtype)
+
+
+def _factors(g, channels, dtype):
+    """(frequency, inverse_magnitude) of a SnakeBeta with random parameters."""
+    frequency, inverse_magnitude = _rand(g, 2, channels, scale=0.5).exp()
+    return frequency.to(dtype), inverse_magnitude.to(dtype)
+
+
+def assert_same_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal but for float32 sums taken in another order: a handful of elements a rounding
+    step apart at most. (A missed rounding of conv1's output or of h moves most elements.)"""
+    step = torch.finfo(want.dtype).eps * want.float().abs().clamp_min(1e-3)
+    off = got.float() != want.float()
+    assert off.float().mean().item() <= 0.01, f"{off.sum()} of {off.numel()} elements differ"
+    assert ((got.float() - want.float()).abs() <= 2 * step).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("channels", [16, 24, 40])
+@pytest.mark.parametrize("dilation", [1, 3])
+@pytest.mark.parametrize(("emit_raw", "length"), [(True, 37), (False, 13)], ids=["both", "act"])
+def test_one_launch_gives_the_two_calls_results(dtype, channels, dilation, emit_raw, length):
+    g = torch.Generator().manual_seed(channels * 10 + dilation)
+    batch, context = 2, 6 * dilation
+    x = _rand(g, batch, length, channels, dtype=dtype)
+    x_act = _rand(g, batch, length, channels, dtype=dtype)
+    # History as strided rows of a wider packed state, as StreamingCodec hands it over.
+    packed = _rand(g, batch, context * channels + 5, dtype=dtype)
+    history = packed[:, 3 : 3 + context * channels].view(batch, context, channels)
+    w1 = _rand(g, 7, channels, channels, dtype=dtype, scale=(7 * channels) ** -0.5)
+    w2 = _rand(g, 1, channels, channels, dtype=dtype, scale=channels**-0.5)
+    b1, b2 = _rand(g, channels, dtype=dtype), _rand(g, channels, dtype=dtype)
+    act2, next_act = _factors(g, channels, dtype), _factors(g, channels, dtype)
+
+    _, h = causal_conv1d(
+        x_act, w1, history, dilation=dilation, bias=b1, activation=act2, emit_raw=False
+    )
+    want_raw, want_act = causal_conv1d(
+        h, w2, bias=b2, residual=x, activation=next_act, emit_raw=emit_raw
+    )
+    raw, act = residual_unit.residual_unit(
+        x,
+        x_act,
+        history,
+        w1,
+        b1,
+        act2,
+        w2,
+        b2,
+        next_act,
+        emit_raw=emit_raw,
+        dilation=dilation,
+        config=SMALL,
+    )
+    assert act.shape == (batch, length, channels)
+    if dtype == torch.float32:
+        torch.testing.assert_close(act, want_act, atol=1e-5, rtol=1e-5)
+    else:
+        assert_same_rounding(act, want_act)
+    if emit_raw:
+        if dtype == torch.float32:
+            torch.testing.assert_close(raw, want_raw, atol=1e-5, rtol=1e-5)
+        else:
+            assert_same_rounding(raw, want_raw)
+    else:
+        assert raw is None
+
+
+def test_refuses_units_wider_than_one_tile():
+    c = residual_unit.MAX_CHANNELS * 2
+    x = torch.zeros(1, 4, c)
+    w1, w2, v = torch.zeros(7, c, c), torch.zeros(1, c, c), torch.zeros(c)
+    with pytest.raises(ValueError, match="one tile"):
+        residual_unit.residual_unit(x, x, torch.zeros(1, 6, c), w1, v, (v, v), w2, v, (v, v))
