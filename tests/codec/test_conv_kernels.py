@@ -1,20 +1,37 @@
-"""The tiny codec decoder with its convolutions on the Triton kernel (kernels/conv1d.py,
-in the interpreter on a CPU) gives the eager decoder's audio, streamed in chunks."""
+"""The tiny codec decoder with its convolutions on the Triton kernels (kernels/conv1d.py,
+each residual unit as one launch of kernels/residual_unit.py; in the interpreter on a
+CPU) gives the eager decoder's audio, streamed in chunks, and its own one-pass audio."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ttsfleet_runtime.codec import convs
 from ttsfleet_runtime.codec.streaming import StreamingCodec
-from ttsfleet_runtime.kernels import conv1d
+from ttsfleet_runtime.kernels import conv1d, residual_unit
 
 # Long time tiles: the interpreter's cost is per program and per loop step, not per element.
 INTERPRETER_CONFIG = conv1d.ConvConfig(2048, 16, 32, num_stages=1)
 
 
-def test_tiny_decoder_on_the_kernels_matches_eager(tiny_decoder, monkeypatch):
+@pytest.fixture
+def fused_units(monkeypatch) -> list[int]:
+    """Interpreter-sized tiles for both kernels; the input lengths of the fused units run."""
     monkeypatch.setattr(conv1d, "config_for", lambda *shape: INTERPRETER_CONFIG)
+    monkeypatch.setattr(residual_unit, "config_for", lambda channels: INTERPRETER_CONFIG)
+    launched = []
+    real = convs.residual_unit_kernel
+
+    def spy(unit, x, *args, **kwargs):
+        launched.append(x.shape[1])
+        return real(unit, x, *args, **kwargs)
+
+    monkeypatch.setattr(convs, "residual_unit_kernel", spy)
+    return launched
+
+
+def test_tiny_decoder_on_the_kernels_matches_eager(tiny_decoder, fused_units):
     codes = torch.randint(0, 2048, (2, 2, 16), generator=torch.Generator().manual_seed(1))
     eager = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
     kernel = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
@@ -29,3 +46,22 @@ def test_tiny_decoder_on_the_kernels_matches_eager(tiny_decoder, monkeypatch):
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     finally:
         convs.use_eager()
+    assert len(fused_units) == 2 * 4 * 3  # every unit of the 4 blocks, both calls
+
+
+def test_fused_units_streamed_in_chunks_give_the_one_pass_audio(tiny_decoder, fused_units):
+    """Each fused unit carries conv1's history across calls as the two calls do."""
+    codes = torch.randint(0, 2048, (1, 3, 16), generator=torch.Generator().manual_seed(2))
+    whole = StreamingCodec(tiny_decoder, max_streams=1, device="cpu")
+    chunked = StreamingCodec(tiny_decoder, max_streams=1, device="cpu")
+    convs.use("triton")
+    try:
+        want = whole.decode([whole.open()], codes)
+        slot = chunked.open()
+        got = torch.cat(
+            [chunked.decode([slot], codes[:, :1]), chunked.decode([slot], codes[:, 1:])], 1
+        )
+    finally:
+        convs.use_eager()
+    assert len(fused_units) == 3 * 12
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ttsfleet_runtime.codec import convs
+from ttsfleet_runtime.codec.convs import ResidualUnit, SnakeBeta
 from ttsfleet_runtime.kernels import conv1d, residual_unit
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d
 
@@ -91,6 +93,110 @@ def test_one_launch_gives_the_two_calls_results(dtype, channels, dilation, emit_
             assert_same_rounding(raw, want_raw)
     else:
         assert raw is None
+
+
+def _unit(channels: int, dilation: int, dtype: torch.dtype, seed: int) -> ResidualUnit:
+    """A ResidualUnit with random weights and activations (derived layouts in `dtype`)."""
+    torch.manual_seed(seed)
+    unit = ResidualUnit(channels, dilation)
+    with torch.no_grad():
+        for act in (unit.act1, unit.act2):
+            act.alpha.normal_(0, 0.5)
+            act.beta.normal_(0, 0.5)
+    unit.conv1.state_key = "ru"
+    unit.to(dtype)
+    for act in (unit.act1, unit.act2):
+        act.derive_factors()
+    for layer in (unit.conv1, unit.conv2):
+        layer.derive_kernel_layout()
+    return unit
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize(("channels", "dilation"), [(24, 3), (40, 1)])
+def test_unit_on_the_triton_route_matches_two_calls_and_eager(
+    dtype, channels, dilation, monkeypatch
+):
+    """ResidualUnit.forward with the Triton route bound runs the one launch; over calls
+    shorter and longer than conv1's history it gives the two kernel calls' outputs (and
+    in float32 eager's: in bf16 eager rounds after every torch operation) and state."""
+    monkeypatch.setattr(residual_unit, "config_for", lambda channels: SMALL)
+    launched = []
+    real = convs.residual_unit_kernel
+
+    def spy(*args, **kwargs):
+        launched.append(args[2].shape[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(convs, "residual_unit_kernel", spy)
+    unit = _unit(channels, dilation, dtype, seed=channels)
+    follower = SnakeBeta(channels)
+    with torch.no_grad():
+        follower.alpha.normal_(0, 0.5)
+    follower.to(dtype).derive_factors()
+    g = torch.Generator().manual_seed(5)
+    states = {
+        run: {"ru": torch.zeros(2, 6 * dilation, channels, dtype=dtype)}
+        for run in ("eager", "two calls", "fused")
+    }
+
+    def run(name: str, x: torch.Tensor, x_act: torch.Tensor, emit_raw: bool):
+        monkeypatch.setattr(convs, "FUSE_RESIDUAL_UNITS", name == "fused")
+        convs.use("eager" if name == "eager" else "triton")
+        try:
+            return unit(x, x_act, states[name], follower, emit_raw)
+        finally:
+            convs.use_eager()
+
+    for length, emit_raw in ((5, True), (23, False), (2, True)):
+        x = _rand(g, 2, length, channels, dtype=dtype)
+        x_act = unit.act1(x)
+        got = run("fused", x, x_act, emit_raw)
+        references = ["two calls", "eager"] if dtype == torch.float32 else ["two calls"]
+        for name in references:
+            want = run(name, x, x_act, emit_raw)
+            for w, o in zip(want, got, strict=True):
+                assert (w is None) == (o is None)
+                if w is None:
+                    continue
+                if dtype == torch.float32:
+                    torch.testing.assert_close(o, w, atol=1e-5, rtol=1e-5)
+                else:
+                    assert_same_rounding(o, w)
+            torch.testing.assert_close(states["fused"]["ru"], states[name]["ru"], atol=0, rtol=0)
+    assert launched == [5, 23, 2]
+
+
+@pytest.mark.parametrize(
+    ("route", "channels", "samples", "fused"),
+    [
+        ("eager", 96, 15360, False),  # the reference stays two torch convolutions
+        ("triton", 96, 15360, True),
+        ("triton", 256, 16, True),
+        ("triton", 384, 1280, False),  # wider than one tile: two calls
+        ("routed", 192, 5120, True),
+        ("routed", 192, convs.TRITON_MIN_SAMPLES - 1, False),  # both on the matrix product
+        ("gemm", 96, 15360, False),
+        ("cudnn", 96, 15360, False),
+    ],
+)
+def test_fusion_only_where_the_route_puts_both_convolutions_on_the_kernel(
+    route, channels, samples, fused
+):
+    try:
+        convs.use(route)
+        assert convs.fuses_residual_unit(channels, samples) is fused
+    finally:
+        convs.use_eager()
+
+
+def test_fusion_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(convs, "FUSE_RESIDUAL_UNITS", False)
+    try:
+        convs.use("triton")
+        assert not convs.fuses_residual_unit(96, 15360)
+    finally:
+        convs.use_eager()
 
 
 def test_refuses_units_wider_than_one_tile():

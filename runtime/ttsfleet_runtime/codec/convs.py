@@ -19,7 +19,9 @@ kernel with the epilogue inside (`conv_kernel`, kernels/conv1d.py), cuDNN on
 channels-last tensors (`conv_cudnn`), or one cuBLAS matrix product over every stream's
 input windows (`conv_gemm`), the last two with a fused epilogue kernel
 (kernels/conv_epilogue.py); "routed" picks the Triton kernel or the matrix product per
-call by its shape (`route_for`). `use_eager()` puts it back.
+call by its shape (`route_for`). `use_eager()` puts it back. Where a route gives both
+convolutions of a residual unit to the Triton kernel, the unit is one launch instead
+(`residual_unit_kernel`, kernels/residual_unit.py).
 All keep the same state: the tail of each convolution's (activated) input.
 
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
@@ -249,6 +251,36 @@ def conv_kernel(
     )
 
 
+def residual_unit_kernel(
+    unit: ResidualUnit,
+    x: torch.Tensor,
+    x_act: torch.Tensor,
+    state: State,
+    next_activation: SnakeBeta,
+    emit_raw: bool,
+) -> ConvOut:
+    """A residual unit's two conv_kernel calls as one launch (kernels/residual_unit.py:
+    conv1's activated output never goes to memory); the same state, conv1's input tail."""
+    from ..kernels.residual_unit import residual_unit
+
+    conv1, conv2 = unit.conv1, unit.conv2
+    raw, act = residual_unit(
+        x,
+        x_act,
+        state[conv1.state_key],
+        conv1.kernel_weight,
+        conv1.kernel_bias,
+        (unit.act2.frequency, unit.act2.inverse_magnitude),
+        conv2.kernel_weight,
+        conv2.kernel_bias,
+        (next_activation.frequency, next_activation.inverse_magnitude),
+        emit_raw=emit_raw,
+        dilation=conv1.dilation,
+    )
+    conv1.remember(x_act, state)
+    return raw, act
+
+
 def conv_cudnn(
     layer: ConvLayer,
     x: torch.Tensor,
@@ -358,6 +390,29 @@ def conv_routed(
     return chosen(layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw)
 
 
+# A residual unit whose two convolutions the bound route puts on the Triton kernel runs
+# as one launch (`residual_unit_kernel`) where its width fits one tile; benchmarks turn
+# this off to time the two calls.
+FUSE_RESIDUAL_UNITS = True
+
+
+def fuses_residual_unit(channels: int, samples: int) -> bool:
+    """Whether a residual unit of `channels` with `samples` input samples a stream runs as
+    one launch: the bound route gives both its convolutions (same samples, same shapes
+    but taps) to the Triton kernel, and the width fits (kernels/residual_unit.py)."""
+    if not FUSE_RESIDUAL_UNITS:
+        return False
+    if conv is conv_routed:
+        on_kernel = route_for(samples) == "triton"
+    else:
+        on_kernel = conv is conv_kernel
+    if not on_kernel:
+        return False
+    from ..kernels.residual_unit import MAX_CHANNELS
+
+    return channels <= MAX_CHANNELS
+
+
 ROUTES = {
     "eager": conv_eager,
     "triton": conv_kernel,
@@ -426,6 +481,8 @@ class ResidualUnit(nn.Module):
         emit_raw: bool,
     ) -> ConvOut:
         """(x, act1(x)) -> (output if emit_raw, next_activation(output))."""
+        if fuses_residual_unit(x.shape[2], x.shape[1]):
+            return residual_unit_kernel(self, x, x_act, state, next_activation, emit_raw)
         _, h_act = conv(self.conv1, x_act, state, activation=self.act2, emit_raw=False)
         return conv(
             self.conv2,
