@@ -19,6 +19,9 @@ runs its `codec_conv_route` setting); "eager" = the torch reference path) measur
      with its seconds and the peak memory it took; then per bucket B the replay time of a
      decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
      median) and audio seconds produced per second.
+With --compare-unfused, 3 also runs the "triton" and "routed" routes with every residual
+unit as its two convolution calls (codec.convs.FUSE_RESIDUAL_UNITS off; rows say
+"fused_units"), to measure what the fused unit (kernels/residual_unit.py) saves.
 With --profile, before 2: per route, torch.profiler's kernel totals of one eager decode at
 128 streams x 8 frames, largest first (where the codec's time goes, convolutions or not).
 Writes --out/codec_scale.json after every section (machine, versions, raw samples), prints
@@ -111,12 +114,13 @@ def correctness(folder: Path, args, report: dict, t0: float) -> None:
         print(f"correctness {route}: {json.dumps(entry)}", flush=True)
 
 
-def scale(decoder, route: str, args, report: dict, t0: float) -> None:
+def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool = True) -> None:
     device = torch.device("cuda")
     gen = torch.Generator().manual_seed(1)
     top = max(args.batches)
     rows = report.setdefault("scale", [])
     convs.use(route)
+    convs.FUSE_RESIDUAL_UNITS = fused_units
     try:
         for frames in args.frames:
             if time.monotonic() - t0 > args.budget_s:
@@ -136,6 +140,7 @@ def scale(decoder, route: str, args, report: dict, t0: float) -> None:
             for batch in sorted(args.batches):
                 row = {
                     "route": route,
+                    "fused_units": fused_units,
                     "frames": frames,
                     "batch": batch,
                     "capture_s_all_buckets": capture_s,
@@ -163,6 +168,7 @@ def scale(decoder, route: str, args, report: dict, t0: float) -> None:
             codec = None  # frees its graphs and their pool
     finally:
         convs.use_eager()
+        convs.FUSE_RESIDUAL_UNITS = True
         torch.cuda.empty_cache()
 
 
@@ -370,6 +376,11 @@ def main() -> None:
         help="first, per route: kernel totals of one decode at 128 streams x 8 frames",
     )
     parser.add_argument("--no-correctness", action="store_true", help="skip section 1")
+    parser.add_argument(
+        "--compare-unfused",
+        action="store_true",
+        help="section 3 again for triton/routed with the residual units as two calls",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -419,6 +430,13 @@ def main() -> None:
         sections.append(("per_layer", lambda: per_layer(decoder, args, report, t0)))
     for route in args.routes:
         sections.append((f"scale {route}", lambda r=route: scale(decoder, r, args, report, t0)))
+        if args.compare_unfused and route in ("triton", "routed"):
+            sections.append(
+                (
+                    f"scale {route} unfused units",
+                    lambda r=route: scale(decoder, r, args, report, t0, fused_units=False),
+                )
+            )
     for name, run in sections:
         t_section = time.monotonic()
         try:
@@ -449,12 +467,13 @@ def main() -> None:
         for entry in report["per_layer_totals"]:
             print(json.dumps(entry))
     print(
-        f"\n{'route':>7} {'frames':>6} {'batch':>6} {'decode ms':>10} {'replay ms':>10} "
+        f"\n{'route':>7} {'units':>7} {'frames':>6} {'batch':>6} {'decode ms':>10} {'replay ms':>10} "
         f"{'audio-s/s':>10} {'capture s':>10} {'peak GiB':>9}"
     )
     for row in report.get("scale", []):
         print(
-            f"{row['route']:>7} {row['frames']:>6} {row['batch']:>6} "
+            f"{row['route']:>7} {'fused' if row.get('fused_units', True) else 'two':>7} "
+            f"{row['frames']:>6} {row['batch']:>6} "
             f"{row.get('decode_ms', float('nan')):>10.3f} "
             f"{row.get('replay_ms', float('nan')):>10.3f} "
             f"{row.get('audio_s_per_s', float('nan')):>10.0f} "

@@ -18,7 +18,17 @@ Writes --out/kernel_conv1d.json (machine, versions, every sample) and --out/conv
 (the TABLE to paste into runtime/ttsfleet_runtime/kernels/conv1d.py), then prints a table.
 Stops starting new shapes after --budget-s.
 
+With --units, instead: the residual units of the decoder's last two blocks (96 and 192
+channels) as one launch of kernels/residual_unit.py against the two conv1d calls they
+replace (each with its table config), at --batch x --frames: the fused kernel's candidate
+configs compiled in parallel, checked against the two calls on the GPU (bf16: the same
+roundings, so a few elements a rounding step apart at most), timed (do_bench, every
+sample kept) at dilation 1 with raw + activated outputs (units 1 and 2 of a block), the
+best also at dilations 3 and 9 and activated only (unit 3). Writes
+--out/kernel_residual_unit.json and --out/residual_unit_table.py (residual_unit.TABLE).
+
     PYTHONPATH=runtime python3 bench/kernel_conv1d.py --out $OUT --budget-s 200
+    PYTHONPATH=runtime python3 bench/kernel_conv1d.py --units --out $OUT --budget-s 200
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import torch.nn.functional as F
 import triton
 import triton.testing
 
+from ttsfleet_runtime.kernels import residual_unit
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d, default_config
 
 DTYPE = torch.bfloat16
@@ -250,19 +261,259 @@ def table_text(rows: list[dict], device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    channels: int
+    samples_per_frame: int  # input samples of one stream per frame
+
+
+# The residual units that fit one tile (residual_unit.MAX_CHANNELS), three per block.
+UNITS = [
+    Unit("block4 residual unit (96)", 96, 1920),
+    Unit("block3 residual unit (192)", 192, 640),
+]
+
+# (block_t, block_n = conv2's column chunk, block_k, warps, stages); the sm_90 compiles of
+# 4 warps at 128 samples spill for 192 channels (residual_unit.MAX_CHANNELS' comment).
+UNIT_CANDIDATES = [
+    (64, 64, 64, 8, 3),
+    (64, 32, 64, 8, 3),
+    (64, 128, 64, 8, 3),
+    (64, 256, 64, 8, 3),
+    (64, 64, 32, 8, 4),
+    (64, 64, 64, 8, 2),
+    (64, 64, 64, 4, 3),
+    (64, 32, 32, 4, 3),
+    (128, 64, 64, 8, 3),
+    (128, 32, 64, 8, 3),
+    (128, 128, 64, 8, 3),
+    (128, 64, 32, 8, 4),
+    (128, 64, 64, 8, 2),
+]
+
+
+def unit_candidates(unit: Unit) -> list[ConvConfig]:
+    width = max(16, triton.next_power_of_2(unit.channels))
+    out = {residual_unit.default_config(unit.channels)}
+    for t, n, k, w, st in UNIT_CANDIDATES:
+        out.add(ConvConfig(t, min(n, width), min(k, width), w, st))
+    return sorted(out, key=lambda c: tuple(asdict(c).values()))
+
+
+def unit_inputs(
+    unit: Unit, batch: int, frames: int, dilation: int, device: str = "cuda", seed: int = 0
+) -> dict:
+    g = torch.Generator(device=device).manual_seed(seed)
+    c, length = unit.channels, unit.samples_per_frame * frames
+
+    def rand(*dims, scale=1.0):
+        return (scale * torch.randn(*dims, generator=g, device=device)).to(DTYPE)
+
+    def snake():
+        return (rand(c).abs() + 0.5, rand(c).abs() + 0.1)
+
+    return {
+        "x": rand(batch, length, c),
+        "x_act": rand(batch, length, c),
+        "history": rand(batch, 6 * dilation, c),
+        "w1": rand(7, c, c, scale=(7 * c) ** -0.5),
+        "b1": rand(c),
+        "act2": snake(),
+        "w2": rand(1, c, c, scale=c**-0.5),
+        "b2": rand(c),
+        "next_activation": snake(),
+        "dilation": dilation,
+    }
+
+
+def two_calls(data: dict, emit_raw: bool):
+    """What the codec ran before the fusion: conv1 + snake, then conv2 + x + snake."""
+    _, h = causal_conv1d(
+        data["x_act"],
+        data["w1"],
+        data["history"],
+        dilation=data["dilation"],
+        bias=data["b1"],
+        activation=data["act2"],
+        emit_raw=False,
+    )
+    return causal_conv1d(
+        h,
+        data["w2"],
+        bias=data["b2"],
+        residual=data["x"],
+        activation=data["next_activation"],
+        emit_raw=emit_raw,
+    )
+
+
+def fused(data: dict, config: ConvConfig | None, emit_raw: bool):
+    d = data
+    return residual_unit.residual_unit(
+        *(d[k] for k in ("x", "x_act", "history", "w1", "b1", "act2", "w2", "b2")),
+        d["next_activation"],
+        emit_raw=emit_raw,
+        dilation=d["dilation"],
+        config=config,
+    )
+
+
+def unit_errors(data: dict, config: ConvConfig | None) -> dict:
+    """The fused outputs against the two calls': max |difference| / max |two calls| and
+    the share of elements that differ at all (the same roundings: a few, by one step)."""
+    out = {}
+    for name, got, want in zip(
+        ("raw", "act"), fused(data, config, True), two_calls(data, True), strict=True
+    ):
+        diff = (got.float() - want.float()).abs()
+        out[f"{name}_max_rel_error"] = diff.max().item() / want.float().abs().max().item()
+        out[f"{name}_differing"] = (diff > 0).float().mean().item()
+        out[f"{name}_finite"] = bool(torch.isfinite(got).all().item())
+    out["correct"] = all(
+        out[f"{n}_max_rel_error"] <= TOLERANCE and out[f"{n}_differing"] <= 0.01
+        for n in ("raw", "act")
+    ) and all(out[f"{n}_finite"] for n in ("raw", "act"))
+    return out
+
+
+def _bench(fn) -> dict:
+    samples = triton.testing.do_bench(fn, return_mode="all")
+    return {"ms": float(torch.tensor(samples).median().item()), "samples_ms": samples}
+
+
+def _compile_unit(task) -> str | None:
+    """Worker process: compile (and run once, tiny) one (unit, config)."""
+    unit, config = task
+    try:
+        torch.cuda.set_device(0)
+        fused(unit_inputs(unit, 1, 1, 1), config, True)
+        torch.cuda.synchronize()
+        return None
+    except Exception:
+        return traceback.format_exc(limit=3)
+
+
+def sweep_unit(unit: Unit, args, row: dict) -> None:
+    data = unit_inputs(unit, args.batch, args.frames, 1)
+    for emit_raw in (True, False):
+        key = "raw_act" if emit_raw else "act"
+        row[f"two_calls_{key}"] = _bench(lambda e=emit_raw: two_calls(data, e))
+    row["conv1_alone"] = _bench(
+        lambda: causal_conv1d(
+            data["x_act"],
+            data["w1"],
+            data["history"],
+            bias=data["b1"],
+            activation=data["act2"],
+            emit_raw=False,
+        )
+    )
+    results = []
+    for config in unit_candidates(unit):
+        entry = {"config": asdict(config)}
+        try:
+            entry.update(unit_errors(data, config))
+            if entry["correct"]:
+                entry.update(_bench(lambda c=config: fused(data, c, True)))
+        except Exception as exc:
+            entry["error"] = repr(exc)[:300]
+        results.append(entry)
+    row["candidates"] = results
+    timed = [e for e in results if "ms" in e]
+    if not timed:
+        return
+    best = min(timed, key=lambda e: e["ms"])
+    row["best"] = best
+    config = ConvConfig(**best["config"])
+    row["best_act_only"] = _bench(lambda: fused(data, config, False))
+    for dilation in (3, 9):
+        dilated = unit_inputs(unit, args.batch, args.frames, dilation)
+        row[f"dilation{dilation}"] = {
+            "two_calls_raw_act": _bench(lambda d=dilated: two_calls(d, True)),
+            "fused_raw_act": _bench(lambda d=dilated: fused(d, config, True)),
+        }
+    # A block's three units: two with both outputs, the last activated only.
+    two = 2 * row["two_calls_raw_act"]["ms"] + row["two_calls_act"]["ms"]
+    one = 2 * best["ms"] + row["best_act_only"]["ms"]
+    row["block_units_ms"] = {"two_calls": two, "fused": one, "saved": two - one}
+
+
+def unit_table_text(rows: list[dict], device: str) -> str:
+    lines = [
+        f"# Measured by bench/kernel_conv1d.py --units on {device}, {datetime.date.today()}:",
+        "TABLE: dict[int, tuple[int, int, int, int, int]] = {",
+    ]
+    for row in rows:
+        best = row.get("best")
+        if not best:
+            continue
+        c = best["config"]
+        value = (c["block_t"], c["block_n"], c["block_k"], c["num_warps"], c["num_stages"])
+        two = row["two_calls_raw_act"]["ms"]
+        note = f"{row['unit']['name']}: {best['ms'] * 1e3:.0f} us (two calls {two * 1e3:.0f})"
+        lines.append(f"    {row['unit']['channels']}: {value},  # {note}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def run_units(args, report: dict, t0: float, save) -> None:
+    tasks = [(u, c) for u in UNITS for c in unit_candidates(u)]
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(args.workers) as pool:
+            failures = [f for f in pool.map(_compile_unit, tasks) if f]
+        report["compile"] = {"tasks": len(tasks), "failures": failures[:5]}
+    except Exception as exc:
+        report["compile"] = {"error": repr(exc)}
+    report["compile_s"] = time.monotonic() - t0
+    print(f"compiled {len(tasks)} kernels in {report['compile_s']:.0f}s", flush=True)
+    save()
+    for unit in UNITS:
+        if time.monotonic() - t0 > args.budget_s:
+            report.setdefault("skipped", []).append(unit.name)
+            continue
+        row = {"unit": asdict(unit)}
+        try:
+            sweep_unit(unit, args, row)
+        except Exception as exc:
+            row["error"] = repr(exc)[:500]
+        report["rows"].append(row)
+        save()
+    print(f"\n{'unit':28} {'two calls':>9} {'conv1':>7} {'fused':>7} {'block saved':>11}  config")
+    for row in report["rows"]:
+        best = row.get("best", {})
+        fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "-"  # noqa: E731
+        print(
+            f"{row['unit']['name']:28} {fmt(row.get('two_calls_raw_act', {}).get('ms')):>9} "
+            f"{fmt(row.get('conv1_alone', {}).get('ms')):>7} {fmt(best.get('ms')):>7} "
+            f"{fmt(row.get('block_units_ms', {}).get('saved')):>11}  "
+            f"{tuple(best['config'].values()) if best else row.get('error', '')}"
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--frames", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=200.0)
     parser.add_argument("--workers", type=int, default=12, help="parallel compile processes")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--units",
+        action="store_true",
+        help="time the fused residual units of blocks 3 and 4 against their two calls",
+    )
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     device = torch.cuda.get_device_name()
     report = {
-        "benchmark": "kernel_conv1d",
+        "benchmark": "kernel_residual_unit" if args.units else "kernel_conv1d",
         "date": datetime.datetime.now(datetime.UTC).isoformat(),
         "machine": {"gpu": device, "host": platform.node(), "python": platform.python_version()},
         "versions": {
@@ -275,6 +526,19 @@ def main() -> None:
         "rows": [],
     }
     torch.backends.cudnn.benchmark = True
+    if args.units:
+
+        def save_units():
+            report["elapsed_s"] = time.monotonic() - t0
+            (args.out / "kernel_residual_unit.json").write_text(json.dumps(report, indent=1))
+            (args.out / "residual_unit_table.py").write_text(
+                unit_table_text(report["rows"], device)
+            )
+
+        run_units(args, report, t0, save_units)
+        save_units()
+        print("wrote", args.out / "kernel_residual_unit.json", args.out / "residual_unit_table.py")
+        return
 
     def save():
         report["elapsed_s"] = time.monotonic() - t0
