@@ -165,6 +165,20 @@ def _compile_one(task) -> str | None:
         return traceback.format_exc(limit=3)
 
 
+def compile_in_workers(worker, tasks: list, args, report: dict, t0: float) -> None:
+    """Triton's compiles of every task first, in parallel processes (they fill its disk
+    cache; the main process then loads them)."""
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(args.workers) as pool:
+            failures = [f for f in pool.map(worker, tasks) if f]
+        report["compile"] = {"tasks": len(tasks), "failures": failures[:5]}
+    except Exception as exc:
+        report["compile"] = {"error": repr(exc)}
+    report["compile_s"] = time.monotonic() - t0
+    print(f"compiled {len(tasks)} kernels in {report['compile_s']:.0f}s", flush=True)
+
+
 def reference(shape: Shape, data: dict) -> torch.Tensor:
     """float32 cuDNN conv of the same bf16 inputs (+ bias, + residual), raw output."""
     x, w = data["x"].float(), data["weight"].float()
@@ -458,16 +472,9 @@ def unit_table_text(rows: list[dict], device: str) -> str:
 
 
 def run_units(args, report: dict, t0: float, save) -> None:
-    tasks = [(u, c) for u in UNITS for c in unit_candidates(u)]
-    try:
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(args.workers) as pool:
-            failures = [f for f in pool.map(_compile_unit, tasks) if f]
-        report["compile"] = {"tasks": len(tasks), "failures": failures[:5]}
-    except Exception as exc:
-        report["compile"] = {"error": repr(exc)}
-    report["compile_s"] = time.monotonic() - t0
-    print(f"compiled {len(tasks)} kernels in {report['compile_s']:.0f}s", flush=True)
+    compile_in_workers(
+        _compile_unit, [(u, c) for u in UNITS for c in unit_candidates(u)], args, report, t0
+    )
     save()
     for unit in UNITS:
         if time.monotonic() - t0 > args.budget_s:
@@ -545,16 +552,9 @@ def main() -> None:
         (args.out / "kernel_conv1d.json").write_text(json.dumps(report, indent=1))
         (args.out / "conv1d_table.py").write_text(table_text(report["rows"], device))
 
-    tasks = [(s, c) for s in SHAPES for c in candidates(s)]
-    try:
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(args.workers) as pool:
-            failures = [f for f in pool.map(_compile_one, tasks) if f]
-        report["compile"] = {"tasks": len(tasks), "failures": failures[:5]}
-    except Exception as exc:
-        report["compile"] = {"error": repr(exc)}
-    report["compile_s"] = time.monotonic() - t0
-    print(f"compiled {len(tasks)} kernels in {report['compile_s']:.0f}s", flush=True)
+    compile_in_workers(
+        _compile_one, [(s, c) for s in SHAPES for c in candidates(s)], args, report, t0
+    )
     save()
 
     for shape in SHAPES:

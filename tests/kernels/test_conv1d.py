@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from ttsfleet_runtime.codec import convs
 from ttsfleet_runtime.codec.convs import CausalConv1d, CausalTransposeConv1d, SnakeBeta
-from ttsfleet_runtime.kernels import conv1d
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d, default_config
 
 SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
@@ -21,11 +20,7 @@ CIN, COUT = 20, 24  # not multiples of the blocks
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
 
 
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch):
-    monkeypatch.setattr(
-        conv1d, "_empty", lambda shape, like: torch.full(shape, float("nan"), dtype=like.dtype)
-    )
+pytestmark = pytest.mark.usefixtures("nan_conv_outputs")
 
 
 def _rand(g, *shape, dtype=torch.float32, scale=1.0):

@@ -12,17 +12,13 @@ import torch
 
 from ttsfleet_runtime.codec import convs
 from ttsfleet_runtime.codec.convs import ResidualUnit, SnakeBeta
-from ttsfleet_runtime.kernels import conv1d, residual_unit
+from ttsfleet_runtime.kernels import residual_unit
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d
 
 SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
 
 
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch):
-    monkeypatch.setattr(
-        conv1d, "_empty", lambda shape, like: torch.full(shape, float("nan"), dtype=like.dtype)
-    )
+pytestmark = pytest.mark.usefixtures("nan_conv_outputs")
 
 
 def _rand(g, *shape, dtype=torch.float32, scale=1.0):
