@@ -288,22 +288,23 @@ UNITS = [
     Unit("block3 residual unit (192)", 192, 640),
 ]
 
-# (block_t, block_n = conv2's column chunk, block_k, warps, stages); the sm_90 compiles of
-# 4 warps at 128 samples spill for 192 channels (residual_unit.MAX_CHANNELS' comment).
+# (block_t, block_n = conv2's column chunk, block_k, warps, stages); sm_90 compiles of 4
+# warps at 128 samples spill for 192 channels (residual_unit.MAX_CHANNELS' comment).
 UNIT_CANDIDATES = [
-    (64, 64, 64, 8, 3),
-    (64, 32, 64, 8, 3),
-    (64, 128, 64, 8, 3),
-    (64, 256, 64, 8, 3),
-    (64, 64, 32, 8, 4),
-    (64, 64, 64, 8, 2),
-    (64, 64, 64, 4, 3),
-    (64, 32, 32, 4, 3),
-    (128, 64, 64, 8, 3),
+    (128, 32, 32, 8, 3),
+    (128, 32, 32, 8, 4),
     (128, 32, 64, 8, 3),
-    (128, 128, 64, 8, 3),
     (128, 64, 32, 8, 4),
     (128, 64, 64, 8, 2),
+    (128, 64, 64, 8, 3),
+    (128, 64, 64, 8, 4),
+    (128, 128, 64, 8, 3),
+    (64, 32, 32, 4, 3),
+    (64, 32, 64, 8, 3),
+    (64, 64, 64, 4, 3),
+    (64, 64, 64, 8, 3),
+    (64, 128, 64, 8, 3),
+    (256, 32, 32, 8, 3),
 ]
 
 

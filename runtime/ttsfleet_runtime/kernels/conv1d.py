@@ -123,6 +123,59 @@ def _snake(y, freq_ptr, inv_ptr, channels, col_mask, FAST_SIN: tl.constexpr):
 
 
 @triton.jit
+def _input_tile(
+    x_base,
+    s_base,
+    t,
+    step,
+    T,
+    CIN: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """Step `step` of the reduction over taps x channel tiles: the input [BLOCK_T, BLOCK_K]
+    of output samples `t` of one stream (rows from x_base, the `(TAPS - 1) * DILATION`
+    before them from its state row s_base), and the weight rows it multiplies (their
+    index in [TAPS * CIN] and mask)."""
+    CONTEXT = (TAPS - 1) * DILATION
+    K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
+    tap = step // K_TILES
+    cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
+    cin_mask = cin < CIN
+    src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
+    if CONTEXT > 0:
+        # One load whose rows point into the state or into x: it feeds tl.dot
+        # directly, so the pipeliner can prefetch it.
+        rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
+    else:
+        rows = x_base + src * CIN
+    a = tl.load(
+        rows[:, None] + cin[None, :],
+        mask=(src < T)[:, None] & cin_mask[None, :],
+        other=0.0,
+    )
+    return a, tap * CIN + cin, cin_mask
+
+
+@triton.jit
+def _weight_tile(w_ptr, w_rows, w_row_mask, cols, col_mask, N: tl.constexpr):
+    """Rows `w_rows` x columns `cols` of a weight [TAPS * CIN, N], zero where masked."""
+    return tl.load(
+        w_ptr + w_rows[:, None] * N + cols[None, :],
+        mask=w_row_mask[:, None] & col_mask[None, :],
+        other=0.0,
+    )
+
+
+@triton.jit
+def _mma(a, w, acc, F32_DOT: tl.constexpr):
+    if F32_DOT:
+        return tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, w, acc)
+
+
+@triton.jit
 def _conv_tile(
     x_base,
     s_base,
@@ -140,38 +193,16 @@ def _conv_tile(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """float32 [BLOCK_T, BLOCK_N]: output samples `t` of one stream (input rows from
-    x_base, the `(TAPS - 1) * DILATION` before them from its state row s_base), columns
-    `cols` of a weight [TAPS, CIN, N], no bias."""
-    CONTEXT = (TAPS - 1) * DILATION
-    K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
+    """float32 [BLOCK_T, BLOCK_N]: output samples `t` of one stream, columns `cols` of a
+    weight [TAPS, CIN, N], no bias (see `_input_tile`)."""
     acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
     # One loop over taps x channel tiles, so that the loads are pipelined across taps.
-    for step in range(TAPS * K_TILES):
-        tap = step // K_TILES
-        cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
-        cin_mask = cin < CIN
-        src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
-        if CONTEXT > 0:
-            # One load whose rows point into the state or into x: it feeds tl.dot
-            # directly, so the pipeliner can prefetch it.
-            rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
-        else:
-            rows = x_base + src * CIN
-        a = tl.load(
-            rows[:, None] + cin[None, :],
-            mask=(src < T)[:, None] & cin_mask[None, :],
-            other=0.0,
+    for step in range(TAPS * ((CIN + BLOCK_K - 1) // BLOCK_K)):
+        a, w_rows, w_row_mask = _input_tile(
+            x_base, s_base, t, step, T, CIN, TAPS, DILATION, BLOCK_K
         )
-        w = tl.load(
-            w_ptr + (tap * CIN + cin)[:, None] * N + cols[None, :],
-            mask=cin_mask[:, None] & col_mask[None, :],
-            other=0.0,
-        )
-        if F32_DOT:
-            acc = tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(a, w, acc)
+        w = _weight_tile(w_ptr, w_rows, w_row_mask, cols, col_mask, N)
+        acc = _mma(a, w, acc, F32_DOT)
     return acc
 
 

@@ -6,12 +6,14 @@ needs. As two calls of kernels/conv1d.py the activated conv1 output h ([B, T, C]
 written to memory and read back, and conv2 (1/7 of the work) is bound by that traffic
 (0.57 ms of 2.4 ms per unit of the last block at 128 streams x 8 frames on the H100).
 
-Here one program owns BLOCK_T samples of one stream and the whole channel width (C padded
-to a power of two, the padding masked to zero): the conv1 tile as in kernels/conv1d.py,
-h = snake(conv1 + b1) in registers, rounded at the same two points as the two-call path
-(conv1's output before its activation, h before conv2, as if it had been stored), then
-h @ W2 in column chunks of BLOCK_N, each with conv1d's epilogue (+ b2, + x, raw and/or
-activated outputs). The two calls' results, without h's round trip or the second launch.
+Here one program owns BLOCK_T samples of one stream and the whole channel width: the
+conv1 tile as in kernels/conv1d.py, in two power-of-two parts of columns (96 = 64 + 32,
+192 = 128 + 64: `split_width`; one part would be padded to 128 or 256, a quarter of the
+tensor-core work wasted, as the two-call path's conv1 does), h = snake(conv1 + b1) in
+registers, rounded at the same two points as the two-call path (conv1's output before its
+activation, h before conv2, as if it had been stored), then h @ W2 in chunks of BLOCK_N
+output columns, each with conv1d's epilogue (+ b2, + x, raw and/or activated outputs).
+The two calls' results, without h's round trip or the second launch.
 
 The whole width must fit one program's registers: channels up to `MAX_CHANNELS` (the
 decoder's last two blocks, 96 and 192). Wider units keep the two calls (codec/convs.py).
@@ -30,13 +32,22 @@ import triton
 import triton.language as tl
 
 from . import conv1d
-from .conv1d import _INTERPRETED, ConvConfig, _check, _conv_tile, _epilogue, _snake
+from .conv1d import (
+    _INTERPRETED,
+    ConvConfig,
+    _check,
+    _epilogue,
+    _input_tile,
+    _mma,
+    _snake,
+    _weight_tile,
+)
 
-# The whole width is one tile: conv1's float32 accumulator, then h in bf16 and a chunk of
-# conv2's. sm_90 compiles (ptxas, 8 warps): 96 channels (padded to 128) take 128 registers
-# a thread at 128-sample tiles; 192 (padded to 256) 215 at 64 samples and 255 with a 4-byte
-# spill at 128; 384 (512 wide) spills 380 bytes even at 64 samples, with 200 KB of shared
-# memory: the decoder's first two blocks keep the two calls.
+# The whole width is one tile: conv1's float32 accumulators, then h in bf16 and a chunk of
+# conv2's. sm_90 compiles (ptxas) at 128-sample tiles and 8 warps, no spills: 96 channels
+# take 95 registers a thread (32-channel steps and chunks), 192 169 (64); 4 warps spill
+# for 192. 384 spills 184 bytes and more even at 64-sample tiles (and 768 kilobytes), so
+# the decoder's first two blocks keep the two calls.
 MAX_CHANNELS = 256
 
 # channels -> (block_t, block_n, block_k, warps, stages), the fastest of
@@ -45,17 +56,27 @@ TABLE: dict[int, tuple[int, int, int, int, int]] = {}
 
 
 def default_config(channels: int) -> ConvConfig:
-    """8 warps, 64-channel steps and conv2 in 64-column chunks; 128-sample tiles up to 128
-    channels, 64 above (the largest tiles that compile for sm_90 without spilling)."""
-    width = max(16, triton.next_power_of_2(channels))
-    block_t = 128 if width <= 128 else 64
-    return ConvConfig(block_t, min(64, width), min(64, width), num_warps=8, num_stages=3)
+    """128-sample tiles, 8 warps; channel steps and conv2's column chunks of 64 where 64
+    divides the width, else 32 (96 channels: no half-masked steps or chunks)."""
+    step = min(64 if channels % 64 == 0 else 32, max(16, triton.next_power_of_2(channels)))
+    return ConvConfig(128, step, step, num_warps=8, num_stages=3)
 
 
 @functools.cache
 def config_for(channels: int) -> ConvConfig:
     entry = TABLE.get(channels)
     return ConvConfig(*entry) if entry is not None else default_config(channels)
+
+
+@triton.jit
+def _activated_part(acc, cols, col_mask, b1_ptr, freq_ptr, inv_ptr, like_ptr, FAST_SIN):
+    """h = snake(conv1 + b1) for conv1's columns `cols`, rounded where the two-call path
+    stores: conv1's output (its activation reads the stored value), then h (conv2 reads
+    it back). Masked channels are 0 (zero weights, bias and factors): they add nothing."""
+    acc += tl.load(b1_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    y = acc.to(like_ptr.dtype.element_ty)
+    h = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols, col_mask, FAST_SIN)
+    return h.to(like_ptr.dtype.element_ty)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -85,53 +106,42 @@ def _residual_unit_kernel(
     F32_DOT: tl.constexpr,
     FAST_SIN: tl.constexpr,
     BLOCK_T: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     b = tl.program_id(1).to(tl.int64)
-    channels = tl.arange(0, BLOCK_C)
-    channel_mask = channels < C
-    acc = _conv_tile(
-        x_act_ptr + b * stride_ab,
-        state_ptr + b * stride_sb,
-        w1_ptr,
-        t,
-        channels,
-        channel_mask,
-        T,
-        C,
-        C,
-        TAPS,
-        DILATION,
-        F32_DOT,
-        BLOCK_T,
-        BLOCK_C,
-        BLOCK_K,
-    )
-    acc += tl.load(b1_ptr + channels, mask=channel_mask, other=0.0).to(tl.float32)[None, :]
-    # Rounded where the two-call path stores: conv1's output (its activation reads the
-    # stored value) and h (conv2 reads it back). Padded channels stay 0 (zero weights,
-    # bias and snake factors), so they add nothing to conv2.
-    y = acc.to(x_act_ptr.dtype.element_ty)
-    h = _snake(y.to(tl.float32), freq1_ptr, inv1_ptr, channels, channel_mask, FAST_SIN)
-    h = h.to(x_act_ptr.dtype.element_ty)
-    if F32_DOT:
-        h = h.to(tl.float32)
+    x_act_base = x_act_ptr + b * stride_ab
+    s_base = state_ptr + b * stride_sb
+    # conv1's columns in two parts, powers of two (96 = 64 + 32, 192 = 128 + 64): the
+    # tensor cores do no work on padding, as one part padded to 128 or 256 would.
+    cols_a = tl.arange(0, BLOCK_A)
+    cols_b = BLOCK_A + tl.arange(0, BLOCK_B)
+    mask_a = cols_a < C
+    mask_b = cols_b < C
+    acc_a = tl.zeros([BLOCK_T, BLOCK_A], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_T, BLOCK_B], dtype=tl.float32)
+    # kernels/conv1d.py's loop, each input tile feeding both parts.
+    for step in range(TAPS * ((C + BLOCK_K - 1) // BLOCK_K)):
+        a, w_rows, w_row_mask = _input_tile(
+            x_act_base, s_base, t, step, T, C, TAPS, DILATION, BLOCK_K
+        )
+        w_a = _weight_tile(w1_ptr, w_rows, w_row_mask, cols_a, mask_a, C)
+        w_b = _weight_tile(w1_ptr, w_rows, w_row_mask, cols_b, mask_b, C)
+        acc_a = _mma(a, w_a, acc_a, F32_DOT)
+        acc_b = _mma(a, w_b, acc_b, F32_DOT)
+    h_a = _activated_part(acc_a, cols_a, mask_a, b1_ptr, freq1_ptr, inv1_ptr, x_act_ptr, FAST_SIN)
+    h_b = _activated_part(acc_b, cols_b, mask_b, b1_ptr, freq1_ptr, inv1_ptr, x_act_ptr, FAST_SIN)
     row_mask = t < T
-    for n0 in tl.static_range(0, BLOCK_C, BLOCK_N):
+    # conv2 = h @ W2 in chunks of BLOCK_N output columns, each stored with its epilogue.
+    for n0 in tl.static_range(0, C, BLOCK_N):
         cols = n0 + tl.arange(0, BLOCK_N)
         col_mask = cols < C
-        w = tl.load(
-            w2_ptr + channels[:, None] * C + cols[None, :],
-            mask=channel_mask[:, None] & col_mask[None, :],
-            other=0.0,
-        )
-        if F32_DOT:
-            out = tl.dot(h, w.to(tl.float32), input_precision="ieee")
-        else:
-            out = tl.dot(h, w)
+        out = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+        out = _mma(h_a, _weight_tile(w2_ptr, cols_a, mask_a, cols, col_mask, C), out, F32_DOT)
+        out = _mma(h_b, _weight_tile(w2_ptr, cols_b, mask_b, cols, col_mask, C), out, F32_DOT)
         out += tl.load(b2_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         _epilogue(
             out,
@@ -151,6 +161,14 @@ def _residual_unit_kernel(
             True,
             FAST_SIN,
         )
+
+
+def split_width(channels: int) -> tuple[int, int]:
+    """conv1's columns as two power-of-two parts (the second masked past `channels`): the
+    largest power of two below the width and the rest, rounded up (tl.dot needs >= 16)."""
+    first = max(16, 1 << (channels - 1).bit_length() - 1)
+    rest = max(16, triton.next_power_of_2(max(1, channels - first)))
+    return first, rest
 
 
 Activation = tuple[torch.Tensor, torch.Tensor]  # (frequency, inverse_magnitude), each [C]
@@ -209,7 +227,7 @@ def residual_unit(
     act = conv1d._empty(shape, x)
     if batch == 0 or length == 0:
         return raw, act
-    width = max(16, triton.next_power_of_2(channels))
+    first, rest = split_width(channels)
     cfg = config if config is not None else config_for(channels)
     grid = (triton.cdiv(length, cfg.block_t), batch)
     # Under the interpreter, bf16 dot operands go in as float32 (see conv1d._INTERPRETED).
@@ -240,9 +258,10 @@ def residual_unit(
         F32_DOT=f32_dot,
         FAST_SIN=not _INTERPRETED,
         BLOCK_T=cfg.block_t,
-        BLOCK_C=width,
-        BLOCK_N=min(cfg.block_n, width),
-        BLOCK_K=min(cfg.block_k, width),
+        BLOCK_A=first,
+        BLOCK_B=rest,
+        BLOCK_N=min(cfg.block_n, max(16, triton.next_power_of_2(channels))),
+        BLOCK_K=min(cfg.block_k, max(16, triton.next_power_of_2(channels))),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
