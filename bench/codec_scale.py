@@ -19,9 +19,10 @@ runs its `codec_conv_route` setting); "eager" = the torch reference path) measur
      with its seconds and the peak memory it took; then per bucket B the replay time of a
      decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
      median) and audio seconds produced per second.
-With --compare-unfused, 3 also runs the "triton" and "routed" routes with every residual
-unit as its two convolution calls (codec.convs.FUSE_RESIDUAL_UNITS off; rows say
-"fused_units"), to measure what the fused unit (kernels/residual_unit.py) saves.
+With --compare-unfused, 1 and 3 also run the "triton" and "routed" routes with every
+residual unit as its two convolution calls (codec.convs.FUSE_RESIDUAL_UNITS off; named
+"... unfused units", rows say "fused_units"): what the fused unit (kernels/residual_unit.py)
+saves, and that it changes no audio.
 With --profile, before 2: per route, torch.profiler's kernel totals of one eager decode at
 128 streams x 8 frames, largest first (where the codec's time goes, convolutions or not).
 Writes --out/codec_scale.json after every section (machine, versions, raw samples), prints
@@ -94,13 +95,15 @@ def correctness(folder: Path, args, report: dict, t0: float) -> None:
         }
 
     out["bf16_eager"] = compare(stream(StreamingCodec(decoder, args.check_streams, device), codes))
-    for route in args.routes:
+    for route, fused_units in route_variants(args):
+        name = route if fused_units else f"{route} unfused units"
         if time.monotonic() - t0 > args.budget_s:
-            report.setdefault("skipped", []).append(f"correctness {route}")
+            report.setdefault("skipped", []).append(f"correctness {name}")
             continue
-        entry = out_routes.setdefault(route, {})
+        entry = out_routes.setdefault(name, {})
         try:
             convs.use(route)
+            convs.FUSE_RESIDUAL_UNITS = fused_units
             eager = stream(StreamingCodec(decoder, args.check_streams, device), codes)
             graphed_codec = StreamingCodec(decoder, args.check_streams, device)
             graphed_codec.capture([args.check_streams], [1, 2, 8])
@@ -111,7 +114,17 @@ def correctness(folder: Path, args, report: dict, t0: float) -> None:
             entry["error"] = traceback.format_exc(limit=4)
         finally:
             convs.use_eager()
-        print(f"correctness {route}: {json.dumps(entry)}", flush=True)
+            convs.FUSE_RESIDUAL_UNITS = True
+        print(f"correctness {name}: {json.dumps(entry)}", flush=True)
+
+
+def route_variants(args) -> list[tuple[str, bool]]:
+    """(route, residual units fused) to measure: every route as a server runs it, then with
+    --compare-unfused the routes that fuse them ("triton", "routed") with the two calls."""
+    variants = [(route, True) for route in args.routes]
+    if args.compare_unfused:
+        variants += [(r, False) for r in args.routes if r in ("triton", "routed")]
+    return variants
 
 
 def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool = True) -> None:
@@ -379,7 +392,7 @@ def main() -> None:
     parser.add_argument(
         "--compare-unfused",
         action="store_true",
-        help="section 3 again for triton/routed with the residual units as two calls",
+        help="sections 1 and 3 again for triton/routed with the residual units as two calls",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -428,15 +441,11 @@ def main() -> None:
             sections.append((f"profile {route}", lambda r=route: profile(decoder, r, args, report)))
     if not args.no_per_layer:
         sections.append(("per_layer", lambda: per_layer(decoder, args, report, t0)))
-    for route in args.routes:
-        sections.append((f"scale {route}", lambda r=route: scale(decoder, r, args, report, t0)))
-        if args.compare_unfused and route in ("triton", "routed"):
-            sections.append(
-                (
-                    f"scale {route} unfused units",
-                    lambda r=route: scale(decoder, r, args, report, t0, fused_units=False),
-                )
-            )
+    for route, fused_units in route_variants(args):
+        name = f"scale {route}" + ("" if fused_units else " unfused units")
+        sections.append(
+            (name, lambda r=route, f=fused_units: scale(decoder, r, args, report, t0, f))
+        )
     for name, run in sections:
         t_section = time.monotonic()
         try:
