@@ -188,7 +188,7 @@ def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool 
 PROFILE_POINT = (128, 8)  # (streams, frames): the issue's codec_ms_b128_n8
 
 
-def profile(decoder, route: str, args, report: dict) -> None:
+def profile(decoder, route: str, report: dict) -> None:
     """Where one decode call's GPU time goes on a route: torch.profiler's kernel totals of
     eager calls at PROFILE_POINT (eager, so that every kernel is attributed: a graph replays
     the same kernels without the launches), per call, largest first."""
@@ -438,7 +438,7 @@ def main() -> None:
     sections.append(("load", load))
     if args.profile:
         for route in args.routes:
-            sections.append((f"profile {route}", lambda r=route: profile(decoder, r, args, report)))
+            sections.append((f"profile {route}", lambda r=route: profile(decoder, r, report)))
     if not args.no_per_layer:
         sections.append(("per_layer", lambda: per_layer(decoder, args, report, t0)))
     for route, fused_units in route_variants(args):

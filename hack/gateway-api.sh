@@ -34,8 +34,18 @@ case "${1:-}" in
     KUBECTL="${KUBECTL:-kubectl}"
     log "installing Gateway API ${GATEWAY_API_VERSION} CRDs (standard channel) from ${dir}"
     "${KUBECTL}" apply --server-side --force-conflicts -f "${dir}" >&2
-    "${KUBECTL}" wait --for condition=Established --timeout 60s \
-      crd/httproutes.gateway.networking.k8s.io crd/gateways.gateway.networking.k8s.io >&2
+    # The release's CRD files carry `status: {conditions: null}`. Until the API server
+    # sets the conditions, `kubectl wait --for condition` fails on that null ("accessor
+    # error: <nil> is of the type <nil>") instead of waiting: a race CI lost. Poll instead.
+    for crd in httproutes.gateway.networking.k8s.io gateways.gateway.networking.k8s.io; do
+      deadline=$((SECONDS + 60))
+      until [[ "$("${KUBECTL}" get crd "${crd}" \
+        -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" == True ]]; do
+        ((SECONDS < deadline)) || die "CRD ${crd} not Established within 60 s"
+        sleep 0.5
+      done
+      log "CRD ${crd} Established"
+    done
     ;;
   *) sed -n '2,6p' "$0" >&2; exit 2 ;;
 esac
