@@ -51,8 +51,14 @@ from .conv1d import (
 MAX_CHANNELS = 256
 
 # channels -> (block_t, block_n, block_k, warps, stages), the fastest of
-# bench/kernel_conv1d.py --units on the GPU. Not measured yet: `default_config` meanwhile.
-TABLE: dict[int, tuple[int, int, int, int, int]] = {}
+# bench/kernel_conv1d.py --units on the GPU (128 streams x 8 frames; microseconds per unit,
+# bench/results/h100-2026-11-23-issue12-s10-kernel_residual_unit.json). Both winners use
+# 64-sample tiles and 4 warps: half the registers of the 128-sample tile, so twice the
+# programs per SM hide the loads. Other widths: `default_config`.
+TABLE: dict[int, tuple[int, int, int, int, int]] = {
+    96: (64, 32, 32, 4, 3),  # block4 residual unit (96): 1163 us (two calls 1513)
+    192: (64, 64, 64, 4, 3),  # block3 residual unit (192): 1109 us (two calls 1205)
+}
 
 
 def default_config(channels: int) -> ConvConfig:
