@@ -109,6 +109,12 @@ CANDIDATES = [
     (64, 64, 32, 4, 4),
     (128, 32, 32, 4, 4),
     (256, 128, 64, 8, 3),
+    # Small tiles (mma.sync below 64 samples), more programs per SM: the fused residual
+    # units' sweep found the smallest tiles fastest for 96 and 192 channels.
+    (32, 32, 32, 2, 3),
+    (32, 64, 32, 4, 3),
+    (64, 32, 32, 4, 4),
+    (64, 64, 32, 4, 3),
 ]
 
 
@@ -305,6 +311,15 @@ UNIT_CANDIDATES = [
     (64, 64, 64, 8, 3),
     (64, 128, 64, 8, 3),
     (256, 32, 32, 8, 3),
+    # Around the first sweep's winners (64-sample tiles, 4 warps) and below them.
+    (64, 32, 32, 4, 2),
+    (64, 32, 32, 4, 4),
+    (64, 64, 32, 4, 3),
+    (64, 64, 64, 4, 4),
+    (32, 32, 32, 2, 3),
+    (32, 32, 32, 4, 3),
+    (32, 64, 32, 4, 3),
+    (32, 64, 64, 4, 3),
 ]
 
 
