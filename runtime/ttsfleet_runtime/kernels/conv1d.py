@@ -59,11 +59,12 @@ class ConvConfig:
 
 # (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages), the
 # fastest of bench/kernel_conv1d.py's sweep at 128 streams x 8 frames on the H100
-# (bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json), with the kernel's time per
+# (bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json; a second sweep with smaller
+# tiles, -s10-kernel_conv1d.json, changed only block2's conv1), with the kernel's time per
 # call and, in brackets, cuDNN's channels-last convolution alone on the same problem.
 TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
     (192, 192, 7): (128, 256, 64, 8, 3),  # block3 ru.conv1 (192, k7): 823 us (898)
-    (384, 384, 7): (128, 128, 64, 8, 3),  # block2 ru.conv1 (384, k7): 672 us (657)
+    (384, 384, 7): (256, 128, 64, 8, 3),  # block2 ru.conv1 (384, k7): 650 us (647; s10)
     (96, 96, 7): (128, 128, 64, 8, 3),  # block4 ru.conv1 (96, k7): 978 us (1056)
     (768, 768, 7): (128, 256, 64, 8, 3),  # block1 ru.conv1 (768, k7): 425 us (432)
     (96, 96, 1): (128, 64, 32, 4, 4),  # block4 ru.conv2 (96, k1): 568 us (812)
