@@ -48,7 +48,18 @@ _MAX_QUERY_ROWS = 64
 
 
 @triton.jit
-def _attend_tile(q, k, v, visible, m_i, l_i, acc, scale_log2e, DOT_TYPE, DOT_PRECISION):
+def _attend_tile(
+    q,
+    k,
+    v,
+    visible,
+    m_i,
+    l_i,
+    acc,
+    scale_log2e,
+    DOT_TYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """One key tile into the online softmax; rows that see none of it stay unchanged (a
     row's first tiles may be all masked: its maximum is still -inf, so 0 stands in)."""
     s = tl.dot(q, tl.trans(k.to(DOT_TYPE)), input_precision=DOT_PRECISION) * scale_log2e
@@ -272,7 +283,7 @@ def window_attention(
 
 def ring_positions(start: torch.Tensor, memory: int) -> torch.Tensor:
     """[B] next positions -> [B, memory]: the position ring index j holds (negative:
-    before the stream began; those entries are zeros, never seen)."""
+    before the stream began, an entry never seen)."""
     j = torch.arange(memory, device=start.device)
     return start[:, None] - memory + (j - start[:, None]) % memory
 
