@@ -5,10 +5,10 @@ ConvNeXt) -> conv -> 4 x (SnakeBeta, transposed conv, 3 dilated residual units) 
 SnakeBeta -> conv -> clamp to [-1, 1].
 
 `step(codes, state, slots)` decodes the next frames of B streams given their state (see
-`convs.py`, and `transformer.py` for the key/value rings addressed by slot); `decode(codes)`
-is the offline decode: steps on fresh state. Because every
-layer carries its exact left context, chunked decoding is identical to one pass (unlike
-the reference's `chunked_decode`, which restarts with 25 frames of context every 300).
+`convs.py`, and `transformer.py` for the key/value rings addressed by slot);
+`decode(codes)` is the offline decode: steps on fresh state. Because every layer carries
+its exact left context, chunked decoding is identical to one pass (unlike the
+reference's `chunked_decode`, which restarts with 25 frames of context every 300).
 """
 
 from __future__ import annotations
