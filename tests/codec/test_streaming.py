@@ -126,6 +126,14 @@ def test_slots_run_out_and_come_back(tiny_decoder):
     assert codec.open() == slots[0]
 
 
+def test_state_bytes_per_stream_count_the_key_value_rings(tiny_decoder):
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    one_stream = tiny_decoder.initial_state(1)
+    assert any(key.endswith(".kv_ring") for key in one_stream)
+    total = sum(t.numel() * t.element_size() for t in one_stream.values())
+    assert codec.state_bytes_per_stream == total
+
+
 def test_decoding_a_slot_that_is_not_open_is_refused(tiny_decoder, random_codes):
     codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
     slot = codec.open()
@@ -213,3 +221,31 @@ def test_a_batch_larger_than_every_captured_bucket_decodes_eagerly(tiny_decoder,
     assert single.replays == 0
     second = codec.decode(slots, codes[:, 2:])
     torch.testing.assert_close(torch.cat([first, second], dim=1), offline, **TOL)
+
+
+@pytest.fixture
+def attention_kernel():
+    """The Triton attention kernel in place of torch's (here in Triton's interpreter)."""
+    from ttsfleet_runtime.codec import transformer
+
+    transformer.use_attention("kernel")
+    yield
+    transformer.use_attention(None)
+
+
+def test_the_attention_kernel_gives_the_torch_waveforms(
+    tiny_decoder, random_codes, one_stream, attention_kernel
+):
+    # The kernel reads and writes the same key/value rings as the torch path: offline in
+    # chunks longer than the ring, streamed in a padded bucket and eagerly, any chunks.
+    codes, offline = one_stream
+    torch.testing.assert_close(tiny_decoder.decode(codes[None], chunk_frames=9)[0], offline, **TOL)
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    stand_in_bucket(codec, batch=2, frames=3)
+    a, b = codec.open(), codec.open()
+    other = random_codes(1, 6, seed=18)
+    head = codec.decode([a], codes[None, :3])[0]  # padded with the scratch slot
+    both = codec.decode([b, a], torch.stack([other[0, :3], codes[3:6]]))
+    codec.close(b)
+    tail = stream(codec, a, codes[6:], [1, 8, 5])
+    torch.testing.assert_close(torch.cat([head, both[1], tail]), offline, **TOL)

@@ -4,10 +4,11 @@ quantizer lookup -> causal conv -> sliding-window transformer -> 2 x (transposed
 ConvNeXt) -> conv -> 4 x (SnakeBeta, transposed conv, 3 dilated residual units) ->
 SnakeBeta -> conv -> clamp to [-1, 1].
 
-`step(codes, state)` decodes the next frames of B streams given their state (see
-`convs.py`); `decode(codes)` is the offline decode: steps on fresh state. Because every
-layer carries its exact left context, chunked decoding is identical to one pass (unlike
-the reference's `chunked_decode`, which restarts with 25 frames of context every 300).
+`step(codes, state, slots)` decodes the next frames of B streams given their state (see
+`convs.py`, and `transformer.py` for the key/value rings addressed by slot);
+`decode(codes)` is the offline decode: steps on fresh state. Because every layer carries
+its exact left context, chunked decoding is identical to one pass (unlike the
+reference's `chunked_decode`, which restarts with 25 frames of context every 300).
 """
 
 from __future__ import annotations
@@ -67,37 +68,54 @@ class CodecDecoder(nn.Module):
             ]
         )
         for name, module in self.named_modules():
-            if hasattr(module, "state_spec"):
+            if hasattr(module, "state_spec") or hasattr(module, "ring_spec"):
                 module.state_key = name
 
     # ---------------------------------------------------------------- state
     def state_spec(self) -> StateSpec:
-        """Every stream's decoder state: key -> (per-stream shape, dtype or None = model's)."""
+        """Every stream's gathered state: key -> (per-stream shape, dtype or None = model's).
+        Its rows are gathered per call and the step replaces each entry."""
+        return self._collect_spec("state_spec")
+
+    def ring_spec(self) -> StateSpec:
+        """State that stays in place, one row per slot, read and written by `step` through
+        the slot index (the transformer's key/value rings): key -> (per-slot shape, dtype).
+        The state holds the whole buffers, [slots, *shape]."""
+        return self._collect_spec("ring_spec")
+
+    def _collect_spec(self, method: str) -> StateSpec:
         spec: StateSpec = {}
         for module in self.modules():
-            if hasattr(module, "state_spec") and module is not self:
-                spec.update(module.state_spec())
+            if hasattr(module, method) and module is not self:
+                spec.update(getattr(module, method)())
         return spec
 
     def initial_state(self, batch: int) -> State:
-        """Fresh state for `batch` streams: zeros, i.e. silence before the first frame."""
+        """Fresh state for `batch` streams: zeros, i.e. silence before the first frame; the
+        rings have a row per stream, so `step` runs on it with slots None."""
         param = next(self.parameters())
+        specs = self.state_spec() | self.ring_spec()
         return {
             key: torch.zeros((batch, *shape), dtype=dtype or param.dtype, device=param.device)
-            for key, (shape, dtype) in self.state_spec().items()
+            for key, (shape, dtype) in specs.items()
         }
 
     # ---------------------------------------------------------------- decode
-    def step(self, codes: torch.Tensor, state: State) -> torch.Tensor:
+    def step(
+        self, codes: torch.Tensor, state: State, slots: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Next frames of B streams: codes [B, n, Q] (int64) -> float32 [B, n * 1920].
 
         `state` (from `initial_state`, or gathered per stream) is replaced in place by the
-        state after these frames.
+        state after these frames; its rings (`ring_spec`) are updated in place in the rows
+        `slots` [B] int64 names (None: rows 0..B-1, as `initial_state` makes them).
         """
+        if slots is None:
+            slots = torch.arange(codes.shape[0], device=self._device())
         # Channels-last from here on: [B, samples, channels].
         h = self.quantizer.decode(codes).to(self._dtype())
         h, _ = convs.conv(self.pre_conv, h, state)
-        h = self.pre_transformer(h, state)
+        h = self.pre_transformer(h, state, slots)
         for transposed, convnext in self.upsample:
             h, _ = convs.conv(transposed, h, state)
             h = convnext(h, state)

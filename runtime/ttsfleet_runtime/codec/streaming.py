@@ -1,11 +1,13 @@
 """StreamingCodec: incremental decode of many audio streams in one batch.
 
 Each stream owns a slot: one row of a preallocated state buffer per dtype, packing every
-conv's left context, the transformer's sliding-window keys/values and the next frame
-position (see `CodecDecoder.state_spec`). A decode call gathers the rows of the slots it
-serves (one gather per dtype), runs `CodecDecoder.step` on views of them and scatters the
-new state back, so any mix of streams and any chunk sizes give the samples that decoding
-each stream offline gives.
+conv's left context and the next frame position (see `CodecDecoder.state_spec`), and one
+row of each transformer layer's key/value ring (`CodecDecoder.ring_spec`). A decode call
+gathers the packed rows of the slots it serves (one gather per dtype), runs
+`CodecDecoder.step` on views of them and scatters the new state back; the rings, most of
+the bytes, stay in place: the step reads and writes their rows through the slot index.
+So any mix of streams and any chunk sizes give the samples that decoding each stream
+offline gives.
 
 Shapes depend only on (batch, frames), never on the stream's age, so a decode call can
 be captured as a CUDA graph per (batch, frames) bucket (`capture`); eager calls (CPU,
@@ -51,6 +53,12 @@ class StreamingCodec:
             dtype: torch.zeros((max_streams + 1, width), dtype=dtype, device=self.device)
             for dtype, width in widths.items()
         }
+        self._rings = {
+            key: torch.zeros(
+                (max_streams + 1, *shape), dtype=kind or decoder._dtype(), device=self.device
+            )
+            for key, (shape, kind) in decoder.ring_spec().items()
+        }
         self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
         self._open: set[int] = set()
         self._graphs: dict[tuple[int, int], _CapturedStep] = {}
@@ -62,7 +70,9 @@ class StreamingCodec:
         if not self._free:
             raise RuntimeError(f"all {self.max_streams} codec slots are in use")
         slot = self._free.pop()
-        for rows in self._state.values():
+        # The rings too: a young stream masks out the entries before its first frame, and
+        # masked entries must be finite (0 x NaN is NaN) whatever the last stream left.
+        for rows in (*self._state.values(), *self._rings.values()):
             rows[slot].zero_()
         self._open.add(slot)
         return slot
@@ -77,7 +87,8 @@ class StreamingCodec:
 
     @property
     def state_bytes_per_stream(self) -> int:
-        return sum(rows[0].numel() * rows.element_size() for rows in self._state.values())
+        buffers = (*self._state.values(), *self._rings.values())
+        return sum(rows[0].numel() * rows.element_size() for rows in buffers)
 
     # ---------------------------------------------------------------- decode
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
@@ -102,8 +113,8 @@ class StreamingCodec:
             key: gathered[dtype][:, offset : offset + math.prod(shape)].view(batch, *shape)
             for key, (dtype, offset, shape) in self._layout.items()
         }
-        state = dict(views)
-        pcm = self.decoder.step(codes, state)  # replaces each entry with the next state
+        state = views | self._rings
+        pcm = self.decoder.step(codes, state, index)  # replaces each gathered entry
         for key, view in views.items():
             view.copy_(state[key])
         for dtype, rows in self._state.items():

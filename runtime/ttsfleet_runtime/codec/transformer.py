@@ -2,9 +2,14 @@
 
 Each query frame attends to itself and the `sliding_window - 1` frames before it, so a
 stream only ever needs the last `sliding_window - 1` keys and values of each layer. They
-are kept per stream in a fixed-size buffer (oldest first) together with the stream's
-next frame position, so the state has the same shape at every step (CUDA-graph friendly)
-and a chunk of any length continues a stream exactly.
+stay in place in a ring per layer with one row per slot (`ring_spec`), frame position p
+at ring index p % (sliding_window - 1): a step reads and writes the rows of the slots it
+serves, so these keys (most of a stream's state) are never gathered or scattered with
+the rest of it, which holds each stream's next frame position. Shapes are the same at
+every step (CUDA-graph friendly) and a chunk of any length continues a stream exactly.
+
+The attention itself is kernels/window_attention.py: the Triton kernel for CUDA tensors,
+its torch twin elsewhere (`use_attention` forces one, for parity tests).
 """
 
 from __future__ import annotations
@@ -13,10 +18,23 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..kernels.window_attention import window_attention, window_attention_torch
 from .config import CodecDecoderConfig
 from .convs import State, StateSpec
 
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
+_ATTENTION = {"kernel": window_attention, "torch": window_attention_torch}
+# None: the kernel for CUDA tensors, torch ops elsewhere; else one of _ATTENTION forced.
+_attention_route: str | None = None
+
+
+def use_attention(route: str | None) -> None:
+    """Force the sliding-window attention to "kernel" (on the CPU: Triton's interpreter)
+    or "torch", for parity tests; None goes back to choosing by device."""
+    global _attention_route
+    if route is not None and route not in _ATTENTION:
+        raise ValueError(f"unknown attention route {route!r}; expected one of {list(_ATTENTION)}")
+    _attention_route = route
 
 
 class RMSNorm(nn.Module):
@@ -72,6 +90,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class SlidingWindowAttention(nn.Module):
+    """Attention of a chunk of frames over the layer's key/value ring and the chunk's own
+    keys; `state[<key>.kv_ring]` holds every slot's ring, updated in place."""
+
     state_key: str = ""
 
     def __init__(self, cfg: CodecDecoderConfig):
@@ -98,16 +119,19 @@ class SlidingWindowAttention(nn.Module):
         if self.q_proj.bias is not None:
             self.qkv_bias = torch.cat([p.bias for p in projections]).detach()
 
-    def state_spec(self) -> StateSpec:
-        shape = (self.n_kv_heads, self.memory, self.head_dim)
-        return {f"{self.state_key}.key": (shape, None), f"{self.state_key}.value": (shape, None)}
+    def ring_spec(self) -> StateSpec:
+        """A slot's keys and values of the last `memory` frames: [(key, value), kv_heads,
+        memory, head_dim], one tensor so that opening a slot clears it at once."""
+        shape = (2, self.n_kv_heads, self.memory, self.head_dim)
+        return {f"{self.state_key}.kv_ring": (shape, None)}
 
     def forward(
         self,
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        mask: torch.Tensor,
+        start: torch.Tensor,
+        slots: torch.Tensor,
         state: State,
     ) -> torch.Tensor:
         b, n, _ = x.shape
@@ -118,19 +142,10 @@ class SlidingWindowAttention(nn.Module):
         qk = torch.addcmul(qk * cos, rotate_half(qk), sin)
         q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)
         v = qkv[:, self.n_heads + self.n_kv_heads :]
-        k = torch.cat([state[f"{self.state_key}.key"], k], dim=2)
-        v = torch.cat([state[f"{self.state_key}.value"], v], dim=2)
-        state[f"{self.state_key}.key"] = k[:, :, k.shape[2] - self.memory :]
-        state[f"{self.state_key}.value"] = v[:, :, v.shape[2] - self.memory :]
-        groups = self.n_heads // self.n_kv_heads
-        if groups > 1:  # expand, not repeat_interleave: no host sync inside a CUDA graph
-            length = k.shape[2]
-            k = k[:, :, None].expand(b, self.n_kv_heads, groups, length, self.head_dim)
-            v = v[:, :, None].expand(b, self.n_kv_heads, groups, length, self.head_dim)
-            k = k.reshape(b, self.n_heads, length, self.head_dim)
-            v = v.reshape(b, self.n_heads, length, self.head_dim)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+        ring = state[f"{self.state_key}.kv_ring"]
+        route = _attention_route or ("kernel" if x.is_cuda else "torch")
+        out = _ATTENTION[route](q, k, v, ring[:, 0], ring[:, 1], slots, start)  # [B, n, H, d]
+        return self.o_proj(out.reshape(b, n, -1))
 
 
 class TransformerLayer(nn.Module):
@@ -143,22 +158,22 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
-    def forward(self, x, cos, sin, mask, state: State) -> torch.Tensor:
+    def forward(self, x, cos, sin, start, slots, state: State) -> torch.Tensor:
         # residual + scale * branch, one kernel each (LayerScale holds the official name).
-        attn = self.self_attn(self.input_layernorm(x), cos, sin, mask, state)
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, start, slots, state)
         x = torch.addcmul(x, self.self_attn_layer_scale.scale, attn)
         mlp = self.mlp(self.post_attention_layernorm(x))
         return torch.addcmul(x, self.mlp_layer_scale.scale, mlp)
 
 
 class PreTransformer(nn.Module):
-    """[B, n, latent] -> [B, n, latent]; `state[<key>.position]` is each stream's next frame."""
+    """[B, n, latent] -> [B, n, latent]; `state[<key>.position]` is each stream's next frame,
+    `slots` [B] int64 the rows of the layers' key/value rings that are the streams'."""
 
     state_key: str = ""
 
     def __init__(self, cfg: CodecDecoderConfig):
         super().__init__()
-        self.window = cfg.sliding_window
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -170,16 +185,10 @@ class PreTransformer(nn.Module):
     def state_spec(self) -> StateSpec:
         return {f"{self.state_key}.position": ((), torch.int64)}
 
-    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: State, slots: torch.Tensor) -> torch.Tensor:
         n = x.shape[1]
-        memory = self.window - 1
         start = state[f"{self.state_key}.position"]  # [B]
-        steps = torch.arange(n, device=x.device)
-        q_pos = start[:, None] + steps  # [B, n]
-        past = start[:, None] - memory + torch.arange(memory, device=x.device)
-        k_pos = torch.cat([past, q_pos], dim=1)  # [B, memory + n]; matches the key buffer
-        qp, kp = q_pos[:, :, None], k_pos[:, None, :]
-        mask = ((kp >= 0) & (kp <= qp) & (kp > qp - self.window))[:, None]  # [B, 1, n, m+n]
+        q_pos = start[:, None] + torch.arange(n, device=x.device)  # [B, n]
         state[f"{self.state_key}.position"] = start + n
 
         freqs = q_pos[..., None].float() * self.inv_freq  # float32, as the reference
@@ -188,5 +197,5 @@ class PreTransformer(nn.Module):
 
         h = self.input_proj(x)
         for layer in self.layers:
-            h = layer(h, cos, sin, mask, state)
+            h = layer(h, cos, sin, start, slots, state)
         return self.output_proj(self.norm(h))
