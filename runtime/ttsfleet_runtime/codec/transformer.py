@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..kernels import row_ops
 from ..kernels.window_attention import window_attention, window_attention_torch
 from .config import CodecDecoderConfig
 from .convs import State, StateSpec
@@ -44,6 +45,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:  # one launch instead of four, the same roundings (kernels/row_ops.py)
+            return row_ops.rms_norm(x, self.weight, self.eps)
         # Normalised in float32 and cast back before the weight, as the reference does.
         h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
@@ -74,7 +77,10 @@ class Mlp(nn.Module):
         self.gate_up_weight = torch.cat([self.gate_proj.weight, self.up_proj.weight]).detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+        gate_up = F.linear(x, self.gate_up_weight)
+        if x.is_cuda and self.act is F.silu:  # one launch, rounded once (kernels/row_ops.py)
+            return self.down_proj(row_ops.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(self.act(gate) * up)
 
 
