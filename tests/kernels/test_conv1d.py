@@ -137,28 +137,3 @@ def test_default_config_fits_every_layer_width():
     assert default_config(2304, 1536) == ConvConfig(128, 128, 64, num_warps=8)
     with pytest.raises(ValueError, match="power of two"):
         ConvConfig(96, 32, 32)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize(
-    ("taps", "dilation", "length", "bias"),
-    [(7, 1, 300, True), (7, 2, 9, False), (1, 1, 130, True)],
-    ids=["k7-three-tiles", "k7d2-shorter-than-history", "k1"],
-)
-def test_single_output_column_matches_torch_conv1d(dtype, taps, dilation, length, bias):
-    """The decoder's last convolution (channels -> 1 sample) on its own CUDA-core kernel:
-    no config given, as the codec calls it; tiles of 128 samples, the last one partial."""
-    g = torch.Generator().manual_seed(taps * 1000 + length)
-    batch, cin, context = 2, 96, (taps - 1) * dilation
-    x = _rand(g, batch, length, cin, dtype=dtype)
-    weight = _rand(g, 1, cin, taps, dtype=dtype, scale=cin**-0.5)
-    packed = _rand(g, batch, context * cin + 7, dtype=dtype)
-    history = packed[:, 5 : 5 + context * cin].view(batch, context, cin) if context else None
-    b = _rand(g, 1, dtype=dtype) if bias else None
-    raw, act = causal_conv1d(
-        x, weight.permute(2, 1, 0).contiguous(), history, dilation=dilation, bias=b
-    )
-    assert act is None and raw.shape == (batch, length, 1)
-    tol = TOLERANCE[dtype]
-    want = _reference(x, weight, history, dilation, b, None)
-    torch.testing.assert_close(raw.double(), want, atol=tol, rtol=tol)

@@ -319,59 +319,6 @@ def _causal_conv_kernel(
     )
 
 
-# One output column (the decoder's last convolution, 96 channels -> the waveform) would
-# fill a tensor-core tile's 16 columns with one: the tiled kernel took 365 us at 128 streams
-# x 8 frames for a layer that only has to read its input once (~125 us of HBM traffic).
-# This kernel reduces on the CUDA cores instead: each program takes BLOCK_T samples of one
-# stream, multiplies each tap's input rows by that tap's weight vector and sums across
-# the channels; the taps' overlapping rows come from L2.
-SINGLE_COLUMN_BLOCK_T = 128
-
-
-@triton.jit(do_not_specialize=["T"])
-def _single_column_kernel(
-    x_ptr,
-    state_ptr,
-    w_ptr,
-    bias_ptr,
-    out_ptr,
-    T,
-    stride_xb,
-    stride_sb,
-    stride_ob,
-    CIN: tl.constexpr,
-    TAPS: tl.constexpr,
-    DILATION: tl.constexpr,
-    BIAS: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-):
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    b = tl.program_id(1).to(tl.int64)
-    x_base = x_ptr + b * stride_xb
-    s_base = state_ptr + b * stride_sb
-    cin = tl.arange(0, BLOCK_C)
-    cin_mask = cin < CIN
-    CONTEXT = (TAPS - 1) * DILATION
-    acc = tl.zeros([BLOCK_T], dtype=tl.float32)
-    for tap in tl.static_range(TAPS):
-        src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
-        if CONTEXT > 0:
-            rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
-        else:
-            rows = x_base + src * CIN
-        a = tl.load(
-            rows[:, None] + cin[None, :],
-            mask=(src < T)[:, None] & cin_mask[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        w = tl.load(w_ptr + tap * CIN + cin, mask=cin_mask, other=0.0).to(tl.float32)
-        acc += tl.sum(a * w[None, :], axis=1)
-    if BIAS:
-        acc += tl.load(bias_ptr).to(tl.float32)
-    tl.store(out_ptr + b * stride_ob + t, acc.to(out_ptr.dtype.element_ty), mask=t < T)
-
-
 def _check(
     name: str,
     t: torch.Tensor,
@@ -415,9 +362,7 @@ def causal_conv1d(
     taps > 1; bias: [N]; residual: [B, T, N]; activation: (frequency, inverse_magnitude),
     each [C] with N a multiple of C (column j uses channel j % C). The first result is None
     unless `emit_raw`, the second None without `activation`. All in x's dtype. `config`
-    overrides the table (the benchmark's sweep). One output column with neither residual
-    nor activation (the decoder's last convolution) runs `_single_column_kernel` unless
-    a `config` asks for the tiled kernel."""
+    overrides the table (the benchmark's sweep)."""
     if weight.dim() != 3 or not weight.is_contiguous():
         raise ValueError(
             f"causal_conv1d: weight must be contiguous [taps, Cin, N], got {weight.shape}"
@@ -448,27 +393,6 @@ def causal_conv1d(
     raw = _empty((batch, length, n), x) if emit_raw else None
     act = _empty((batch, length, n), x) if activation is not None else None
     if batch == 0 or length == 0:
-        return raw, act
-    if n == 1 and raw is not None and act is None and residual is None and config is None:
-        grid = (triton.cdiv(length, SINGLE_COLUMN_BLOCK_T), batch)
-        _single_column_kernel[grid](
-            x,
-            history if history is not None else x,  # unused pointer: any tensor
-            weight,
-            bias if bias is not None else weight,
-            raw,
-            length,
-            x.stride(0),
-            history.stride(0) if history is not None else 0,
-            raw.stride(0),
-            CIN=cin,
-            TAPS=taps,
-            DILATION=dilation,
-            BIAS=bias is not None,
-            BLOCK_T=SINGLE_COLUMN_BLOCK_T,
-            BLOCK_C=triton.next_power_of_2(cin),
-            num_warps=4,
-        )
         return raw, act
     cfg = config if config is not None else config_for(n, cin, taps)
     out_any = raw if raw is not None else act
