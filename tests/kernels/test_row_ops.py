@@ -1,5 +1,6 @@
-"""The row kernels (RMSNorm, SiLU gate, prefill QK norm + RoPE) against their eager
-definitions in model/layers.py, on the strided views the decoder layer passes them.
+"""The row kernels (RMSNorm, SiLU gate, prefill QK norm + RoPE, plain RoPE) against their
+eager definitions in model/layers.py and codec/transformer.py, on the strided views the
+decoder layers pass them.
 
 Runs on the GPU when there is one, else in Triton's interpreter (TRITON_INTERPRET=1).
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttsfleet_runtime.kernels.row_ops import qk_norm_rope, rms_norm, silu_mul
+from ttsfleet_runtime.codec.transformer import rotate_half
+from ttsfleet_runtime.kernels.row_ops import qk_norm_rope, rms_norm, rope, silu_mul
 from ttsfleet_runtime.model.layers import (
     RotaryTable,
     qk_norm_rope_eager,
@@ -87,3 +89,23 @@ def test_qk_norm_rope_matches_eager(dtype, packed):
     assert k_out.shape == k_ref.shape == (B, K, T, d)
     assert relative_error(q_out, q_ref) < TOLERANCE[dtype]
     assert relative_error(k_out, k_ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_matches_the_codec_transformer(dtype):
+    """The codec's queries and keys side by side, a strided view of the QKV projection
+    [B, n, 3H, d] -> [B, 2H, n, d], each stream at its own positions."""
+    torch.manual_seed(3)
+    batch, frames, heads, d = 3, 5, 4, 64
+    qkv = torch.randn(batch, frames, 3 * heads, d, device=DEVICE).to(dtype).transpose(1, 2)
+    qk = qkv[:, : 2 * heads]
+    start = torch.tensor([0, 7, 300], device=DEVICE)
+    positions = (start[:, None] + torch.arange(frames, device=DEVICE)).float()
+    inverse = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=DEVICE).float() / d))
+    freqs = positions[..., None] * inverse
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    out = rope(qk, cos, sin)
+    assert out.shape == (batch, 2 * heads, frames, d) and out.is_contiguous()
+    want = torch.addcmul(qk * cos, rotate_half(qk), sin)
+    assert relative_error(out, want) < TOLERANCE[dtype]

@@ -145,7 +145,10 @@ class SlidingWindowAttention(nn.Module):
         qkv = qkv.transpose(1, 2)  # [B, heads + 2 * kv_heads, n, head_dim]
         # Queries and keys side by side: one rotation for both.
         qk = qkv[:, : self.n_heads + self.n_kv_heads]
-        qk = torch.addcmul(qk * cos, rotate_half(qk), sin)
+        if qk.is_cuda:  # one launch instead of four (kernels/row_ops.py)
+            qk = row_ops.rope(qk, cos, sin)
+        else:
+            qk = torch.addcmul(qk * cos, rotate_half(qk), sin)
         q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)
         v = qkv[:, self.n_heads + self.n_kv_heads :]
         ring = state[f"{self.state_key}.kv_ring"]

@@ -1,5 +1,5 @@
 """The decoder's remaining elementwise helpers as Triton kernels: RMSNorm, the SiLU gate,
-and the prefill's per-head QK norm + RoPE.
+the prefill's per-head QK norm + RoPE, and plain RoPE (the codec's pre-transformer).
 
 Why: the matrix products fuse their norms and gates where the small-batch kernel wins
 (kernels/linear.py), and the decode step's QK norm + RoPE is its own kernel
@@ -174,3 +174,76 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps: float):
         _head_norm_rope(q, q_weight, cos, sin, eps),
         _head_norm_rope(k, k_weight, cos, sin, eps),
     )
+
+
+@triton.jit
+def _rope_kernel(
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    T,
+    stride_xb,
+    stride_xr,
+    stride_xt,
+    stride_cb,
+    stride_ct,
+    stride_sb,
+    stride_st,
+    ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    bt = tl.program_id(0).to(tl.int64)  # b * T + t
+    r = tl.program_id(1)
+    b = bt // T
+    t = bt % T
+    dtype = x_ptr.dtype.element_ty
+    offs = tl.arange(0, BLOCK_D)
+    mask = offs < HEAD_DIM
+    half = HEAD_DIM // 2
+    partner = tl.where(offs < half, offs + half, offs - half)
+    sign = tl.where(offs < half, -1.0, 1.0)
+    src = x_ptr + b * stride_xb + r * stride_xr + t * stride_xt
+    x = tl.load(src + offs, mask=mask, other=0.0).to(tl.float32)
+    x_partner = tl.load(src + partner, mask=mask, other=0.0).to(tl.float32)
+    cos = tl.load(cos_ptr + b * stride_cb + t * stride_ct + offs, mask=mask, other=0.0)
+    sin = tl.load(sin_ptr + b * stride_sb + t * stride_st + offs, mask=mask, other=0.0)
+    # x * cos rounded to the dtype first, then + rotate_half(x) * sin: torch.addcmul's order.
+    y = (x * cos.to(tl.float32)).to(dtype).to(tl.float32) + sign * x_partner * sin.to(tl.float32)
+    out = out_ptr + ((b * ROWS + r) * T + t) * HEAD_DIM
+    tl.store(out + offs, y.to(dtype), mask=mask)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """`torch.addcmul(x * cos, rotate_half(x), sin)` as one launch: x [B, R, T, d] (any
+    strides, the last dimension contiguous), cos and sin [B, 1, T, d] in x's dtype (each
+    stream's own positions) -> a new contiguous [B, R, T, d]."""
+    B, R, T, d = x.shape
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cos, sin = cos.expand(B, 1, T, d), sin.expand(B, 1, T, d)
+    if cos.stride(-1) != 1:
+        cos = cos.contiguous()
+    if sin.stride(-1) != 1:
+        sin = sin.contiguous()
+    out = torch.empty((B, R, T, d), dtype=x.dtype, device=x.device)
+    if B * T * R:
+        _rope_kernel[(B * T, R)](
+            x,
+            cos,
+            sin,
+            out,
+            T,
+            x.stride(0),
+            x.stride(1),
+            x.stride(2),
+            cos.stride(0),
+            cos.stride(2),
+            sin.stride(0),
+            sin.stride(2),
+            ROWS=R,
+            HEAD_DIM=d,
+            BLOCK_D=triton.next_power_of_2(d),
+        )
+    return out
