@@ -64,3 +64,11 @@ def test_empty_tensors_take_no_buffer():
     staging, log = ring(slots=1)
     out = staging.copy(torch.zeros(0, 3), torch.device("cpu"))
     assert out.shape == (0, 3) and log == []
+
+
+def test_a_copy_into_a_given_tensor_writes_it_in_place():
+    """The CUDA graph inputs' way (codec/streaming.py): no new tensor."""
+    staging, _ = ring()
+    target = torch.full((3,), -1, dtype=torch.int64)
+    out = staging.copy(torch.tensor([4, 5, 6]), torch.device("cpu"), target)
+    assert out is target and target.tolist() == [4, 5, 6]

@@ -173,8 +173,9 @@ class _CapturedStep:
 
     def run(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         n = len(slots)
-        self.index.fill_(self.codec._scratch)
-        self.index[:n].copy_(ids_on(slots, self.index.device))
+        # The rows past the batch pad with the scratch slot: one upload, into the graph's input.
+        padded = [*slots, *[self.codec._scratch] * (self.batch - n)]
+        ids_on(padded, self.index.device, out=self.index)
         self.codes[:n].copy_(codes, non_blocking=True)
         self.graph.replay()
         # The graph's output buffer is overwritten by the next replay.

@@ -42,11 +42,16 @@ class PinnedStaging:
         self._recorded = [False] * slots
         self._next = 0
 
-    def copy(self, host: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    def copy(
+        self, host: torch.Tensor, device: torch.device, out: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """`host` on `device`: a new tensor, or written into `out` (host's shape and
+        dtype) when given; None when it is larger than a buffer."""
         nbytes = host.numel() * host.element_size()
         if nbytes > self.slot_bytes:
             return None
-        out = torch.empty(host.shape, dtype=host.dtype, device=device)
+        if out is None:
+            out = torch.empty(host.shape, dtype=host.dtype, device=device)
         if nbytes == 0:
             return out
         i = self._next
@@ -72,24 +77,32 @@ def _staging() -> PinnedStaging:
     return staging
 
 
-def to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """`host` (a CPU tensor) on `device`, copied without blocking the caller.
+def to_device(
+    host: torch.Tensor, device: torch.device | str, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`host` (a CPU tensor) on `device`, copied without blocking the caller: a new
+    tensor, or written into `out` (a tensor on `device` of host's shape and dtype, such
+    as a CUDA graph's input) when given, which saves an allocation and a device copy.
 
     The data goes through pinned memory (the thread's `PinnedStaging` ring, or for a
     large tensor a pinned copy the caching host allocator keeps alive until the
     transfer is done), so `host` may change right after."""
     device = torch.device(device)
     if device.type != "cuda":
-        return host.to(device)
-    out = _staging().copy(host, device)
-    if out is not None:
-        return out
-    return host.pin_memory().to(device, non_blocking=True)
+        return host.to(device) if out is None else out.copy_(host)
+    staged = _staging().copy(host, device, out)
+    if staged is not None:
+        return staged
+    pinned = host.pin_memory()
+    if out is None:
+        return pinned.to(device, non_blocking=True)
+    return out.copy_(pinned, non_blocking=True)
 
 
-def ids_on(ids, device: torch.device | str) -> torch.Tensor:
-    """A list of integer ids as an int64 tensor on `device` (see `to_device`)."""
-    return to_device(torch.tensor(list(ids), dtype=torch.long), device)
+def ids_on(ids, device: torch.device | str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """A list of integer ids as an int64 tensor on `device` (or into `out`: see
+    `to_device`)."""
+    return to_device(torch.tensor(list(ids), dtype=torch.long), device, out)
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
