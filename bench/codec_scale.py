@@ -23,8 +23,9 @@ With --compare-unfused, 1 and 3 also run the "triton" and "routed" routes with e
 residual unit as its two convolution calls (codec.convs.FUSE_RESIDUAL_UNITS off; named
 "... unfused units", rows say "fused_units"): what the fused unit (kernels/residual_unit.py)
 saves, and that it changes no audio.
-With --profile, before 2: per route, torch.profiler's kernel totals of one eager decode at
-128 streams x 8 frames, largest first (where the codec's time goes, convolutions or not).
+With --profile, after 3: per route, torch.profiler's kernel totals of one eager decode at
+128 streams x 8 frames, largest first (where the codec's time goes, convolutions or not);
+last, so that the profiler cannot weigh on the timings.
 Writes --out/codec_scale.json after every section (machine, versions, raw samples), prints
 tables last, and skips what would start after --budget-s.
 
@@ -386,7 +387,7 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="first, per route: kernel totals of one decode at 128 streams x 8 frames",
+        help="last, per route: kernel totals of one decode at 128 streams x 8 frames",
     )
     parser.add_argument("--no-correctness", action="store_true", help="skip section 1")
     parser.add_argument(
@@ -436,9 +437,6 @@ def main() -> None:
         decoder = load_speech_tokenizer(folder, device="cuda", dtype=torch.bfloat16)
 
     sections.append(("load", load))
-    if args.profile:
-        for route in args.routes:
-            sections.append((f"profile {route}", lambda r=route: profile(decoder, r, report)))
     if not args.no_per_layer:
         sections.append(("per_layer", lambda: per_layer(decoder, args, report, t0)))
     for route, fused_units in route_variants(args):
@@ -446,6 +444,9 @@ def main() -> None:
         sections.append(
             (name, lambda r=route, f=fused_units: scale(decoder, r, args, report, t0, f))
         )
+    if args.profile:  # last: see the module docstring
+        for route in args.routes:
+            sections.append((f"profile {route}", lambda r=route: profile(decoder, r, report)))
     for name, run in sections:
         t_section = time.monotonic()
         try:
