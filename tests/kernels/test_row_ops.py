@@ -96,7 +96,7 @@ def test_rope_matches_the_codec_transformer(dtype):
     """The codec's queries and keys side by side, a strided view of the QKV projection
     [B, n, 3H, d] -> [B, 2H, n, d], each stream at its own positions."""
     torch.manual_seed(3)
-    batch, frames, heads, d = 3, 5, 4, 64
+    batch, frames, heads, d = 3, 5, 3, 64  # 6 rows: a masked block of 8
     qkv = torch.randn(batch, frames, 3 * heads, d, device=DEVICE).to(dtype).transpose(1, 2)
     qk = qkv[:, : 2 * heads]
     start = torch.tensor([0, 7, 300], device=DEVICE)
