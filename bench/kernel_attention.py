@@ -35,9 +35,7 @@ import functools
 import json
 import math
 import platform
-import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -45,6 +43,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from ttsfleet_runtime.benchmark import GraphTimer, relative_error
 from ttsfleet_runtime.kernels.decode_attention import decode_attention, sm_count, split_count
 from ttsfleet_runtime.kernels.rope_kv import qk_norm_rope_write
 from ttsfleet_runtime.model.layers import RotaryTable, decode_mask, qk_norm_rope_eager
@@ -86,63 +85,6 @@ SMOKE = Config(
     kv_heads=2,
     head_dim=32,
 )
-
-
-class Timer:
-    """Per-call milliseconds of `calls` (a list of closures), one CUDA graph over all of
-    them on the GPU, replayed after an L2 flush; plain calls on the CPU (smoke)."""
-
-    def __init__(self, device: torch.device, iters: int):
-        self.device, self.iters = device, iters
-        self.cuda = device.type == "cuda"
-        self.flush = torch.empty(256 << 20, dtype=torch.int8, device=device) if self.cuda else None
-
-    def capture(self, calls):
-        for call in calls:  # compile (Triton, inductor) and warm up outside the capture
-            call()
-        if not self.cuda:
-            return lambda: [call() for call in calls]
-        torch.cuda.synchronize()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for call in calls:
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for call in calls:
-                call()
-        torch.cuda.synchronize()
-        return graph.replay
-
-    def time(self, replay, calls: int) -> dict:
-        samples = []
-        for _ in range(self.iters):
-            if not self.cuda:
-                t0 = time.perf_counter()
-                replay()
-                samples.append((time.perf_counter() - t0) * 1e3 / calls)
-                continue
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / calls)
-        ordered = sorted(samples)
-        return {
-            "median_ms": statistics.median(ordered),
-            "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
-            "min_ms": ordered[0],
-            "samples_ms": [round(s, 5) for s in samples],
-        }
-
-
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.float(), ref.float()
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 def layer_caches(cfg: Config, dtype, device, gen, batch: int, length: int):
@@ -445,7 +387,7 @@ def main() -> int:
     }
     path = args.out / "kernel_attention.json"
     try:
-        timer = Timer(device, cfg.iters)
+        timer = GraphTimer(device, cfg.iters)
         gen = torch.Generator().manual_seed(0)
         run_section(results, "attention", attention_cases(timer, cfg, dtype, device, gen))
         run_section(results, "predictor_attention", predictor_cases(timer, cfg, dtype, device, gen))

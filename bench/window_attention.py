@@ -19,7 +19,7 @@ Correctness per case: outputs of ring and old against old in float32, and the ri
 the call against old's state after it, re-laid out (must be equal).
 Timing: each variant captured in one CUDA graph of --layers calls over distinct layer
 buffers (a decode step has 8 layers), L2 flushed before each replay, CUDA events around
-it (kernel_attention.Timer); the per-call median is reported.
+it (ttsfleet_runtime.benchmark.GraphTimer); the per-call median is reported.
 
     PYTHONPATH=runtime python3 bench/window_attention.py --out $OUT
     TRITON_INTERPRET=1 PYTHONPATH=runtime python3 bench/window_attention.py --smoke --out /tmp/x
@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
-from kernel_attention import Timer, relative_error
 
+from ttsfleet_runtime.benchmark import GraphTimer, relative_error
 from ttsfleet_runtime.codec.config import CodecDecoderConfig
 from ttsfleet_runtime.kernels.window_attention import window_attention, window_attention_torch
 
@@ -155,7 +155,7 @@ def check(layer: Layer, n: int, dtype) -> dict:
     return result
 
 
-def bench_case(timer: Timer, cfg: Config, dtype, device, gen, batch: int, n: int) -> dict:
+def bench_case(timer: GraphTimer, cfg: Config, dtype, device, gen, batch: int, n: int) -> dict:
     layers = [Layer(cfg, batch, n, dtype, device, gen) for _ in range(cfg.layers)]
     row = {"batch": batch, "frames": n, "check": check(layers[0], n, dtype), "variants": {}}
     variants = {
@@ -240,7 +240,7 @@ def main() -> int:
     }
     path = args.out / "window_attention.json"
     began = time.monotonic()
-    timer = Timer(device, cfg.iters)
+    timer = GraphTimer(device, cfg.iters)
     gen = torch.Generator().manual_seed(0)
     for n in cfg.frames:
         for batch in cfg.batches:

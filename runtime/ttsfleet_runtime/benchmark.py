@@ -23,6 +23,7 @@ import gc
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 import traceback
@@ -55,6 +56,70 @@ def timed(fn, iters: int) -> list[float]:
         end.synchronize()
         samples.append(start.elapsed_time(end))
     return samples
+
+
+class GraphTimer:
+    """Per-call milliseconds of `calls` (a list of closures), one CUDA graph over all of
+    them on the GPU, replayed after an L2 flush; plain calls on the CPU (smoke)."""
+
+    def __init__(self, device, iters: int):
+        import torch
+
+        self.device, self.iters = device, iters
+        self.cuda = device.type == "cuda"
+        self.flush = torch.empty(256 << 20, dtype=torch.int8, device=device) if self.cuda else None
+
+    def capture(self, calls):
+        import torch
+
+        for call in calls:  # compile (Triton, inductor) and warm up outside the capture
+            call()
+        if not self.cuda:
+            return lambda: [call() for call in calls]
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for call in calls:
+                call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for call in calls:
+                call()
+        torch.cuda.synchronize()
+        return graph.replay
+
+    def time(self, replay, calls: int) -> dict:
+        import torch
+
+        samples = []
+        for _ in range(self.iters):
+            if not self.cuda:
+                t0 = time.perf_counter()
+                replay()
+                samples.append((time.perf_counter() - t0) * 1e3 / calls)
+                continue
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / calls)
+        ordered = sorted(samples)
+        return {
+            "median_ms": statistics.median(ordered),
+            "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
+            "min_ms": ordered[0],
+            "samples_ms": [round(s, 5) for s in samples],
+        }
+
+
+def relative_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float32."""
+    out, ref = out.float(), ref.float()
+    return ((out - ref).norm() / ref.norm()).item()
 
 
 def log(*a):
