@@ -23,6 +23,12 @@ import triton
 import triton.language as tl
 
 
+def _unit_stride(t: torch.Tensor) -> torch.Tensor:
+    """t itself when its last dimension is contiguous (the kernels read rows through the
+    other strides), else a contiguous copy."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, w_ptr, out_ptr, stride_x, stride_out, eps, N: tl.constexpr, BLOCK: tl.constexpr
@@ -41,9 +47,7 @@ def _rms_norm_kernel(
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dimension of x [..., N] -> a new tensor like x."""
     n = x.shape[-1]
-    rows = x.reshape(-1, n)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
+    rows = _unit_stride(x.reshape(-1, n))
     out_dtype = torch.promote_types(x.dtype, weight.dtype)
     out = torch.empty(rows.shape, dtype=out_dtype, device=x.device)
     if rows.shape[0]:
@@ -75,9 +79,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [..., 2F] -> silu(gate) * up [..., F] (gate the first half)."""
     width = gate_up.shape[-1]
     half = width // 2
-    rows = gate_up.reshape(-1, width)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
+    rows = _unit_stride(gate_up.reshape(-1, width))
     out = torch.empty((rows.shape[0], half), dtype=gate_up.dtype, device=gate_up.device)
     block = min(1024, triton.next_power_of_2(half))
     if rows.shape[0]:
@@ -136,8 +138,7 @@ def _head_norm_rope_kernel(
 def _head_norm_rope(x, weight, cos, sin, eps: float) -> torch.Tensor:
     """x [B, T, heads, d] -> normed, roped [B, heads, T, d] (contiguous)."""
     B, T, heads, d = x.shape
-    if x.stride(-1) != 1:
-        x = x.contiguous()
+    x = _unit_stride(x)
     out = torch.empty((B, heads, T, d), dtype=x.dtype, device=x.device)
     if B * T:
         _head_norm_rope_kernel[(B * T, heads)](
@@ -164,12 +165,8 @@ def qk_norm_rope(q, k, q_weight, k_weight, cos, sin, eps: float):
     """Per-head RMSNorm of q [B, T, H, d] and k [B, T, K, d] (views of the QKV
     projection: any strides), then RoPE with cos/sin [1, 1, T, d] (`RotaryTable.prefix`
     / `.at`) -> q [B, H, T, d], k [B, K, T, d]."""
-    cos = cos.reshape(-1, cos.shape[-1])
-    sin = sin.reshape(-1, sin.shape[-1])
-    if cos.stride(-1) != 1:
-        cos = cos.contiguous()
-    if sin.stride(-1) != 1:
-        sin = sin.contiguous()
+    cos = _unit_stride(cos.reshape(-1, cos.shape[-1]))
+    sin = _unit_stride(sin.reshape(-1, sin.shape[-1]))
     return (
         _head_norm_rope(q, q_weight, cos, sin, eps),
         _head_norm_rope(k, k_weight, cos, sin, eps),
@@ -225,13 +222,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     strides, the last dimension contiguous), cos and sin [B, 1, T, d] in x's dtype (each
     stream's own positions) -> a new contiguous [B, R, T, d]."""
     B, R, T, d = x.shape
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    cos, sin = cos.expand(B, 1, T, d), sin.expand(B, 1, T, d)
-    if cos.stride(-1) != 1:
-        cos = cos.contiguous()
-    if sin.stride(-1) != 1:
-        sin = sin.contiguous()
+    x = _unit_stride(x)
+    cos, sin = _unit_stride(cos.expand(B, 1, T, d)), _unit_stride(sin.expand(B, 1, T, d))
     out = torch.empty((B, R, T, d), dtype=x.dtype, device=x.device)
     if B * T * R:
         _rope_kernel[(B * T,)](
