@@ -487,22 +487,29 @@ def unit_table_text(rows: list[dict], device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_units(args, report: dict, t0: float, save) -> None:
-    compile_in_workers(
-        _compile_unit, [(u, c) for u in UNITS for c in unit_candidates(u)], args, report, t0
-    )
+def sweep_rows(items, key: str, compile_one, candidates_of, sweep, args, report, t0, save):
+    """Compile every (item, candidate) in worker processes, then sweep the items in order
+    while --budget-s lasts: one report row each (the item under `key`), saved after each."""
+    pairs = [(item, c) for item in items for c in candidates_of(item)]
+    compile_in_workers(compile_one, pairs, args, report, t0)
     save()
-    for unit in UNITS:
+    for item in items:
         if time.monotonic() - t0 > args.budget_s:
-            report.setdefault("skipped", []).append(unit.name)
+            report.setdefault("skipped", []).append(item.name)
             continue
-        row = {"unit": asdict(unit)}
+        row = {key: asdict(item)}
         try:
-            sweep_unit(unit, args, row)
+            sweep(item, args, row)
         except Exception as exc:
             row["error"] = repr(exc)[:500]
         report["rows"].append(row)
         save()
+        best = row.get("best", {})
+        print(item.name, best.get("config"), best.get("ms"), flush=True)
+
+
+def run_units(args, report: dict, t0: float, save) -> None:
+    sweep_rows(UNITS, "unit", _compile_unit, unit_candidates, sweep_unit, args, report, t0, save)
     print(f"\n{'unit':28} {'two calls':>9} {'conv1':>7} {'fused':>7} {'block saved':>11}  config")
     for row in report["rows"]:
         best = row.get("best", {})
@@ -568,24 +575,7 @@ def main() -> None:
         (args.out / "kernel_conv1d.json").write_text(json.dumps(report, indent=1))
         (args.out / "conv1d_table.py").write_text(table_text(report["rows"], device))
 
-    compile_in_workers(
-        _compile_one, [(s, c) for s in SHAPES for c in candidates(s)], args, report, t0
-    )
-    save()
-
-    for shape in SHAPES:
-        if time.monotonic() - t0 > args.budget_s:
-            report.setdefault("skipped", []).append(shape.name)
-            continue
-        row = {"shape": asdict(shape)}
-        try:
-            sweep_shape(shape, args, row)
-        except Exception as exc:
-            row["error"] = repr(exc)[:500]
-        report["rows"].append(row)
-        save()
-        best = row.get("best", {})
-        print(shape.name, best.get("config"), best.get("ms"), flush=True)
+    sweep_rows(SHAPES, "shape", _compile_one, candidates, sweep_shape, args, report, t0, save)
     save()
 
     print(
