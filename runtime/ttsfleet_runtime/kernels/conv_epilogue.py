@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .conv1d import _INTERPRETED, _snake
+from .conv1d import _INTERPRETED, _epilogue
 
 _TILE_ELEMENTS = 4096  # per program: 32 per thread with 4 warps
 
@@ -45,15 +45,25 @@ def _snake_epilogue_kernel(
     mask = (r < rows)[:, None] & col_mask[None, :]
     offsets = r[:, None] * N + cols[None, :]
     y = tl.load(y_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    if RESIDUAL:
-        y += tl.load(res_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    y = y.to(raw_ptr.dtype.element_ty)
-    if EMIT_RAW:
-        tl.store(raw_ptr + offsets, y, mask=mask)
-    if EMIT_ACT:
-        # From the rounded sum, as the eager path activates the stored tensor.
-        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
-        tl.store(act_ptr + offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
+    # The Triton convolution's own epilogue: + residual, rounded, raw and/or activated.
+    _epilogue(
+        y,
+        cols,
+        col_mask,
+        mask,
+        offsets,
+        offsets,
+        res_ptr,
+        raw_ptr,
+        act_ptr,
+        freq_ptr,
+        inv_ptr,
+        ACT_CHANNELS,
+        RESIDUAL,
+        EMIT_RAW,
+        EMIT_ACT,
+        FAST_SIN,
+    )
 
 
 def _empty(like: torch.Tensor) -> torch.Tensor:
