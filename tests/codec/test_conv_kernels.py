@@ -16,19 +16,29 @@ INTERPRETER_CONFIG = conv1d.ConvConfig(2048, 16, 32, num_stages=1)
 
 
 @pytest.fixture
-def fused_units(monkeypatch) -> list[int]:
-    """Interpreter-sized tiles for both kernels; the input lengths of the fused units run."""
+def fused_units(monkeypatch) -> list[str]:
+    """Interpreter-sized tiles for both kernels; the fused units run: "unit", or "head"
+    for the last one with the decoder's head."""
     monkeypatch.setattr(conv1d, "config_for", lambda *shape: INTERPRETER_CONFIG)
     monkeypatch.setattr(residual_unit, "config_for", lambda channels: INTERPRETER_CONFIG)
     launched = []
-    real = convs.residual_unit_kernel
 
-    def spy(unit, x, *args, **kwargs):
-        launched.append(x.shape[1])
-        return real(unit, x, *args, **kwargs)
+    def spy(name, real):
+        def launch(unit, x, *args, **kwargs):
+            launched.append(name)
+            return real(unit, x, *args, **kwargs)
 
-    monkeypatch.setattr(convs, "residual_unit_kernel", spy)
+        return launch
+
+    monkeypatch.setattr(convs, "residual_unit_kernel", spy("unit", convs.residual_unit_kernel))
+    monkeypatch.setattr(
+        convs, "residual_unit_head_kernel", spy("head", convs.residual_unit_head_kernel)
+    )
     return launched
+
+
+# The fused launches of one decode call: every unit of the 4 blocks, the last with the head.
+ONE_CALL = ["unit"] * 11 + ["head"]
 
 
 def test_tiny_decoder_on_the_kernels_matches_eager(tiny_decoder, fused_units):
@@ -46,7 +56,7 @@ def test_tiny_decoder_on_the_kernels_matches_eager(tiny_decoder, fused_units):
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     finally:
         convs.use_eager()
-    assert len(fused_units) == 2 * 4 * 3  # every unit of the 4 blocks, both calls
+    assert fused_units == ONE_CALL * 2
 
 
 def test_fused_units_streamed_in_chunks_give_the_one_pass_audio(tiny_decoder, fused_units):
@@ -63,5 +73,5 @@ def test_fused_units_streamed_in_chunks_give_the_one_pass_audio(tiny_decoder, fu
         )
     finally:
         convs.use_eager()
-    assert len(fused_units) == 3 * 12
+    assert fused_units == ONE_CALL * 3
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

@@ -201,3 +201,64 @@ def test_refuses_units_wider_than_one_tile():
     w1, w2, v = torch.zeros(7, c, c), torch.zeros(1, c, c), torch.zeros(c)
     with pytest.raises(ValueError, match="one tile"):
         residual_unit.residual_unit(x, x, torch.zeros(1, 6, c), w1, v, (v, v), w2, v, (v, v))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize(("channels", "length"), [(16, 37), (40, 6), (24, 70)])
+def test_unit_with_its_head_gives_the_unit_then_the_head_convolution(dtype, channels, length):
+    """residual_unit_head: the last unit and the decoder's head (C -> 1, 7 taps) without
+    the unit's output in memory, against residual_unit then causal_conv1d: the waveform
+    and the head's next history (act's last 6 rows), over several time tiles."""
+    g = torch.Generator().manual_seed(channels + length)
+    batch, dilation = 3, 3
+    x = _rand(g, batch, length, channels, dtype=dtype)
+    x_act = _rand(g, batch, length, channels, dtype=dtype)
+    history = _rand(g, batch, 6 * dilation, channels, dtype=dtype)
+    w1 = _rand(g, 7, channels, channels, dtype=dtype, scale=(7 * channels) ** -0.5)
+    w2 = _rand(g, 1, channels, channels, dtype=dtype, scale=channels**-0.5)
+    b1, b2 = _rand(g, channels, dtype=dtype), _rand(g, channels, dtype=dtype)
+    act2, next_act = _factors(g, channels, dtype), _factors(g, channels, dtype)
+    head_w = _rand(g, 7, channels, 1, dtype=dtype, scale=(7 * channels) ** -0.5)
+    head_b = _rand(g, 1, dtype=dtype)
+    # The head's history as strided rows of a packed state.
+    packed = _rand(g, batch, 6 * channels + 3, dtype=dtype)
+    head_history = packed[:, 1 : 1 + 6 * channels].view(batch, 6, channels)
+    common = (x, x_act, history, w1, b1, act2, w2, b2, next_act)
+
+    _, act = residual_unit.residual_unit(*common, emit_raw=False, dilation=dilation, config=SMALL)
+    want, _ = causal_conv1d(act, head_w, head_history, bias=head_b, config=SMALL)
+    got, tail = residual_unit.residual_unit_head(
+        *common,
+        head_w[:, :, 0].t().contiguous(),
+        head_b,
+        head_history,
+        dilation=dilation,
+        config=SMALL,
+    )
+    assert got.shape == (batch, length, 1)
+    torch.testing.assert_close(tail, act[:, -6:], atol=0, rtol=0)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    else:
+        assert_same_rounding(got, want)
+
+
+def test_unit_with_its_head_refuses_fewer_samples_than_the_heads_history():
+    c = 16
+    x, v = torch.zeros(1, 5, c), torch.zeros(c)
+    w1, w2 = torch.zeros(7, c, c), torch.zeros(1, c, c)
+    with pytest.raises(ValueError, match="fewer than the head's history"):
+        residual_unit.residual_unit_head(
+            x,
+            x,
+            torch.zeros(1, 6, c),
+            w1,
+            v,
+            (v, v),
+            w2,
+            v,
+            (v, v),
+            torch.zeros(c, 7),
+            torch.zeros(1),
+            torch.zeros(1, 6, c),
+        )

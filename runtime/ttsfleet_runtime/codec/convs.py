@@ -96,10 +96,13 @@ class CausalConv1d(Stateful):
         self.context = (kernel_size - 1) * dilation
         self.upsampling = 1
         # The Triton kernel's layout [taps, Cin, Cout] and cuDNN's channels-last
-        # [Cout, Cin, 1, taps] (dense convolutions only, else None).
+        # [Cout, Cin, 1, taps] (dense convolutions only, else None); a convolution to one
+        # channel (the decoder's head) also [Cin, taps], its taps as the columns of one
+        # product (kernels/residual_unit.py `residual_unit_head`).
         self.register_buffer("kernel_weight", None, persistent=False)
         self.register_buffer("kernel_bias", None, persistent=False)
         self.register_buffer("cudnn_weight", None, persistent=False)
+        self.register_buffer("tap_columns", None, persistent=False)
         self.derive_kernel_layout()
         self.register_load_state_dict_post_hook(lambda module, _: module.derive_kernel_layout())
 
@@ -109,6 +112,8 @@ class CausalConv1d(Stateful):
             self.kernel_weight = self.conv.weight.detach().permute(2, 1, 0).contiguous()
             self.kernel_bias = self.conv.bias.detach().clone()
             self.cudnn_weight = _channels_last_weight(self.kernel_weight)
+        if self.conv.groups == 1 and self.conv.out_channels == 1:
+            self.tap_columns = self.kernel_weight[:, :, 0].t().contiguous()
 
     def torch_forward(self, full: torch.Tensor) -> torch.Tensor:
         """The convolution of history-prefixed input [B, context + T, Cin] -> [B, T, Cout]."""
@@ -281,6 +286,41 @@ def residual_unit_kernel(
     return raw, act
 
 
+def residual_unit_head_kernel(
+    unit: ResidualUnit,
+    x: torch.Tensor,
+    x_act: torch.Tensor,
+    state: State,
+    next_activation: SnakeBeta,
+    head: CausalConv1d,
+) -> torch.Tensor:
+    """The last residual unit, the activation after it and the head (the convolution to
+    the waveform) in two launches (kernels/residual_unit.py `residual_unit_head`: the
+    unit's output never goes to memory); returns the head's output [B, T, 1]. The same
+    state: conv1's input tail and the head's."""
+    from ..kernels.residual_unit import residual_unit_head
+
+    conv1, conv2 = unit.conv1, unit.conv2
+    y, head_tail = residual_unit_head(
+        x,
+        x_act,
+        state[conv1.state_key],
+        conv1.kernel_weight,
+        conv1.kernel_bias,
+        (unit.act2.frequency, unit.act2.inverse_magnitude),
+        conv2.kernel_weight,
+        conv2.kernel_bias,
+        (next_activation.frequency, next_activation.inverse_magnitude),
+        head.tap_columns,
+        head.kernel_bias,
+        state[head.state_key],
+        dilation=conv1.dilation,
+    )
+    conv1.remember(x_act, state)
+    state[head.state_key] = head_tail
+    return y
+
+
 def conv_cudnn(
     layer: ConvLayer,
     x: torch.Tensor,
@@ -413,6 +453,21 @@ def fuses_residual_unit(channels: int, samples: int) -> bool:
     return channels <= MAX_CHANNELS
 
 
+def fuses_head(channels: int, samples: int, head: CausalConv1d) -> bool:
+    """Whether the last residual unit (`channels`, `samples` a stream) runs with the head
+    after it (`residual_unit_head_kernel`): the unit runs as one launch, and the head is a
+    dense undilated convolution to one channel whose history those samples cover."""
+    from ..kernels.residual_unit import HEAD_COLUMNS
+
+    return (
+        fuses_residual_unit(channels, samples)
+        and head.tap_columns is not None
+        and head.dilation == 1
+        and 2 <= head.tap_columns.shape[1] <= HEAD_COLUMNS.value
+        and samples >= head.context
+    )
+
+
 ROUTES = {
     "eager": conv_eager,
     "triton": conv_kernel,
@@ -513,13 +568,23 @@ class DecoderBlock(nn.Module):
         return self.block[0]
 
     def forward(
-        self, x_act: torch.Tensor, state: State, next_activation: SnakeBeta
+        self,
+        x_act: torch.Tensor,
+        state: State,
+        next_activation: SnakeBeta,
+        head: CausalConv1d | None = None,
     ) -> torch.Tensor:
-        """activation(x) -> next_activation(block output)."""
+        """activation(x) -> next_activation(block output), or with a `head` (the decoder's
+        last convolution) head(next_activation(block output)), in one pass with the last
+        unit where the route allows (`fuses_head`)."""
         units = list(self.block[2:])
         x, x_act = conv(self.block[1], x_act, state, activation=units[0].act1)
         for i, unit in enumerate(units):
             last = i == len(units) - 1
             follower = next_activation if last else units[i + 1].act1
+            if last and head is not None and fuses_head(x.shape[2], x.shape[1], head):
+                return residual_unit_head_kernel(unit, x, x_act, state, follower, head)
             x, x_act = unit(x, x_act, state, follower, emit_raw=not last)
+        if head is not None:
+            return conv(head, x_act, state)[0]
         return x_act

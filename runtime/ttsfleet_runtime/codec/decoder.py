@@ -123,9 +123,9 @@ class CodecDecoder(nn.Module):
         first, *blocks, last_activation, last = self.decoder
         _, h = convs.conv(first, h, state, activation=blocks[0].activation, emit_raw=False)
         followers = [b.activation for b in blocks[1:]] + [last_activation]
-        for block, follower in zip(blocks, followers, strict=True):
-            h = block(h, state, follower)
-        h, _ = convs.conv(last, h, state)
+        heads = [None] * (len(blocks) - 1) + [last]  # the last block runs the last conv
+        for block, follower, head in zip(blocks, followers, heads, strict=True):
+            h = block(h, state, follower, head)
         return h.clamp(-1.0, 1.0).squeeze(2).float()
 
     @torch.inference_mode()

@@ -85,6 +85,73 @@ def _activated_part(acc, cols, col_mask, b1_ptr, freq_ptr, inv_ptr, like_ptr, FA
     return h.to(like_ptr.dtype.element_ty)
 
 
+@triton.jit
+def _hidden(
+    x_act_base,
+    s_base,
+    w1_ptr,
+    b1_ptr,
+    freq1_ptr,
+    inv1_ptr,
+    t,
+    T,
+    C: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    F32_DOT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """h = snake(conv1(x_act) + b1) for samples `t` of one stream, as its two column parts
+    (h_a, h_b): conv1's columns in two powers of two (96 = 64 + 32, 192 = 128 + 64), so the
+    tensor cores do no work on padding, as one part padded to 128 or 256 would."""
+    cols_a = tl.arange(0, BLOCK_A)
+    cols_b = BLOCK_A + tl.arange(0, BLOCK_B)
+    mask_a = cols_a < C
+    mask_b = cols_b < C
+    acc_a = tl.zeros([BLOCK_T, BLOCK_A], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_T, BLOCK_B], dtype=tl.float32)
+    # kernels/conv1d.py's loop, each input tile feeding both parts.
+    for step in range(TAPS * ((C + BLOCK_K - 1) // BLOCK_K)):
+        a, w_rows, w_row_mask = _input_tile(
+            x_act_base, s_base, t, step, T, C, TAPS, DILATION, BLOCK_K
+        )
+        w_a = _weight_tile(w1_ptr, w_rows, w_row_mask, cols_a, mask_a, C)
+        w_b = _weight_tile(w1_ptr, w_rows, w_row_mask, cols_b, mask_b, C)
+        acc_a = _mma(a, w_a, acc_a, F32_DOT)
+        acc_b = _mma(a, w_b, acc_b, F32_DOT)
+    h_a = _activated_part(acc_a, cols_a, mask_a, b1_ptr, freq1_ptr, inv1_ptr, x_act_base, FAST_SIN)
+    h_b = _activated_part(acc_b, cols_b, mask_b, b1_ptr, freq1_ptr, inv1_ptr, x_act_base, FAST_SIN)
+    return h_a, h_b
+
+
+@triton.jit
+def _conv2_chunk(
+    h_a,
+    h_b,
+    w2_ptr,
+    b2_ptr,
+    cols,
+    col_mask,
+    C: tl.constexpr,
+    F32_DOT: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """conv2's output columns `cols` (h @ W2 + b2), float32, before the residual."""
+    cols_a = tl.arange(0, BLOCK_A)
+    cols_b = BLOCK_A + tl.arange(0, BLOCK_B)
+    out = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+    out = _mma(h_a, _weight_tile(w2_ptr, cols_a, cols_a < C, cols, col_mask, C), out, F32_DOT)
+    out = _mma(h_b, _weight_tile(w2_ptr, cols_b, cols_b < C, cols, col_mask, C), out, F32_DOT)
+    return out + tl.load(b2_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+
+
 @triton.jit(do_not_specialize=["T"])
 def _residual_unit_kernel(
     x_ptr,
@@ -119,36 +186,33 @@ def _residual_unit_kernel(
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     b = tl.program_id(1).to(tl.int64)
-    x_act_base = x_act_ptr + b * stride_ab
-    s_base = state_ptr + b * stride_sb
-    # conv1's columns in two parts, powers of two (96 = 64 + 32, 192 = 128 + 64): the
-    # tensor cores do no work on padding, as one part padded to 128 or 256 would.
-    cols_a = tl.arange(0, BLOCK_A)
-    cols_b = BLOCK_A + tl.arange(0, BLOCK_B)
-    mask_a = cols_a < C
-    mask_b = cols_b < C
-    acc_a = tl.zeros([BLOCK_T, BLOCK_A], dtype=tl.float32)
-    acc_b = tl.zeros([BLOCK_T, BLOCK_B], dtype=tl.float32)
-    # kernels/conv1d.py's loop, each input tile feeding both parts.
-    for step in range(TAPS * ((C + BLOCK_K - 1) // BLOCK_K)):
-        a, w_rows, w_row_mask = _input_tile(
-            x_act_base, s_base, t, step, T, C, TAPS, DILATION, BLOCK_K
-        )
-        w_a = _weight_tile(w1_ptr, w_rows, w_row_mask, cols_a, mask_a, C)
-        w_b = _weight_tile(w1_ptr, w_rows, w_row_mask, cols_b, mask_b, C)
-        acc_a = _mma(a, w_a, acc_a, F32_DOT)
-        acc_b = _mma(a, w_b, acc_b, F32_DOT)
-    h_a = _activated_part(acc_a, cols_a, mask_a, b1_ptr, freq1_ptr, inv1_ptr, x_act_ptr, FAST_SIN)
-    h_b = _activated_part(acc_b, cols_b, mask_b, b1_ptr, freq1_ptr, inv1_ptr, x_act_ptr, FAST_SIN)
+    h_a, h_b = _hidden(
+        x_act_ptr + b * stride_ab,
+        state_ptr + b * stride_sb,
+        w1_ptr,
+        b1_ptr,
+        freq1_ptr,
+        inv1_ptr,
+        t,
+        T,
+        C,
+        TAPS,
+        DILATION,
+        F32_DOT,
+        FAST_SIN,
+        BLOCK_T,
+        BLOCK_A,
+        BLOCK_B,
+        BLOCK_K,
+    )
     row_mask = t < T
     # conv2 = h @ W2 in chunks of BLOCK_N output columns, each stored with its epilogue.
     for n0 in tl.static_range(0, C, BLOCK_N):
         cols = n0 + tl.arange(0, BLOCK_N)
         col_mask = cols < C
-        out = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-        out = _mma(h_a, _weight_tile(w2_ptr, cols_a, mask_a, cols, col_mask, C), out, F32_DOT)
-        out = _mma(h_b, _weight_tile(w2_ptr, cols_b, mask_b, cols, col_mask, C), out, F32_DOT)
-        out += tl.load(b2_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        out = _conv2_chunk(
+            h_a, h_b, w2_ptr, b2_ptr, cols, col_mask, C, F32_DOT, BLOCK_T, BLOCK_A, BLOCK_B, BLOCK_N
+        )
         _epilogue(
             out,
             cols,
@@ -169,6 +233,162 @@ def _residual_unit_kernel(
         )
 
 
+# The head's taps are the columns of one tensor-core product (tl.dot needs >= 16).
+HEAD_COLUMNS = tl.constexpr(16)
+
+
+@triton.jit
+def _tap_partials(a, w_ptr, cols, col_mask, acc, HEAD_TAPS: tl.constexpr, F32_DOT: tl.constexpr):
+    """acc + a @ W[cols]: each input row's dot product with every tap of the head
+    (W [C, HEAD_TAPS], its columns past HEAD_TAPS zero)."""
+    taps = tl.arange(0, HEAD_COLUMNS)
+    w = tl.load(
+        w_ptr + cols[:, None] * HEAD_TAPS + taps[None, :],
+        mask=col_mask[:, None] & (taps < HEAD_TAPS)[None, :],
+        other=0.0,
+    )
+    return _mma(a, w, acc, F32_DOT)
+
+
+@triton.jit
+def _store_partials(p_base, p, rows, row_mask, HEAD_TAPS: tl.constexpr, ROW_STRIDE):
+    """Tap-major: partial[tap, row] (consecutive rows of one tap are neighbours)."""
+    taps = tl.arange(0, HEAD_COLUMNS)
+    tl.store(
+        p_base + taps[None, :] * ROW_STRIDE + rows[:, None],
+        p,
+        mask=row_mask[:, None] & (taps < HEAD_TAPS)[None, :],
+    )
+
+
+@triton.jit(do_not_specialize=["T"])
+def _residual_unit_head_kernel(
+    x_ptr,
+    x_act_ptr,
+    state_ptr,
+    w1_ptr,
+    b1_ptr,
+    freq1_ptr,
+    inv1_ptr,
+    w2_ptr,
+    b2_ptr,
+    freq2_ptr,
+    inv2_ptr,
+    head_w_ptr,
+    head_history_ptr,
+    head_tail_ptr,
+    partials_ptr,
+    T,
+    stride_xb,
+    stride_ab,
+    stride_sb,
+    stride_hb,
+    stride_tb,
+    stride_pb,
+    C: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    HEAD_TAPS: tl.constexpr,
+    F32_DOT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_A: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """The unit, then per sample the head's tap partials of its activated output instead
+    of the output: partial[tap, CONTEXT + t] = act[t] . W_head[tap] (float32); rows
+    0..CONTEXT-1 are the head's history's (the first program of each stream). The last
+    CONTEXT rows of act go to head_tail (the head's next history)."""
+    CONTEXT = HEAD_TAPS - 1
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.program_id(1).to(tl.int64)
+    h_a, h_b = _hidden(
+        x_act_ptr + b * stride_ab,
+        state_ptr + b * stride_sb,
+        w1_ptr,
+        b1_ptr,
+        freq1_ptr,
+        inv1_ptr,
+        t,
+        T,
+        C,
+        TAPS,
+        DILATION,
+        F32_DOT,
+        FAST_SIN,
+        BLOCK_T,
+        BLOCK_A,
+        BLOCK_B,
+        BLOCK_K,
+    )
+    row_mask = t < T
+    tail_row = t - (T - CONTEXT)
+    tail_mask = row_mask & (tail_row >= 0)
+    p = tl.zeros([BLOCK_T, HEAD_COLUMNS], dtype=tl.float32)
+    for n0 in tl.static_range(0, C, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        col_mask = cols < C
+        out = _conv2_chunk(
+            h_a, h_b, w2_ptr, b2_ptr, cols, col_mask, C, F32_DOT, BLOCK_T, BLOCK_A, BLOCK_B, BLOCK_N
+        )
+        mask = row_mask[:, None] & col_mask[None, :]
+        out += tl.load(x_ptr + b * stride_xb + t[:, None] * C + cols[None, :], mask=mask).to(
+            tl.float32
+        )
+        # Rounded where the unfused path stores: the unit's output, then its activation.
+        y = out.to(x_ptr.dtype.element_ty).to(tl.float32)
+        act = _snake(y, freq2_ptr, inv2_ptr, cols, col_mask, FAST_SIN).to(x_ptr.dtype.element_ty)
+        tl.store(
+            head_tail_ptr + b * stride_tb + tail_row[:, None] * C + cols[None, :],
+            act,
+            mask=tail_mask[:, None] & col_mask[None, :],
+        )
+        p = _tap_partials(act, head_w_ptr, cols, col_mask, p, HEAD_TAPS, F32_DOT)
+    row_stride = CONTEXT + T
+    p_base = partials_ptr + b * stride_pb
+    _store_partials(p_base, p, CONTEXT + t, row_mask, HEAD_TAPS, row_stride)
+    if tl.program_id(0) == 0:
+        rows = tl.arange(0, HEAD_COLUMNS)  # the history's rows (CONTEXT < HEAD_COLUMNS)
+        ph = tl.zeros([HEAD_COLUMNS, HEAD_COLUMNS], dtype=tl.float32)
+        for n0 in tl.static_range(0, C, BLOCK_N):
+            cols = n0 + tl.arange(0, BLOCK_N)
+            col_mask = cols < C
+            history = tl.load(
+                head_history_ptr + b * stride_hb + rows[:, None] * C + cols[None, :],
+                mask=(rows < CONTEXT)[:, None] & col_mask[None, :],
+                other=0.0,
+            )
+            ph = _tap_partials(history, head_w_ptr, cols, col_mask, ph, HEAD_TAPS, F32_DOT)
+        _store_partials(p_base, ph, rows, rows < CONTEXT, HEAD_TAPS, row_stride)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _head_sum_kernel(
+    partials_ptr,
+    bias_ptr,
+    out_ptr,
+    T,
+    stride_pb,
+    HEAD_TAPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out[t] = bias + sum_tap partial[tap, t + tap]: the head's causal convolution, its
+    window's rows t .. t + CONTEXT of (history, input) (partial rows are offset by the
+    history)."""
+    t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    b = tl.program_id(1).to(tl.int64)
+    mask = t < T
+    row_stride = HEAD_TAPS - 1 + T
+    acc = tl.zeros([BLOCK], dtype=tl.float32) + tl.load(bias_ptr).to(tl.float32)
+    for tap in tl.static_range(HEAD_TAPS):
+        acc += tl.load(
+            partials_ptr + b * stride_pb + tap * row_stride + t + tap, mask=mask, other=0.0
+        )
+    tl.store(out_ptr + b * T + t, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 def split_width(channels: int) -> tuple[int, int]:
     """conv1's columns as two power-of-two parts (the second masked past `channels`): the
     largest power of two below the width and the rest, rounded up (tl.dot needs >= 16)."""
@@ -178,6 +398,67 @@ def split_width(channels: int) -> tuple[int, int]:
 
 
 Activation = tuple[torch.Tensor, torch.Tensor]  # (frequency, inverse_magnitude), each [C]
+
+
+def _check_unit(
+    x: torch.Tensor,
+    x_act: torch.Tensor,
+    history: torch.Tensor | None,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    act2: Activation,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    next_activation: Activation,
+    dilation: int,
+    who: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unit's arguments checked (see `residual_unit`); x and x_act contiguous."""
+    if w1.dim() != 3 or not w1.is_contiguous() or w1.shape[1] != w1.shape[2]:
+        raise ValueError(f"{who}: w1 must be contiguous [taps, C, C], got {w1.shape}")
+    taps, channels = w1.shape[0], w1.shape[2]
+    if channels > MAX_CHANNELS:
+        raise ValueError(f"{who}: {channels} channels > {MAX_CHANNELS} (one tile)")
+    batch, length = x.shape[0], x.shape[1]
+    shape = (batch, length, channels)
+    x, x_act = x.contiguous(), x_act.contiguous()
+    _check("x", x, shape, w1.dtype, who)
+    _check("x_act", x_act, shape, w1.dtype, who)
+    context = (taps - 1) * dilation
+    if context > 0:
+        if history is None:
+            raise ValueError(f"{who}: a conv1 wider than one tap needs its history")
+        _check("history", history, (batch, context, channels), x.dtype, who)
+    if not w2.is_contiguous() or tuple(w2.shape) != (1, channels, channels):
+        raise ValueError(f"{who}: w2 must be contiguous [1, C, C], got {w2.shape}")
+    _check("w2", w2, (1, channels, channels), x.dtype, who)
+    for name, vector in [("b1", b1), ("b2", b2), *zip(("act2", "act2"), act2, strict=True)]:
+        _check(name, vector, (channels,), x.dtype, who)
+    for vector in next_activation:
+        _check("next_activation", vector, (channels,), x.dtype, who)
+    return x, x_act
+
+
+def _blocks(channels: int, config: ConvConfig | None) -> dict:
+    """The kernels' block sizes and warps for a unit of `channels` (`TABLE` unless
+    `config` overrides it)."""
+    first, rest = split_width(channels)
+    cfg = config if config is not None else config_for(channels)
+    width = max(16, triton.next_power_of_2(channels))
+    return dict(
+        BLOCK_T=cfg.block_t,
+        BLOCK_A=first,
+        BLOCK_B=rest,
+        BLOCK_N=min(cfg.block_n, width),
+        BLOCK_K=min(cfg.block_k, width),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def _f32_dot(x: torch.Tensor) -> bool:
+    """Under the interpreter, bf16 dot operands go in as float32 (see conv1d._INTERPRETED)."""
+    return x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
 
 
 def residual_unit(
@@ -206,38 +487,16 @@ def residual_unit(
     [B, (taps-1)*dilation, C], conv1's input before x_act (rows may be strided); w1:
     [taps, C, C] and w2: [1, C, C] contiguous (CausalConv1d.kernel_weight); b1, b2 and
     the activations' factors [C]. C <= MAX_CHANNELS. All in x's dtype."""
-    if w1.dim() != 3 or not w1.is_contiguous() or w1.shape[1] != w1.shape[2]:
-        raise ValueError(f"residual_unit: w1 must be contiguous [taps, C, C], got {w1.shape}")
-    taps, channels = w1.shape[0], w1.shape[2]
-    if channels > MAX_CHANNELS:
-        raise ValueError(f"residual_unit: {channels} channels > {MAX_CHANNELS} (one tile)")
-    batch, length = x.shape[0], x.shape[1]
-    shape = (batch, length, channels)
-    x, x_act = x.contiguous(), x_act.contiguous()
-    who = "residual_unit"
-    _check("x", x, shape, w1.dtype, who)
-    _check("x_act", x_act, shape, w1.dtype, who)
-    context = (taps - 1) * dilation
-    if context > 0:
-        if history is None:
-            raise ValueError("residual_unit: a conv1 wider than one tap needs its history")
-        _check("history", history, (batch, context, channels), x.dtype, who)
-    if not w2.is_contiguous() or tuple(w2.shape) != (1, channels, channels):
-        raise ValueError(f"residual_unit: w2 must be contiguous [1, C, C], got {w2.shape}")
-    _check("w2", w2, (1, channels, channels), x.dtype, who)
-    for name, vector in [("b1", b1), ("b2", b2), *zip(("act2", "act2"), act2, strict=True)]:
-        _check(name, vector, (channels,), x.dtype, who)
-    for vector in next_activation:
-        _check("next_activation", vector, (channels,), x.dtype, who)
-    raw = conv1d._empty(shape, x) if emit_raw else None
-    act = conv1d._empty(shape, x)
+    x, x_act = _check_unit(
+        x, x_act, history, w1, b1, act2, w2, b2, next_activation, dilation, "residual_unit"
+    )
+    batch, length, channels = x.shape
+    raw = conv1d._empty(x.shape, x) if emit_raw else None
+    act = conv1d._empty(x.shape, x)
     if batch == 0 or length == 0:
         return raw, act
-    first, rest = split_width(channels)
-    cfg = config if config is not None else config_for(channels)
-    grid = (triton.cdiv(length, cfg.block_t), batch)
-    # Under the interpreter, bf16 dot operands go in as float32 (see conv1d._INTERPRETED).
-    f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
+    blocks = _blocks(channels, config)
+    grid = (triton.cdiv(length, blocks["BLOCK_T"]), batch)
     _residual_unit_kernel[grid](
         x,
         x_act,
@@ -258,17 +517,113 @@ def residual_unit(
         history.stride(0) if history is not None else 0,
         act.stride(0),
         C=channels,
-        TAPS=taps,
+        TAPS=w1.shape[0],
         DILATION=dilation,
         EMIT_RAW=emit_raw,
-        F32_DOT=f32_dot,
+        F32_DOT=_f32_dot(x),
         FAST_SIN=not _INTERPRETED,
-        BLOCK_T=cfg.block_t,
-        BLOCK_A=first,
-        BLOCK_B=rest,
-        BLOCK_N=min(cfg.block_n, max(16, triton.next_power_of_2(channels))),
-        BLOCK_K=min(cfg.block_k, max(16, triton.next_power_of_2(channels))),
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        **blocks,
     )
     return raw, act
+
+
+# Rows of the head's tap partials a program of `_head_sum_kernel` adds up.
+HEAD_SUM_BLOCK = 1024
+
+
+def residual_unit_head(
+    x: torch.Tensor,
+    x_act: torch.Tensor,
+    history: torch.Tensor | None,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    act2: Activation,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    next_activation: Activation,
+    head_weight: torch.Tensor,
+    head_bias: torch.Tensor,
+    head_history: torch.Tensor,
+    *,
+    dilation: int = 1,
+    config: ConvConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's last residual unit and its head, a causal convolution to one channel
+    (the waveform), in two launches; the same as
+
+        _, act = residual_unit(x, x_act, history, ..., emit_raw=False)
+        y, _ = causal_conv1d(act, head_weight.t()[:, :, None], head_history, bias=head_bias)
+        return y, act[:, -(taps - 1):]
+
+    (y [B, T, 1], and the head's next history: act's last taps-1 rows) up to the order of
+    float32 sums. The unit's activated output, C channels a sample, never goes to memory:
+    each program multiplies its rows by the head's taps at once (one more tensor-core
+    product, taps as columns) and stores those float32 partials, `taps` a sample; a second
+    kernel adds up each output's window of them. head_weight: [C, taps] contiguous
+    (CausalConv1d.tap_columns), taps <= 16; head_bias: [1]; head_history: [B, taps-1, C]
+    (rows may be strided). T >= taps-1. The rest as `residual_unit`."""
+    who = "residual_unit_head"
+    x, x_act = _check_unit(x, x_act, history, w1, b1, act2, w2, b2, next_activation, dilation, who)
+    batch, length, channels = x.shape
+    if head_weight.dim() != 2 or not head_weight.is_contiguous():
+        raise ValueError(
+            f"{who}: head_weight must be contiguous [C, taps], got {head_weight.shape}"
+        )
+    head_taps = head_weight.shape[1]
+    if not 2 <= head_taps <= HEAD_COLUMNS.value:
+        raise ValueError(f"{who}: the head has {head_taps} taps, not 2..{HEAD_COLUMNS.value}")
+    context = head_taps - 1
+    _check("head_weight", head_weight, (channels, head_taps), x.dtype, who)
+    _check("head_bias", head_bias, (1,), x.dtype, who)
+    _check("head_history", head_history, (batch, context, channels), x.dtype, who)
+    if length < context:
+        raise ValueError(f"{who}: {length} samples, fewer than the head's history ({context})")
+    y = conv1d._empty((batch, length, 1), x)
+    tail = conv1d._empty((batch, context, channels), x)
+    if batch == 0:
+        return y, tail
+    partials = torch.empty(
+        (batch, head_taps, context + length), dtype=torch.float32, device=x.device
+    )
+    blocks = _blocks(channels, config)
+    _residual_unit_head_kernel[(triton.cdiv(length, blocks["BLOCK_T"]), batch)](
+        x,
+        x_act,
+        history if history is not None else x_act,  # unused pointer: any tensor
+        w1,
+        b1,
+        act2[0],
+        act2[1],
+        w2,
+        b2,
+        next_activation[0],
+        next_activation[1],
+        head_weight,
+        head_history,
+        tail,
+        partials,
+        length,
+        x.stride(0),
+        x_act.stride(0),
+        history.stride(0) if history is not None else 0,
+        head_history.stride(0),
+        tail.stride(0),
+        partials.stride(0),
+        C=channels,
+        TAPS=w1.shape[0],
+        DILATION=dilation,
+        HEAD_TAPS=head_taps,
+        F32_DOT=_f32_dot(x),
+        FAST_SIN=not _INTERPRETED,
+        **blocks,
+    )
+    _head_sum_kernel[(triton.cdiv(length, HEAD_SUM_BLOCK), batch)](
+        partials,
+        head_bias,
+        y,
+        length,
+        partials.stride(0),
+        HEAD_TAPS=head_taps,
+        BLOCK=HEAD_SUM_BLOCK,
+    )
+    return y, tail
