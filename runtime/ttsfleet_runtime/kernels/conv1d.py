@@ -98,28 +98,25 @@ def config_for(n: int, cin: int, taps: int) -> ConvConfig:
     return ConvConfig(*entry) if entry is not None else default_config(n, cin)
 
 
-# sin^2 has period pi: the activation reduces its argument to [-pi/2, pi/2] (pi in two
-# float32 parts), where the GPU's hardware sine (MUFU, `fast_sinf`) is accurate to ~5e-7
-# absolute, a few hundred times finer than a bf16 output's rounding. libdevice's `sin`
-# spends ~20 instructions per element on its own reduction, which made the epilogue a
-# large share of the 1-tap convolutions' time.
-_INV_PI = tl.constexpr(0.3183098861837907)
-_PI_HI = tl.constexpr(3.1415927410125732)  # float32(pi)
-_PI_LO = tl.constexpr(-8.742278000372485e-08)  # pi - float32(pi)
-
-
+# The activation's sine is the GPU's hardware one (MUFU, `fast_sinf`, PTX sin.approx.f32) on
+# the argument as it is, with no range reduction of our own. Its error on the H100
+# (bench/snake_sine.py: max |fast_sinf(z)^2 - sin^2(z)|) is 4.6e-7 over |z| <= pi,
+# 1.0e-5 over 100, 3.7e-5 over 315, 1.4e-4 over 1000: ~1.2e-7 |z|, the float32 rounding of
+# the argument. A bf16 output rounds y = z / frequency by up to 2^-9 |y|, so the sine's
+# error times the inverse magnitude is ~6e-5 x frequency x inverse_magnitude of that
+# rounding: invisible. A reduction to [-pi/2, pi/2] (four more instructions an element)
+# made the decoder 0.5 ms slower at 128 streams x 8 frames, its epilogues being
+# arithmetic-bound; libdevice's exact `sin` spends ~20 instructions an element.
 @triton.jit
 def _snake(y, freq_ptr, inv_ptr, channels, col_mask, FAST_SIN: tl.constexpr):
     """SnakeBeta of float32 y [BLOCK_T, BLOCK_N] with per-column factors."""
     freq = tl.load(freq_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
     inv = tl.load(inv_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
     z = y * freq[None, :]
-    turns = tl.floor(z * _INV_PI + 0.5)
-    r = z - turns * _PI_HI - turns * _PI_LO
     if FAST_SIN:
-        s = libdevice.fast_sinf(r)
+        s = libdevice.fast_sinf(z)
     else:  # Triton's interpreter has no libdevice
-        s = tl.sin(r)
+        s = tl.sin(z)
     return y + inv[None, :] * s * s
 
 
