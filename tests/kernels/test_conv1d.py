@@ -137,3 +137,51 @@ def test_default_config_fits_every_layer_width():
     assert default_config(2304, 1536) == ConvConfig(128, 128, 64, num_warps=8)
     with pytest.raises(ValueError, match="power of two"):
         ConvConfig(96, 32, 32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize(("dilation", "length"), [(1, 5), (1, 37), (2, 3)])
+def test_depthwise_matches_torch_grouped_conv(dtype, dilation, length):
+    """depthwise_causal_conv1d: one launch, the history read in place (strided rows of a
+    packed state), against torch's grouped convolution of cat(history, x); several tiles
+    of samples and channels (300 channels, a partial channel tile)."""
+    from ttsfleet_runtime.kernels.conv1d import depthwise_causal_conv1d
+
+    g = torch.Generator().manual_seed(length + dilation)
+    batch, channels, taps = 2, 300, 7
+    context = (taps - 1) * dilation
+    x = _rand(g, batch, length, channels, dtype=dtype)
+    packed = _rand(g, batch, context * channels + 7, dtype=dtype)
+    history = packed[:, 7:].view(batch, context, channels)
+    weight = _rand(g, channels, 1, taps, dtype=dtype, scale=0.4)
+    bias = _rand(g, channels, dtype=dtype)
+
+    got = depthwise_causal_conv1d(
+        x, weight.permute(2, 1, 0)[:, 0].contiguous(), history, bias=bias, dilation=dilation
+    )
+    full = torch.cat([history, x], dim=1).double().transpose(1, 2)
+    want = F.conv1d(full, weight.double(), bias.double(), dilation=dilation, groups=channels)
+    torch.testing.assert_close(
+        got.double(), want.transpose(1, 2), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype]
+    )
+
+
+def test_convnext_depthwise_on_a_kernel_route_matches_eager_over_calls():
+    """ConvNeXtBlock's depthwise convolution on a kernel route (codec.convs.depthwise) gives
+    eager's output and state across calls shorter and longer than its history."""
+    torch.manual_seed(3)
+    layer = CausalConv1d(24, 24, kernel_size=7, groups=24)
+    layer.state_key = "dw"
+    history = torch.randn(2, 6, 24)
+    states = {route: {"dw": history.clone()} for route in ("eager", "triton")}
+    for length in (4, 11):
+        x = torch.randn(2, length, 24)
+        outputs = {}
+        for route in states:
+            convs.use(route)
+            try:
+                outputs[route] = convs.depthwise(layer, x, states[route])
+            finally:
+                convs.use_eager()
+        torch.testing.assert_close(outputs["triton"], outputs["eager"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(states["triton"]["dw"], states["eager"]["dw"])

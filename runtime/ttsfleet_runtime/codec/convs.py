@@ -95,10 +95,10 @@ class CausalConv1d(Stateful):
         self.dilation = dilation
         self.context = (kernel_size - 1) * dilation
         self.upsampling = 1
-        # The Triton kernel's layout [taps, Cin, Cout] and cuDNN's channels-last
-        # [Cout, Cin, 1, taps] (dense convolutions only, else None); a convolution to one
-        # channel (the decoder's head) also [Cin, taps], its taps as the columns of one
-        # product (kernels/residual_unit.py `residual_unit_head`).
+        # The Triton kernels' layout [taps, Cin per group, Cout] (dense or depthwise, else
+        # None) and cuDNN's channels-last [Cout, Cin, 1, taps] (dense only); a convolution
+        # to one channel (the decoder's head) also [Cin, taps], its taps as the columns of
+        # one product (kernels/residual_unit.py `residual_unit_head`).
         self.register_buffer("kernel_weight", None, persistent=False)
         self.register_buffer("kernel_bias", None, persistent=False)
         self.register_buffer("cudnn_weight", None, persistent=False)
@@ -108,11 +108,13 @@ class CausalConv1d(Stateful):
 
     @torch.no_grad()
     def derive_kernel_layout(self) -> None:
-        if self.conv.groups == 1:
+        groups = self.conv.groups
+        if groups in (1, self.conv.in_channels) and groups in (1, self.conv.out_channels):
             self.kernel_weight = self.conv.weight.detach().permute(2, 1, 0).contiguous()
             self.kernel_bias = self.conv.bias.detach().clone()
+        if groups == 1:
             self.cudnn_weight = _channels_last_weight(self.kernel_weight)
-        if self.conv.groups == 1 and self.conv.out_channels == 1:
+        if groups == 1 and self.conv.out_channels == 1:
             self.tap_columns = self.kernel_weight[:, :, 0].t().contiguous()
 
     def torch_forward(self, full: torch.Tensor) -> torch.Tensor:
@@ -468,6 +470,25 @@ def fuses_head(channels: int, samples: int, head: CausalConv1d) -> bool:
     )
 
 
+def depthwise(layer: CausalConv1d, x: torch.Tensor, state: State) -> torch.Tensor:
+    """A depthwise causal convolution (ConvNeXt's): torch's on the eager route, on every
+    other one a launch of kernels/conv1d.py's depthwise kernel, which reads the history
+    where it is (torch's needs it concatenated with x first: two launches and a copy)."""
+    if conv is conv_eager:
+        return conv_eager(layer, x, state)[0]
+    from ..kernels.conv1d import depthwise_causal_conv1d
+
+    y = depthwise_causal_conv1d(
+        x,
+        layer.kernel_weight[:, 0],
+        state[layer.state_key],
+        bias=layer.kernel_bias,
+        dilation=layer.dilation,
+    )
+    layer.remember(x, state)
+    return y
+
+
 ROUTES = {
     "eager": conv_eager,
     "triton": conv_kernel,
@@ -510,8 +531,7 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
     def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        # Depthwise (grouped) and at 4 samples a frame: cuDNN's, not the dense kernel.
-        h, _ = conv_eager(self.dwconv, x, state)
+        h = depthwise(self.dwconv, x, state)
         h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
         return x + self.gamma * h
 

@@ -121,6 +121,31 @@ def _snake(y, freq_ptr, inv_ptr, channels, col_mask, FAST_SIN: tl.constexpr):
 
 
 @triton.jit
+def _tap_rows(
+    x_base,
+    s_base,
+    t,
+    tap,
+    T,
+    CIN: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+):
+    """Where tap `tap` of output samples `t` of one stream reads its input: a pointer to
+    each sample's row (from x_base, or for the `(TAPS - 1) * DILATION` before x from its
+    state row s_base), and which rows exist (past T: masked)."""
+    CONTEXT = (TAPS - 1) * DILATION
+    src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
+    if CONTEXT > 0:
+        # One load whose rows point into the state or into x: it feeds tl.dot
+        # directly, so the pipeliner can prefetch it.
+        rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
+    else:
+        rows = x_base + src * CIN
+    return rows, src < T
+
+
+@triton.jit
 def _input_tile(
     x_base,
     s_base,
@@ -133,26 +158,14 @@ def _input_tile(
     BLOCK_K: tl.constexpr,
 ):
     """Step `step` of the reduction over taps x channel tiles: the input [BLOCK_T, BLOCK_K]
-    of output samples `t` of one stream (rows from x_base, the `(TAPS - 1) * DILATION`
-    before them from its state row s_base), and the weight rows it multiplies (their
-    index in [TAPS * CIN] and mask)."""
-    CONTEXT = (TAPS - 1) * DILATION
+    of output samples `t` of one stream (`_tap_rows`), and the weight rows it multiplies
+    (their index in [TAPS * CIN] and mask)."""
     K_TILES = (CIN + BLOCK_K - 1) // BLOCK_K
     tap = step // K_TILES
     cin = (step % K_TILES) * BLOCK_K + tl.arange(0, BLOCK_K)
     cin_mask = cin < CIN
-    src = t + tap * DILATION - CONTEXT  # input sample; negative: from the state row
-    if CONTEXT > 0:
-        # One load whose rows point into the state or into x: it feeds tl.dot
-        # directly, so the pipeliner can prefetch it.
-        rows = tl.where(src >= 0, x_base + src * CIN, s_base + (src + CONTEXT) * CIN)
-    else:
-        rows = x_base + src * CIN
-    a = tl.load(
-        rows[:, None] + cin[None, :],
-        mask=(src < T)[:, None] & cin_mask[None, :],
-        other=0.0,
-    )
+    rows, row_mask = _tap_rows(x_base, s_base, t, tap, T, CIN, TAPS, DILATION)
+    a = tl.load(rows[:, None] + cin[None, :], mask=row_mask[:, None] & cin_mask[None, :], other=0.0)
     return a, tap * CIN + cin, cin_mask
 
 
@@ -429,3 +442,94 @@ def causal_conv1d(
         num_stages=cfg.num_stages,
     )
     return raw, act
+
+
+# A depthwise convolution's tile: samples x channels, one program per tile and stream.
+DEPTHWISE_BLOCK_T = 16
+DEPTHWISE_BLOCK_C = 256
+
+
+@triton.jit(do_not_specialize=["T"])
+def _depthwise_kernel(
+    x_ptr,
+    state_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    T,
+    stride_xb,
+    stride_sb,
+    C: tl.constexpr,
+    TAPS: tl.constexpr,
+    DILATION: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    b = tl.program_id(2).to(tl.int64)
+    c_mask = c < C
+    acc = tl.zeros([BLOCK_T, BLOCK_C], dtype=tl.float32)
+    acc += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(tl.float32)[None, :]
+    for tap in tl.static_range(TAPS):
+        rows, row_mask = _tap_rows(
+            x_ptr + b * stride_xb, state_ptr + b * stride_sb, t, tap, T, C, TAPS, DILATION
+        )
+        a = tl.load(rows[:, None] + c[None, :], mask=row_mask[:, None] & c_mask[None, :])
+        w = tl.load(w_ptr + tap * C + c, mask=c_mask, other=0.0)
+        acc += a.to(tl.float32) * w.to(tl.float32)[None, :]
+    mask = (t < T)[:, None] & c_mask[None, :]
+    tl.store(
+        out_ptr + (b * T + t[:, None]) * C + c[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask
+    )
+
+
+def depthwise_causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    history: torch.Tensor,
+    *,
+    bias: torch.Tensor,
+    dilation: int = 1,
+) -> torch.Tensor:
+    """y[b, t, c] = bias[c] + sum_tap cat(history, x)[b, t + tap * dilation, c] * weight[tap, c],
+    accumulated in float32, in one launch: the history read where it is, no concatenation.
+
+    x: [B, T, C]; weight: [taps, C] contiguous (a depthwise CausalConv1d's kernel_weight
+    [taps, 1, C] without its middle axis); history: [B, (taps-1)*dilation, C] (rows may be
+    strided); bias: [C]. All in x's dtype; returns [B, T, C]."""
+    who = "depthwise_causal_conv1d"
+    if weight.dim() != 2 or not weight.is_contiguous():
+        raise ValueError(f"{who}: weight must be contiguous [taps, C], got {weight.shape}")
+    taps, channels = weight.shape
+    if taps < 2:
+        raise ValueError(f"{who}: a one-tap depthwise convolution is a scale, not supported")
+    batch, length = x.shape[0], x.shape[1]
+    x = x.contiguous()
+    _check("x", x, (batch, length, channels), weight.dtype, who)
+    _check("history", history, (batch, (taps - 1) * dilation, channels), x.dtype, who)
+    _check("bias", bias, (channels,), x.dtype, who)
+    out = _empty((batch, length, channels), x)
+    if batch == 0 or length == 0:
+        return out
+    grid = (
+        triton.cdiv(channels, DEPTHWISE_BLOCK_C),
+        triton.cdiv(length, DEPTHWISE_BLOCK_T),
+        batch,
+    )
+    _depthwise_kernel[grid](
+        x,
+        history,
+        weight,
+        bias,
+        out,
+        length,
+        x.stride(0),
+        history.stride(0),
+        C=channels,
+        TAPS=taps,
+        DILATION=dilation,
+        BLOCK_T=DEPTHWISE_BLOCK_T,
+        BLOCK_C=DEPTHWISE_BLOCK_C,
+    )
+    return out
