@@ -35,6 +35,8 @@ tests); the codec picks between them (codec/transformer.py).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -45,6 +47,22 @@ from .decode_attention import _DOT_TYPES, _INTERPRETED, _MIN_DOT
 # Query rows (frames x heads of a group) per tile: 8 frames of one head fill one padded
 # tile; offline chunks (128 frames) loop over tiles of this many.
 _MAX_QUERY_ROWS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tiles:
+    block_n: int  # keys per step of the online softmax
+    num_warps: int
+    num_stages: int
+
+
+# A decode step's chunk (one padded query tile: up to 16 frames of a head) is a few tiny
+# products per program, latency-bound: 16-key steps in one warp, unpipelined, so that many
+# programs share an SM (H100, 128 streams x 8 frames, 16 heads: 19.7 us a layer against
+# 35.4 for 64-key steps in 4 warps; bench/window_attention_tiles.py, 48 configs).
+# Longer chunks (offline decode, 64 query rows a tile) keep 64-key steps in 4 warps.
+_STEP_TILES = _Tiles(block_n=16, num_warps=1, num_stages=1)
+_CHUNK_TILES = _Tiles(block_n=64, num_warps=4, num_stages=2)
 
 
 @triton.jit
@@ -249,6 +267,7 @@ def window_attention(
     group = H // K
     dot_type = tl.float32 if _INTERPRETED else _DOT_TYPES[q.dtype]
     block_q = max(_MIN_DOT, min(_MAX_QUERY_ROWS, triton.next_power_of_2(n * group)))
+    tiles = _STEP_TILES if block_q <= _MIN_DOT else _CHUNK_TILES
     _window_attention_kernel[(B * K,)](
         q,
         k,
@@ -271,12 +290,12 @@ def window_attention(
         HEAD_DIM=d,
         MEMORY=M,
         BLOCK_Q=block_q,
-        BLOCK_N=max(_MIN_DOT, min(64, triton.next_power_of_2(M))),
+        BLOCK_N=max(_MIN_DOT, min(tiles.block_n, triton.next_power_of_2(M))),
         BLOCK_D=max(_MIN_DOT, triton.next_power_of_2(d)),
         DOT_TYPE=dot_type,
         DOT_PRECISION="ieee" if dot_type == tl.float32 else "tf32",
-        num_warps=4,
-        num_stages=2,
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
     )
     return out
 
