@@ -192,13 +192,22 @@ def load_optional(path: str | None) -> dict | None:
 
 
 def merge_capacity(runs: list[dict | None]) -> dict | None:
-    """capacity.json files of one device run split by size, as one (sizes from every file)."""
+    """capacity.json files as one: sizes from every file (a device run split by size).
+    Where two files have a size, the first one's load figures stand and a later one only
+    fills those the first lacks (None: a rate it did not run, no burst), e.g. the
+    concurrent streams of a burst another run measured."""
     runs = [run for run in runs if run]
     if not runs:
         return None
     sizes: dict = {}
     for run in runs:
-        sizes |= run.get("sizes") or {}
+        for size, entry in (run.get("sizes") or {}).items():
+            if size not in sizes:
+                sizes[size] = entry
+                continue
+            kept = sizes[size] or {}
+            load = ((entry or {}).get("load") or {}) | present(kept.get("load") or {})
+            sizes[size] = kept | {"load": load}
     return runs[0] | {"sizes": sizes}
 
 

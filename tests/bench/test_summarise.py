@@ -146,6 +146,34 @@ def test_codec_and_load_figures_join_each_size(tmp_path):
     assert "load" not in sizes["0.6B"]  # its capacity run failed: nothing to copy
 
 
+def test_a_later_capacity_file_only_fills_the_load_figures_an_earlier_one_lacks(tmp_path):
+    """Two capacity runs of one size: the first one's figures stand; the second gives only
+    what the first did not measure (here its burst's concurrent streams)."""
+    ours = {"env": dict(gpu="g", date="d"), "0.6B": ours_size([2.0], [9.0])}
+    first = capacity_run(60.0)
+    first["load"]["max_concurrent_streams"] = None  # run without the burst
+    second = capacity_run(40.0)
+    second["load"]["ttfa_p95_ms_at_10_rps"] = 99.0
+    paths = []
+    for name, content in [
+        ("ours", ours),
+        ("capacity-a", dict(sizes={"0.6B": first})),
+        ("capacity-b", dict(sizes={"0.6B": second})),
+    ]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(content))
+        paths += [f"--{name.split('-')[0]}", str(path)]
+    out = tmp_path / "summary.json"
+    subprocess.run([sys.executable, str(SCRIPT), *paths, "--out", str(out)], check=True)
+    load = json.loads(out.read_text())["sizes"]["0.6B"]["load"]
+    assert load == dict(
+        ttfa_p95_ms_at_10_rps=31.5,
+        ttfa_p95_ms_at_20_rps=47.0,
+        knee_rps=60.0,
+        max_concurrent_streams=256,
+    )
+
+
 def test_the_codec_figure_comes_from_bench_codec_too_and_missing_files_are_left_out(tmp_path):
     ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
     step = dict(batch=128, frames=8, graph=dict(median_ms=20.5), eager=dict(median_ms=70.0))
