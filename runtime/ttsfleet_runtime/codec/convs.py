@@ -21,7 +21,9 @@ input windows (`conv_gemm`), the last two with a fused epilogue kernel
 (kernels/conv_epilogue.py); "routed" picks the Triton kernel or the matrix product per
 call by its shape (`route_for`). `use_eager()` puts it back. Where a route gives both
 convolutions of a residual unit to the Triton kernel, the unit is one launch instead
-(`residual_unit_kernel`, kernels/residual_unit.py).
+(`residual_unit_kernel`, kernels/residual_unit.py), and the decoder's last unit takes its
+head, the convolution to the waveform, along (`residual_unit_head_kernel`). ConvNeXt's
+depthwise convolutions run on a Triton kernel on every route but eager (`depthwise`).
 All keep the same state: the tail of each convolution's (activated) input.
 
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
@@ -270,8 +272,26 @@ def residual_unit_kernel(
     conv1's activated output never goes to memory); the same state, conv1's input tail."""
     from ..kernels.residual_unit import residual_unit
 
-    conv1, conv2 = unit.conv1, unit.conv2
     raw, act = residual_unit(
+        *_unit_arguments(unit, x, x_act, state, next_activation),
+        emit_raw=emit_raw,
+        dilation=unit.conv1.dilation,
+    )
+    unit.conv1.remember(x_act, state)
+    return raw, act
+
+
+def _unit_arguments(
+    unit: ResidualUnit,
+    x: torch.Tensor,
+    x_act: torch.Tensor,
+    state: State,
+    next_activation: SnakeBeta,
+) -> tuple:
+    """The unit's inputs, history, layouts and activation factors, in the order of
+    kernels/residual_unit.py's entry points."""
+    conv1, conv2 = unit.conv1, unit.conv2
+    return (
         x,
         x_act,
         state[conv1.state_key],
@@ -281,11 +301,7 @@ def residual_unit_kernel(
         conv2.kernel_weight,
         conv2.kernel_bias,
         (next_activation.frequency, next_activation.inverse_magnitude),
-        emit_raw=emit_raw,
-        dilation=conv1.dilation,
     )
-    conv1.remember(x_act, state)
-    return raw, act
 
 
 def residual_unit_head_kernel(
@@ -302,23 +318,14 @@ def residual_unit_head_kernel(
     state: conv1's input tail and the head's."""
     from ..kernels.residual_unit import residual_unit_head
 
-    conv1, conv2 = unit.conv1, unit.conv2
     y, head_tail = residual_unit_head(
-        x,
-        x_act,
-        state[conv1.state_key],
-        conv1.kernel_weight,
-        conv1.kernel_bias,
-        (unit.act2.frequency, unit.act2.inverse_magnitude),
-        conv2.kernel_weight,
-        conv2.kernel_bias,
-        (next_activation.frequency, next_activation.inverse_magnitude),
+        *_unit_arguments(unit, x, x_act, state, next_activation),
         head.tap_columns,
         head.kernel_bias,
         state[head.state_key],
-        dilation=conv1.dilation,
+        dilation=unit.conv1.dilation,
     )
-    conv1.remember(x_act, state)
+    unit.conv1.remember(x_act, state)
     state[head.state_key] = head_tail
     return y
 

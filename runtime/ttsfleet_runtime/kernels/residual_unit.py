@@ -18,6 +18,14 @@ The two calls' results, without h's round trip or the second launch.
 The whole width must fit one program's registers: channels up to `MAX_CHANNELS` (the
 decoder's last two blocks, 96 and 192). Wider units keep the two calls (codec/convs.py).
 
+The decoder's last unit is followed by its head, a causal convolution to one channel (7
+taps) over the unit's activated output: as its own kernel it read that output back (378
+MB at 128 streams x 8 frames). `residual_unit_head` instead multiplies each program's
+activated rows by the head's taps at once (one more tensor-core product, taps as columns)
+and stores those float32 partials (7 a sample, 1/7 of the bytes), and `_head_sum_kernel`
+adds each output's window of them; only the head's next history (the last 6 activated
+rows) is stored as such.
+
 Block sizes come from `TABLE` (channels -> config: block_n is the chunk of conv2's output
 columns; conv1's are always all of them), measured by bench/kernel_conv1d.py --units,
 never from run-time autotuning (the codec is captured in CUDA graphs).
