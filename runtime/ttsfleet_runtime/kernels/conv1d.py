@@ -218,6 +218,36 @@ def _conv_tile(
 
 
 @triton.jit
+def _outputs(
+    acc,
+    cols,
+    col_mask,
+    mask,
+    res_offsets,
+    res_ptr,
+    out_ptr,
+    freq_ptr,
+    inv_ptr,
+    ACT_CHANNELS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    EMIT_ACT: tl.constexpr,
+    FAST_SIN: tl.constexpr,
+):
+    """(acc (+ residual) rounded to out_ptr's dtype, with EMIT_ACT its SnakeBeta rounded
+    too, else that rounded value again): where the eager path rounds, it stores the
+    output and activates the stored tensor."""
+    if RESIDUAL:
+        # Masked lanes 0, not undefined: the head's tap product reads every lane.
+        acc += tl.load(res_ptr + res_offsets, mask=mask, other=0.0).to(tl.float32)
+    y = acc.to(out_ptr.dtype.element_ty)
+    act = y
+    if EMIT_ACT:
+        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
+        act = act.to(out_ptr.dtype.element_ty)
+    return y, act
+
+
+@triton.jit
 def _epilogue(
     acc,
     cols,
@@ -236,16 +266,27 @@ def _epilogue(
     EMIT_ACT: tl.constexpr,
     FAST_SIN: tl.constexpr,
 ):
-    """Stores acc (+ residual) rounded to the output dtype and/or its SnakeBeta."""
-    if RESIDUAL:
-        acc += tl.load(res_ptr + res_offsets, mask=mask).to(tl.float32)
-    y = acc.to(raw_ptr.dtype.element_ty)
+    """Stores acc (+ residual) rounded to the output dtype and/or its SnakeBeta
+    (`_outputs`; raw_ptr and act_ptr have one dtype)."""
+    y, act = _outputs(
+        acc,
+        cols,
+        col_mask,
+        mask,
+        res_offsets,
+        res_ptr,
+        raw_ptr,
+        freq_ptr,
+        inv_ptr,
+        ACT_CHANNELS,
+        RESIDUAL,
+        EMIT_ACT,
+        FAST_SIN,
+    )
     if EMIT_RAW:
         tl.store(raw_ptr + out_offsets, y, mask=mask)
     if EMIT_ACT:
-        # From the rounded output, as the eager path activates the stored tensor.
-        act = _snake(y.to(tl.float32), freq_ptr, inv_ptr, cols % ACT_CHANNELS, col_mask, FAST_SIN)
-        tl.store(act_ptr + out_offsets, act.to(act_ptr.dtype.element_ty), mask=mask)
+        tl.store(act_ptr + out_offsets, act, mask=mask)
 
 
 # The length changes with the frame count: not specialised, so each layer compiles once

@@ -47,6 +47,7 @@ from .conv1d import (
     _epilogue,
     _input_tile,
     _mma,
+    _outputs,
     _snake,
     _weight_tile,
 )
@@ -341,13 +342,22 @@ def _residual_unit_head_kernel(
         out = _conv2_chunk(
             h_a, h_b, w2_ptr, b2_ptr, cols, col_mask, C, F32_DOT, BLOCK_T, BLOCK_A, BLOCK_B, BLOCK_N
         )
-        mask = row_mask[:, None] & col_mask[None, :]
-        out += tl.load(x_ptr + b * stride_xb + t[:, None] * C + cols[None, :], mask=mask).to(
-            tl.float32
+        # The unit's output + x, activated, rounded as the unfused path's epilogue does.
+        _, act = _outputs(
+            out,
+            cols,
+            col_mask,
+            row_mask[:, None] & col_mask[None, :],
+            b * stride_xb + t[:, None] * C + cols[None, :],
+            x_ptr,
+            x_ptr,
+            freq2_ptr,
+            inv2_ptr,
+            C,
+            True,
+            True,
+            FAST_SIN,
         )
-        # Rounded where the unfused path stores: the unit's output, then its activation.
-        y = out.to(x_ptr.dtype.element_ty).to(tl.float32)
-        act = _snake(y, freq2_ptr, inv2_ptr, cols, col_mask, FAST_SIN).to(x_ptr.dtype.element_ty)
         tl.store(
             head_tail_ptr + b * stride_tb + tail_row[:, None] * C + cols[None, :],
             act,
