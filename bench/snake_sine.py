@@ -54,8 +54,7 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("snake_sine: needs a CUDA GPU (the hardware sine is what it measures)")
-    options = argparse.Namespace(**vars(args) | {"out": str(args.out)})  # JSON-ready
-    report = report_start(options, triton=triton.__version__)
+    report = report_start(args, triton=triton.__version__)
     report["ranges"] = [sine_errors(r, args.samples, seed=i) for i, r in enumerate(args.ranges)]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "snake_sine.json").write_text(json.dumps(report, indent=1))

@@ -36,7 +36,7 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("window_attention_tiles: needs a CUDA GPU")
-    report = report_start(argparse.Namespace(**vars(args) | {"out": str(args.out)}))
+    report = report_start(args)
     B, n, dev = args.batch, args.frames, "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
 

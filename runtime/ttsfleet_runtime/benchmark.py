@@ -22,6 +22,7 @@ import datetime
 import gc
 import json
 import os
+import pathlib
 import platform
 import statistics
 import sys
@@ -294,7 +295,8 @@ def report_start(args: argparse.Namespace, **versions: str) -> dict:
         cuda=torch.version.cuda,
         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         **versions,
-        args=vars(args),
+        # JSON-ready: paths as text.
+        args={k: str(v) if isinstance(v, pathlib.PurePath) else v for k, v in vars(args).items()},
         sections={},
     )
 
