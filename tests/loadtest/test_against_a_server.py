@@ -82,7 +82,7 @@ def test_rates_over_http_write_the_json_and_the_chart(server, tmp_path, tiny_cus
         and result["server"]["build_info"]["size"] == "tiny"
     )
     assert result["args"]["api_key_env"] == "TTSFLEET_API_KEY"
-    assert set(result["machine"]) >= {"host", "cpus"} and result["versions"]["httpx"]
+    assert set(result["machine"]) >= {"host", "cpus", "cpu_model"} and result["versions"]["httpx"]
     rates = result["rates"]
     assert [(r["rate_rps"], r["requests"], r["ok"]) for r in rates] == [(1.0, 2, 2), (2.0, 4, 4)]
     for rate in rates:
