@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
-import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -33,6 +31,7 @@ from . import (
 from .auth import ApiKeys
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
+from .interpreter import ServingInterpreter
 from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
 from .synthesis import Synthesizer
 from .voice_library import VoiceLibrary
@@ -75,28 +74,6 @@ def validation_error(exc: RequestValidationError) -> errors.ApiError:
     if first.get("type") == "json_invalid":
         message = f"the request body is not valid JSON ({first.get('ctx', {}).get('error', 'parse error')})"
     return errors.invalid_request(message, param=param)
-
-
-def freeze_start_up() -> int:
-    """Move every object alive now (the model, the engine, the libraries) out of the
-    cyclic garbage collector's reach (`gc.freeze`); -> how many.
-
-    A full collection traverses every tracked object, and it holds the interpreter
-    lock: every thread of the process stops, the engine's and the codec's included.
-    On the H100 under 100-140 req/s (1.7B) they came every 10-20 s and took 105-188 ms
-    each, a pause in every stream's audio and in every waiting request's first audio;
-    with start-up's objects frozen they took 13-45 ms (bench/results, session 12). What
-    start-up made lives as long as the process, so nothing is lost by never collecting
-    it; reference counting still frees what is not in a cycle."""
-    started = time.monotonic()
-    gc.collect()
-    gc.freeze()
-    frozen = gc.get_freeze_count()
-    log.info(
-        "start-up objects frozen out of the garbage collector's full passes",
-        extra={"objects": frozen, "seconds": round(time.monotonic() - started, 3)},
-    )
-    return frozen
 
 
 def create_app(
@@ -143,13 +120,15 @@ def create_app(
         version=package_version, model=info.name, variant=info.variant, size=info.size
     ).set(1)
 
+    interpreter = ServingInterpreter()
+
     async def lifespan(app: FastAPI):
         await engine.start()
         log.info(
             "engine started",
             extra={"model": info.name, "variant": info.variant, "formats": runtime.formats},
         )
-        freeze_start_up()
+        interpreter.start()
         housekeeping = None
         if voices is not None:
             await asyncio.to_thread(voices.store.watch)
@@ -159,7 +138,7 @@ def create_app(
             housekeeping.cancel()
             voices.store.close()
         await runtime.stop_engine(settings.drain_timeout_s)
-        gc.unfreeze()  # what start-up made may be collected again (in-process servers: tests)
+        interpreter.stop()
         log.info("engine stopped")
 
     app = FastAPI(
