@@ -59,17 +59,17 @@ async def three(engine) -> dict:
 async def isolation(ckpt: str) -> dict:
     engine = await engine_on_gpu(ckpt)
     clean = await three(engine)
-    real_decode = engine.runner.decode
+    real_launch = engine.runner.launch_decode
 
     def decode_failing_with_row_1(batch, active, live):
         victim = next((s for s in engine.scheduler.running.values() if s.request_id == "1"), None)
         if victim is not None and active[victim.slot] and victim.frames >= 7:
             raise RuntimeError("injected fault")
-        return real_decode(batch, active, live)
+        return real_launch(batch, active, live)
 
-    engine.runner.decode = decode_failing_with_row_1
+    engine.runner.launch_decode = decode_failing_with_row_1
     faulty = await three(engine)
-    del engine.runner.decode
+    del engine.runner.launch_decode
     await engine.stop(0)
     return {
         "victim_finish": faulty["1"].finish_reason,

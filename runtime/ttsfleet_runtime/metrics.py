@@ -47,10 +47,11 @@ What each metric means, exactly:
   engine cut short to keep a running stream ahead of playback (newcomers
   waited a step so the others would not stall).
 - ttsfleet_engine_busy_seconds_total (counter, label phase): seconds the engine's
-  threads spent in each phase: the engine thread's plan, prefill, decode (the
-  step, waiting for the GPU included) and postprocess, and the codec thread's
-  codec. rate() over wall time is each phase's share: decode near 1 means the
-  GPU step is the limit; plan/postprocess high means the host is.
+  threads spent in each phase: the engine thread's plan, prefill, decode (launching
+  the step), step_wait (waiting for the step's results once the next iteration is
+  prepared: the GPU still busy with it) and postprocess, and the codec thread's
+  codec. rate() over wall time is each phase's share: step_wait near 1 means the
+  GPU step is the limit; plan/prefill/postprocess high means the host is.
   The engine counters count the warm-up synthesis before ready like any work
   (never set back); the graph captures after ready are not busy time.
 - ttsfleet_time_to_first_audio_seconds (histogram): request received -> first

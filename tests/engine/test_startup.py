@@ -69,7 +69,7 @@ async def test_the_warm_up_speaks_a_chunk_of_every_ramp_size_before_ready(
     decoded = []  # frames of each codec call: the chunk sizes the warm-up went through
     codec_batches, step_batches, prefill_buckets = set(), set(), set()
     real_decode = StreamingCodec.decode
-    real_step = ModelRunner.decode
+    real_step = ModelRunner.launch_decode
     real_prefill_bucket = ModelRunner._prefill_bucket
 
     def record(codec, slots, codes):
@@ -87,7 +87,7 @@ async def test_the_warm_up_speaks_a_chunk_of_every_ramp_size_before_ready(
         return bucket
 
     monkeypatch.setattr(StreamingCodec, "decode", record)
-    monkeypatch.setattr(ModelRunner, "decode", record_step)
+    monkeypatch.setattr(ModelRunner, "launch_decode", record_step)
     monkeypatch.setattr(ModelRunner, "_prefill_bucket", record_prefill)
     engine = TTSEngine.from_pretrained(
         str(tiny_checkpoint), "cpu", dtype="float32", max_batch=4, chunk_frames=16, warm_up=True

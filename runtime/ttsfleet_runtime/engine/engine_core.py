@@ -3,6 +3,16 @@
     plan (scheduler) -> prefill -> decode step (model runner) -> postprocess
     (scheduler) -> chunks to the codec worker -> audio to the streams.
 
+Host and device overlap: an iteration launches its decode step and leaves
+it running; the next iteration plans and prefills the newcomers while the
+device steps (the prefill's kernels queue behind the step on the engine's one
+stream, into slots the step does not advance), and only then waits for the
+step's codes, applies them and launches the next step. Everything the engine
+thread sends the device goes down that one stream, so the device sees it in
+the order the thread issued it; what the thread must not do meanwhile is read
+the step's results early or reuse host memory a queued copy still reads
+(kernels/host_copy.py).
+
 The async front end (tts_engine.py) only admits, cancels and reads stats,
 under `lock`; everything that touches the device happens here.
 
@@ -21,6 +31,7 @@ run without the fault.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -45,6 +56,7 @@ from .model_runner import (
     ModelRunner,
     Prompt,
     SlotParams,
+    StepOutput,
     buckets_after_ready,
     buckets_before_ready,
     prefill_buckets,
@@ -57,7 +69,27 @@ log = logging.getLogger(__name__)
 
 # The engine thread's phases (`EngineCore.busy_s`); the codec thread's time is
 # the codec worker's `busy_s`.
-BUSY_PHASES = ("plan", "prefill", "decode", "postprocess")
+BUSY_PHASES = ("plan", "prefill", "decode", "step_wait", "postprocess")
+
+
+@dataclasses.dataclass
+class StepInFlight:
+    """A decode step the engine launched and has not applied yet: its rows, and
+    its codes on the device's way to the host (`output`) or already there
+    (`codes`, `nxt`: a step bisected around a failing row, run and waited for)."""
+
+    rows: list[Sequence]
+    output: StepOutput | None
+    launched_at: float | None  # None: the bisected sub-steps, not one step's period
+    codes: np.ndarray | None = None
+    nxt: np.ndarray | None = None
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(frame codes [extent, groups], next first codes [extent]) on the host."""
+        if self.output is not None:
+            codes, nxt = self.output.result()
+            return codes.numpy(), nxt.numpy()
+        return self.codes, self.nxt
 
 
 class EngineCore:
@@ -137,10 +169,12 @@ class EngineCore:
         self.min_lead_s: float | None = None
         self.underrun_steps = 0
         self.prefill_deferred = 0
-        self.step_s = 0.0  # recent decode step time (moving average)
+        self.step_s = 0.0  # seconds between decode steps while stepping (moving average)
+        self._in_flight: StepInFlight | None = None  # launched, not applied yet
         # Seconds the engine thread spent in each phase of its iterations (idle
         # waits excluded): where a busy engine's time goes, without a profiler.
-        # "decode" includes waiting for the device to finish the step.
+        # "decode" is launching the step, "step_wait" waiting for its results
+        # (the device still busy with it once the next iteration is prepared).
         self.busy_s = dict.fromkeys(BUSY_PHASES, 0.0)
         self.model: LoadedModel | None = None
         self.runner: ModelRunner | None = None
@@ -343,6 +377,10 @@ class EngineCore:
             torch.cuda.set_device(index if index is not None else torch.cuda.current_device())
         with _engine_stream(self.device, self.decode_priority):
             self._loop()
+            in_flight, self._in_flight = self._in_flight, None
+            if in_flight is not None:  # stopped between a launch and its results
+                with torch.inference_mode():
+                    self._complete(in_flight, time.monotonic())
         self._release_finished()
 
     def _loop(self) -> None:
@@ -355,6 +393,7 @@ class EngineCore:
                 log.exception(
                     "engine iteration failed outside any one request; failing the running streams"
                 )
+                self._in_flight = None  # its rows are among those ended here
                 with self.lock:
                     for seq in list(self.scheduler.running.values()):
                         self._finish(seq, "error", _failure("the engine failed", exc))
@@ -390,18 +429,23 @@ class EngineCore:
 
     @torch.inference_mode()
     def _iteration(self) -> bool:
+        """One turn of the loop. The decode step launched by the previous turn
+        runs on the device while this one plans and prefills the newcomers (their
+        device work queues behind it; their slots are not among its rows); then
+        its codes are read and applied, and the next step is launched over the
+        rows that stand then, the newcomers with them. Those that arrived while
+        the step was waited for are prefilled before that launch, as they would
+        be without the overlap: a newcomer never waits a step more for it."""
         t = time.monotonic()
         self._release_finished()
-        with self.lock:
-            for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
-                self._take_text(seq)
-            spare_s = self._sample_leads(time.monotonic())
-            plan = self.scheduler.plan(spare_s)
-            self.prefill_deferred += plan.deferred
-        self._sync_block_tables()  # the prompts' blocks, before the prefills store into them
-        t = self._spent("plan", t)
-        self._prefill(plan.prefill)
-        t = self._spent("prefill", t)
+        prefilled, t = self._admit(t)
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            t = self._complete(in_flight, t)
+            self._release_finished()  # blocks of those it ended, for the rows that grow now
+            if self._admission_due():
+                more, t = self._admit(t)
+                prefilled += more
         with self.lock:
             for seq in list(self.scheduler.running.values()):
                 self._take_text(seq)
@@ -411,14 +455,41 @@ class EngineCore:
                 self._end_kv_starved(starved)
         self._sync_block_tables()  # blocks the step's rows grew into
         t = self._spent("plan", t)
-        if not rows:
-            return bool(plan.prefill) or starved is not None
-        stepped, codes, nxt = self._step_isolating(rows, extent, live)
-        started, t = t, self._spent("decode", t)
-        elapsed = t - started
-        self.step_s = elapsed if not self.step_s else 0.8 * self.step_s + 0.2 * elapsed
+        if rows:
+            self._in_flight = launched = self._launch_isolating(rows, extent, live)
+            if in_flight is not None and in_flight.launched_at and launched.launched_at:
+                # What a running stream waits per frame: launch to launch, back to back.
+                period = launched.launched_at - in_flight.launched_at
+                self.step_s = period if not self.step_s else 0.8 * self.step_s + 0.2 * period
+            self._spent("decode", t)
+        return bool(rows) or in_flight is not None or prefilled > 0 or starved is not None
+
+    def _admit(self, t: float) -> tuple[int, float]:
+        """Plan and prefill what is ready: newcomers to free slots, next pieces of
+        long texts. -> (sequences prefilled, the time it returns)."""
         with self.lock:
-            outcome = self.scheduler.postprocess(stepped, codes, nxt, self.rules)
+            for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
+                self._take_text(seq)
+            spare_s = self._sample_leads(time.monotonic())
+            plan = self.scheduler.plan(spare_s)
+            self.prefill_deferred += plan.deferred
+        self._sync_block_tables()  # the prompts' blocks, before the prefills store into them
+        t = self._spent("plan", t)
+        self._prefill(plan.prefill)
+        return len(plan.prefill), self._spent("prefill", t)
+
+    def _admission_due(self) -> bool:
+        """Whether a prefill may be waiting: requests queued, or a next piece due."""
+        with self.lock:
+            return bool(self.scheduler.waiting) or bool(self.scheduler.refill)
+
+    def _complete(self, step: StepInFlight, t: float) -> float:
+        """Wait for `step`'s codes, then apply them: chunks to the codec worker,
+        finished streams ended. -> the time it returns."""
+        codes, nxt = step.result()
+        t = self._spent("step_wait", t)
+        with self.lock:
+            outcome = self.scheduler.postprocess(step.rows, codes, nxt, self.rules)
             self.frames_total += outcome.frames
         for chunk in outcome.chunks:
             if not chunk.seq.finished:
@@ -435,8 +506,7 @@ class EngineCore:
                 )
                 if not seq.finished:
                     self._finish(seq, "error", _failure("generation failed", exc))
-        self._spent("postprocess", t)
-        return True
+        return self._spent("postprocess", t)
 
     def _end_kv_starved(self, seq: Sequence) -> None:
         """Under the lock: every running stream waits for a KV block and none can
@@ -608,13 +678,17 @@ class EngineCore:
             if not seq.finished:
                 self._finish(seq, "error", _failure("prefill failed", exc))
 
-    def _step(self, rows: list[Sequence], extent: int, live: int) -> tuple[np.ndarray, np.ndarray]:
-        """One decode step advancing `rows` -> (frame codes [extent, groups],
-        next first codes [extent]) on the host."""
+    def _launch(self, rows: list[Sequence], extent: int, live: int) -> StepOutput:
+        """Launch one decode step advancing `rows` (see `ModelRunner.launch_decode`)."""
         active = [False] * extent
         for seq in rows:
             active[seq.slot] = True
-        codes, nxt = self.runner.decode(extent, active, live)
+        return self.runner.launch_decode(extent, active, live)
+
+    def _step(self, rows: list[Sequence], extent: int, live: int) -> tuple[np.ndarray, np.ndarray]:
+        """One decode step advancing `rows`, waited for -> (frame codes [extent,
+        groups], next first codes [extent]) on the host."""
+        codes, nxt = self._launch(rows, extent, live).result()
         return codes.numpy(), nxt.numpy()
 
     def _others_in_batch(self, rows: list[Sequence]) -> bool:
@@ -623,15 +697,15 @@ class EngineCore:
             occupied = sum(not seq.finished for seq in self.scheduler.running.values())
         return occupied > len(rows)
 
-    def _step_isolating(
-        self, rows: list[Sequence], extent: int, live: int
-    ) -> tuple[list[Sequence], np.ndarray, np.ndarray]:
-        """The decode step over `rows`; when it raises, bisect to the rows that
-        make it fail, end those with "error" and step the rest.
-        -> (the rows stepped, their codes, their next codes)."""
+    def _launch_isolating(self, rows: list[Sequence], extent: int, live: int) -> StepInFlight:
+        """The decode step over `rows`, launched; when launching raises, the rows
+        that make it fail are found by bisection (steps over halves of them,
+        waited for), those end with "error" and the rest step. A failure that
+        surfaces only when the results are read (`StepInFlight.result`) is the
+        device's, not a row's: an asynchronous CUDA error leaves the context
+        unusable, so the loop's fault path ends every stream."""
         try:
-            codes, nxt = self._step(rows, extent, live)
-            return rows, codes, nxt
+            return StepInFlight(rows, self._launch(rows, extent, live), time.monotonic())
         except Exception as exc:
             log.warning(
                 "decode step failed; isolating the requests that cause it",
@@ -684,7 +758,7 @@ class EngineCore:
                 )
                 if not seq.finished:
                     self._finish(seq, "error", _failure("generation failed", exc))
-        return stepped, codes, nxt
+        return StepInFlight(stepped, None, None, codes, nxt)
 
 
 def _failure(what: str, exc: BaseException) -> EngineError:

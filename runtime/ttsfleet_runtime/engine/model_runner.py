@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ..kernels.host_copy import ids_on, to_device, to_host
+from ..kernels.host_copy import ids_on, to_device
 from ..model.weights import LoadedModel
 from . import fusion
 from .frame_decoder import read_timing
@@ -108,6 +108,34 @@ class Prompt:
     slot: int
     embeds: torch.Tensor
     params: SlotParams
+
+
+class StepOutput:
+    """A launched decode step's codes on their way to the host (`launch_decode`).
+
+    The copy goes into pinned memory the caching host allocator hands out per
+    step and keeps until the copy is done; an event after it is what `result`
+    waits for: the step's own work, not whatever the stream got after it."""
+
+    def __init__(self, out: torch.Tensor, groups: int):
+        self._groups = groups
+        self._copied: torch.cuda.Event | None = None
+        if out.device.type == "cuda":
+            self._host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            self._host.copy_(out, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        else:
+            self._host = out
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(frame codes [batch, groups], next first codes [batch]) on the host;
+        waits for the step (releasing the GIL)."""
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+        out = self._host
+        return out[:, : self._groups], out[:, self._groups]
 
 
 class SlotState:
@@ -537,10 +565,21 @@ class ModelRunner:
     def decode(
         self, batch: int, active: list[bool], live_len: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step over slots [0, batch); `live_len` = 1 + the largest position
-        any occupied slot writes this step (stalled rows included: they write
-        past their live length, which must stay inside the view).
-        -> (frame codes [batch, 16], next first codes [batch]) on the host."""
+        """One step over slots [0, batch), waiting for it (see `launch_decode`).
+        -> (frame codes [batch, groups], next first codes [batch]) on the host."""
+        return self.launch_decode(batch, active, live_len).result()
+
+    @torch.inference_mode()
+    def launch_decode(self, batch: int, active: list[bool], live_len: int) -> StepOutput:
+        """Launch one step over slots [0, batch) and the copy of its codes to the
+        host behind it, without waiting for either: the caller prepares the next
+        iteration while the device steps, then reads `StepOutput.result()`.
+        `live_len` = 1 + the largest position any occupied slot writes this step
+        (stalled rows included: they write past their live length, which must
+        stay inside the view). Work launched after this on the same stream (a
+        prefill, text ids, released slots) runs after the step, so it never
+        changes what the step reads. An error raised here is the step's own (a
+        row's fault, an OOM); one raised by `result()` is the device's."""
         if live_len > self.max_len:
             raise ValueError("KV cache full")
         s = self.state
@@ -553,8 +592,8 @@ class ModelRunner:
             graph.replay()
         else:
             self._step(batch, live_len)
-        out = to_host(torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1))
-        return out[:, : self.groups], out[:, self.groups]
+        out = torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1)
+        return StepOutput(out, self.groups)
 
     # ------------------------------------------------------------ CUDA graphs
     # Start-up captures the graphs of `buckets_before_ready` (`capture_*_for_start`):

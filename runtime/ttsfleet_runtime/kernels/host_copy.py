@@ -30,11 +30,15 @@ import torch
 class PinnedStaging:
     """A ring of `slots` pinned host buffers of `slot_bytes` each for host -> device
     copies: a copy takes the next buffer, waits for the copy that read it a lap
-    earlier (long done, in practice), fills it and enqueues the transfer on the
-    current stream, then records an event there. Copies larger than a buffer are
-    not taken (None)."""
+    earlier, fills it and enqueues the transfer on the current stream, then records
+    an event there. Copies larger than a buffer are not taken (None).
 
-    def __init__(self, slots: int = 128, slot_bytes: int = 16384, *, pin: bool = True, event=None):
+    The wait must be for a copy long done, or the thread stalls: the engine thread
+    makes its copies while a decode step runs (engine_core.py), and they queue behind
+    it. A packed prefill of 64 prompts makes about four copies a prompt (text ids,
+    prompt rows, block ids), so a lap is 512 copies: 8 MiB pinned per thread."""
+
+    def __init__(self, slots: int = 512, slot_bytes: int = 16384, *, pin: bool = True, event=None):
         self.slots, self.slot_bytes = slots, slot_bytes
         self._buffer = torch.empty(slots * slot_bytes, dtype=torch.uint8, pin_memory=pin)
         make_event = event if event is not None else torch.cuda.Event
