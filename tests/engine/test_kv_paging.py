@@ -8,6 +8,7 @@ too small for the batch refuses to start, naming the numbers and the fix."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ import torch
 
 from support.engine_requests import codes_of, collect, request
 from ttsfleet_runtime.engine.kv_blocks import KVBlocks, blocks_for
-from ttsfleet_runtime.engine.kv_cache import bytes_per_position
+from ttsfleet_runtime.engine.kv_cache import PagedKVCache, bytes_per_position
 from ttsfleet_runtime.engine.model_runner import ModelRunner
 from ttsfleet_runtime.model.weights import load_model
 
@@ -182,3 +183,29 @@ def test_block_accounting_fits_grows_and_returns():
     kv.release(a)
     assert a == [] and kv.free == 5 and kv.used == 0
     assert blocks_for(0, 16) == 0 and blocks_for(16, 16) == 1 and blocks_for(17, 16) == 2
+
+
+def test_packed_prompts_land_in_their_slots_blocks():
+    config = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=3, head_dim=4)
+    cache = PagedKVCache(config, 4, 64, 8, 8, torch.float32, "cpu")
+    lengths = {1: 5, 3: 19}  # slot -> prompt positions: one block, then three
+    cache.set_blocks(1, [3])
+    cache.set_blocks(3, [2, 6, 4])
+    k, v = torch.randn(2, 2, 3, 32, 4).unbind(0)  # [layers, heads, P, d], 24 positions used
+    before = cache.k.clone()
+    cache.store_prompts(list(lengths.items()), k, v)
+    start, written = 0, torch.zeros(8, 8, dtype=torch.bool)
+    for slot, length in lengths.items():
+        blocks = cache.host_table[slot].tolist()
+        for t in range(length):
+            block, offset = blocks[t // 8], t % 8
+            torch.testing.assert_close(cache.k[:, block, :, offset], k[:, :, start + t])
+            torch.testing.assert_close(cache.v[:, block, :, offset], v[:, :, start + t])
+            written[block, offset] = True
+        start += length
+    # Nothing else changed: other blocks, and the rest of each prompt's last block.
+    assert torch.equal(
+        cache.k.permute(1, 3, 0, 2, 4)[~written], before.permute(1, 3, 0, 2, 4)[~written]
+    )
+    with pytest.raises(ValueError, match="slot 0 holds no blocks for its 5-position prompt"):
+        cache.store_prompts([(0, 5)], k, v)

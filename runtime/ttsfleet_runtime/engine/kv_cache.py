@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 
-from ..kernels.host_copy import ids_on, to_device
+from ..kernels.host_copy import to_device
 from ..model.config import DecoderConfig
 from .kv_blocks import SCRATCH_BLOCK, blocks_for
 
@@ -118,23 +119,30 @@ class PagedKVCache:
         self.block_table[lo:hi].copy_(to_device(self.host_table[lo:hi], self.block_table.device))
         self._dirty = None
 
-    def store_prompt(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write a prompt's keys and values k, v [layers, kv_heads, T, head_dim]
-        (positions [0, T) of the stream in `slot`) into the slot's blocks, which
-        must have been assigned (`set_blocks`) before. Positions past T in the
-        last block are left as they are."""
-        T = k.shape[2]
-        n = blocks_for(T, self.block_size)
-        blocks = self.host_table[slot, :n].tolist()
-        if n > self.host_table.shape[1] or SCRATCH_BLOCK in blocks:
-            raise ValueError(f"slot {slot} holds no blocks for its {T}-position prompt")
-        full, tail = divmod(T, self.block_size)
-        for pool, src in ((self.k, k), (self.v, v)):
-            if full:
-                layers, heads, _, d = src.shape
-                whole = src[:, :, : full * self.block_size]
-                whole = whole.reshape(layers, heads, full, self.block_size, d).transpose(1, 2)
-                index = ids_on(blocks[:full], pool.device)
-                pool.index_copy_(1, index, whole.to(pool.dtype))
-            if tail:
-                pool[:, blocks[full], :, :tail] = src[:, :, full * self.block_size :]
+    def store_prompts(
+        self, prompts: list[tuple[int, int]], k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Write the keys and values of prompts packed back to back from position 0,
+        k, v [layers, kv_heads, P, head_dim], each into positions [0, length) of its
+        slot's blocks; `prompts` are (slot, length) in packing order, and their blocks
+        must have been assigned (`set_blocks`). Positions past a prompt in its last
+        block are left as they are.
+
+        One index write per pool, however many prompts: every operation the engine
+        thread launches hands the interpreter lock over and waits to take it back,
+        and this runs while the codec and HTTP threads want it."""
+        blocks, offsets = [], []
+        for slot, T in prompts:
+            n = blocks_for(T, self.block_size)
+            row = self._host_rows[slot, :n]
+            if n > self._host_rows.shape[1] or (row == SCRATCH_BLOCK).any():
+                raise ValueError(f"slot {slot} holds no blocks for its {T}-position prompt")
+            positions = np.arange(T)
+            blocks.append(row[positions // self.block_size])
+            offsets.append(positions % self.block_size)
+        index = np.stack([np.concatenate(blocks), np.concatenate(offsets)]).astype(np.int64)
+        block, offset = to_device(torch.from_numpy(index), self.k.device)
+        total = index.shape[1]
+        for pool, packed in ((self.k, k), (self.v, v)):
+            # Two index tensors split by a slice: the indexed view is [total, layers, heads, d].
+            pool[:, block, :, offset] = packed[:, :, :total].permute(2, 0, 1, 3)

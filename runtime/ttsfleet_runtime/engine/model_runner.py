@@ -369,12 +369,11 @@ class ModelRunner:
             graph.replay()
         else:
             self._prefill_step(P)
-        for p, start, T in zip(prompts, starts, lengths, strict=True):
-            self.cache.store_prompt(
-                p.slot,
-                self.prefill_k[:, 0, :, start : start + T],
-                self.prefill_v[:, 0, :, start : start + T],
-            )
+        self.cache.store_prompts(
+            [(p.slot, T) for p, T in zip(prompts, lengths, strict=True)],
+            self.prefill_k[:, 0],
+            self.prefill_v[:, 0],
+        )
 
     def _prefill_step(self, P: int) -> None:
         """The packed prefill of `prefill_embeds[:P]`; tensor ops only. Each
