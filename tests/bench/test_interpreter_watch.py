@@ -1,0 +1,64 @@
+"""bench/interpreter_watch: a process started with the folder on its path and a log named
+writes GC pauses and per-thread CPU time; the totals add them up; without the log named
+the module starts nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+WATCH = Path(__file__).resolve().parents[2] / "bench" / "interpreter_watch"
+
+BUSY = """
+import gc, threading, time
+def spin():
+    end = time.monotonic() + 1.2
+    junk = []
+    while time.monotonic() < end:
+        junk.append([[] for _ in range(50)])
+        if len(junk) > 200:
+            junk.clear()
+            gc.collect()
+threading.Thread(target=spin, name="busy-worker").start()
+time.sleep(1.5)
+print(sorted(t.name for t in threading.enumerate()))
+"""
+
+
+def run(tmp_path, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(WATCH), **env}
+    return subprocess.run(
+        [sys.executable, "-c", BUSY], env=environment, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_watched_process_logs_gc_pauses_and_thread_cpu(tmp_path):
+    log = tmp_path / "watch.jsonl"
+    done = run(tmp_path, TTSFLEET_WATCH_LOG=str(log), TTSFLEET_WATCH_INTERVAL_S="0.3")
+    assert done.returncode == 0, done.stderr
+    assert "interpreter-watch" in done.stdout
+    lines = [json.loads(text) for text in log.read_text().splitlines()]
+    assert len(lines) >= 3
+    assert any(line["cpu_s"].get("busy-worker", 0) > 0.1 for line in lines)
+    assert any("2" in line["gc"] for line in lines)  # the worker's full collections
+    totals = json.loads(
+        subprocess.run(
+            [sys.executable, str(WATCH / "sitecustomize.py"), str(log)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    count, total_ms, longest_ms, _ = totals["gc"]["2"]
+    assert count >= 1 and 0 < longest_ms <= total_ms
+    assert totals["cpu_s"]["busy-worker"] > 0.3 and totals["lines"] == len(lines)
+
+
+def test_without_a_log_named_it_starts_nothing(tmp_path):
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "interpreter-watch" not in done.stdout
