@@ -466,9 +466,10 @@ class EngineCore:
 
     def _admit(self, t: float) -> tuple[int, float]:
         """Plan and prefill what is ready: newcomers to free slots, next pieces of
-        long texts. -> (sequences prefilled, the time it returns)."""
+        long texts. -> (sequences prefilled, the time it returns). Only their text
+        is taken here: the running streams' is taken once, before the step's rows."""
         with self.lock:
-            for seq in list(self.scheduler.waiting) + list(self.scheduler.running.values()):
+            for seq in list(self.scheduler.waiting) + list(self.scheduler.refill):
                 self._take_text(seq)
             spare_s = self._sample_leads(time.monotonic())
             plan = self.scheduler.plan(spare_s)
