@@ -22,6 +22,7 @@ from ..settings import ServerSettings
 from . import (
     audio_encoding,
     errors,
+    interpreter,
     playground_routes,
     service_routes,
     speech_routes,
@@ -31,7 +32,6 @@ from . import (
 from .auth import ApiKeys
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
-from .interpreter import ServingInterpreter
 from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
 from .synthesis import Synthesizer
 from .voice_library import VoiceLibrary
@@ -120,15 +120,13 @@ def create_app(
         version=package_version, model=info.name, variant=info.variant, size=info.size
     ).set(1)
 
-    interpreter = ServingInterpreter()
-
     async def lifespan(app: FastAPI):
         await engine.start()
         log.info(
             "engine started",
             extra={"model": info.name, "variant": info.variant, "formats": runtime.formats},
         )
-        interpreter.start()
+        interpreter.tune_for_serving()
         housekeeping = None
         if voices is not None:
             await asyncio.to_thread(voices.store.watch)
@@ -138,7 +136,7 @@ def create_app(
             housekeeping.cancel()
             voices.store.close()
         await runtime.stop_engine(settings.drain_timeout_s)
-        interpreter.stop()
+        interpreter.restore()
         log.info("engine stopped")
 
     app = FastAPI(

@@ -27,20 +27,20 @@ import time
 log = logging.getLogger(__name__)
 
 
-class ServingInterpreter:
-    """`start()` once the engine is ready, `stop()` after it stopped."""
+def tune_for_serving() -> None:
+    """Once the engine is ready: freeze what start-up made out of full collections."""
+    started = time.monotonic()
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "start-up objects frozen out of the garbage collector's full passes",
+        extra={
+            "frozen_objects": gc.get_freeze_count(),
+            "seconds": round(time.monotonic() - started, 3),
+        },
+    )
 
-    def start(self) -> None:
-        started = time.monotonic()
-        gc.collect()
-        gc.freeze()
-        log.info(
-            "start-up objects frozen out of the garbage collector's full passes",
-            extra={
-                "frozen_objects": gc.get_freeze_count(),
-                "seconds": round(time.monotonic() - started, 3),
-            },
-        )
 
-    def stop(self) -> None:
-        gc.unfreeze()
+def restore() -> None:
+    """After the engine stopped: what start-up made may be collected again."""
+    gc.unfreeze()
