@@ -28,13 +28,14 @@ from pathlib import Path
 SLOW_MS = 5.0
 
 
-def _thread_cpu_s(native_id: int, ticks: int) -> float | None:
+def _cpu_s(stat_path: str, ticks: int) -> float | None:
+    """User + system CPU seconds from a /proc stat file (None if it is gone)."""
     try:
-        with open(f"/proc/self/task/{native_id}/stat") as f:
+        with open(stat_path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def watch(path: str, interval_s: float) -> None:
@@ -58,16 +59,12 @@ def watch(path: str, interval_s: float) -> None:
         while True:
             time.sleep(interval_s)
             cpu = {}
-            for thread in threading.enumerate():
-                total = _thread_cpu_s(thread.native_id, ticks)
+            stats = {t.name: f"/proc/self/task/{t.native_id}/stat" for t in threading.enumerate()}
+            for name, stat_path in {**stats, "process": "/proc/self/stat"}.items():
+                total = _cpu_s(stat_path, ticks)
                 if total is not None:
-                    cpu[thread.name] = round(total - last.get(thread.name, 0.0), 3)
-                    last[thread.name] = total
-            with open("/proc/self/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            process = (int(fields[11]) + int(fields[12])) / ticks
-            cpu["process"] = round(process - last.get("process", 0.0), 3)
-            last["process"] = process
+                    cpu[name] = round(total - last.get(name, 0.0), 3)
+                    last[name] = total
             collections = {}
             for generation in pauses:
                 taken, pauses[generation] = pauses[generation], []
