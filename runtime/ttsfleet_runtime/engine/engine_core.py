@@ -448,7 +448,8 @@ class EngineCore:
                 prefilled += more
         with self.lock:
             for seq in list(self.scheduler.running.values()):
-                self._take_text(seq)
+                if not seq.text_final:  # a final text has nothing left to take
+                    self._take_text(seq)
             rows, extent, live = self.scheduler.step_rows()
             starved = self.scheduler.kv_deadlock()
             if starved is not None:
