@@ -3,6 +3,8 @@ stream: one request, one slot, chunks numbered on across the pieces."""
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 
@@ -52,6 +54,27 @@ async def test_a_text_that_fits_is_one_piece(make_engine):
     )
     await collect(stream)
     assert stream.finish_reason == "eos" and stream.seq.piece == 0 and stream.seq.frames == 2
+
+
+async def test_a_whole_text_is_tokenised_once_by_its_submitter(make_engine):
+    """Admission tokenises a text to split it; the engine thread reuses those ids
+    for the first piece instead of tokenising it again."""
+    engine = await make_engine(max_batch=1)
+    says_eos_after_two_frames(engine)
+    encode = engine.builder.tokenizer.encode
+    calls: list[tuple[str, str]] = []
+
+    def counting(text: str) -> list[int]:
+        calls.append((threading.current_thread().name, text))
+        return encode(text)
+
+    engine.builder.tokenizer.encode = counting
+    stream = engine.submit(
+        SynthesisRequest(text=PROSE, voice="ryan", params=SamplingParams(seed=7))
+    )
+    await collect(stream)
+    assert stream.finish_reason == "eos" and stream.seq.text.ids == encode(PROSE)
+    assert calls == [(threading.current_thread().name, PROSE)]
 
 
 async def test_the_frame_budget_covers_the_whole_long_text(make_engine):

@@ -26,13 +26,18 @@ class TextFeed:
     come from the asyncio thread, the engine thread reads.
     """
 
-    def __init__(self, encode, text: str | None = None):
+    def __init__(self, encode, text: str | None = None, ids: list[int] | None = None):
+        """A whole `text` (closed at once) or, without one, a stream of deltas. `ids`:
+        the whole text's, when the caller has tokenised it already (admission
+        does, on the event loop): the engine thread then need not."""
+        if ids is not None and text is None:
+            raise ValueError("ids are a whole text's: give the text too")
         self.encode = encode  # text -> token ids
         self._lock = threading.Lock()
         self._text = text or ""
         self._closed = text is not None
-        self._dirty = True
-        self.ids: list[int] = []
+        self._dirty = ids is None
+        self.ids: list[int] = list(ids) if ids is not None else []
         self.error: BaseException | None = None
 
     def feed(self, delta: str) -> None:

@@ -295,15 +295,23 @@ class TTSEngine:
             where = "cloned_voice" if request.cloned_voice is not None else "instructions"
             raise InvalidRequest(f"{where}: {e}", param=where) from e
         if isinstance(request.text, str):
+            # Tokenised here, once: the first piece's ids go with it (split_text
+            # counts every piece it returns), so the engine thread need not.
+            tokenised: dict[str, list[int]] = {}
+
+            def count(part: str) -> int:
+                if part not in tokenised:
+                    tokenised[part] = self.builder.text_ids(part)
+                return len(tokenised[part])
+
             try:
-                pieces = split_text(
-                    request.text, lambda t: len(self.builder.text_ids(t)), self.piece_tokens
-                )
+                pieces = split_text(request.text, count, self.piece_tokens)
             except InvalidText as e:
                 raise InvalidRequest(str(e), param="text") from e
             if not pieces:
                 raise InvalidRequest("text is empty", param="text")
-            text, later = TextFeed(self.builder.text_ids, pieces[0]), pieces[1:]
+            first = TextFeed(self.builder.text_ids, pieces[0], tokenised.get(pieces[0]))
+            text, later = first, pieces[1:]
         else:
             text, later = TextFeed(self.builder.text_ids), []
         loop = asyncio.get_running_loop()
