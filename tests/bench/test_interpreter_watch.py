@@ -53,9 +53,49 @@ def test_a_watched_process_logs_gc_pauses_and_thread_cpu(tmp_path):
             check=True,
         ).stdout
     )
-    count, total_ms, longest_ms, _ = totals["gc"]["2"]
-    assert count >= 1 and 0 < longest_ms <= total_ms
+    count, total_ms, longest_ms, _, freed = totals["gc"]["2"]
+    assert count >= 1 and 0 < longest_ms <= total_ms and freed == 0  # no cycles made
     assert totals["cpu_s"]["busy-worker"] > 0.3 and totals["lines"] == len(lines)
+    assert 0 <= totals["sys_s"]["busy-worker"] <= totals["cpu_s"]["busy-worker"]
+
+
+KEEP = """
+import gc, time
+class Kept:
+    pass
+kept = [Kept() for _ in range(5000)]
+gc.collect()  # into the oldest generation
+time.sleep(1.0)
+"""
+
+
+def test_a_census_counts_what_a_full_collection_traverses(tmp_path):
+    log = tmp_path / "watch.jsonl"
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(WATCH),
+        "TTSFLEET_WATCH_LOG": str(log),
+        "TTSFLEET_WATCH_INTERVAL_S": "0.2",
+        "TTSFLEET_WATCH_CENSUS_S": "0.2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", KEEP], env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(text) for text in log.read_text().splitlines()]
+    censuses = [line["census"] for line in lines if "census" in line]
+    assert len(censuses) >= 2
+    last = censuses[-1]
+    assert last["oldest_types"]["Kept"] == 5000 and last["objects"][2] >= 5000
+    assert last["frozen"] == 0
+    totals = subprocess.run(
+        [sys.executable, str(WATCH / "sitecustomize.py"), str(log)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(totals.stdout)["lines"] == len(lines) - len(censuses)
 
 
 def test_without_a_log_named_it_starts_nothing(tmp_path):
