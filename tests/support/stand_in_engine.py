@@ -73,6 +73,9 @@ class _Stream:
         if self._task.cancel():
             self._finish = self._finish or "cancelled"
 
+    def release(self) -> None:
+        self.cancel()
+
     async def _text(self) -> str:
         if isinstance(self.request.text, str):
             return self.request.text

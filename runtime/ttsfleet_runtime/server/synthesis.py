@@ -147,6 +147,7 @@ class Utterance:
         if self._done:
             return
         self._done = True
+        self.stream.release()
         self.drain.release()
         m = self.metrics
         m.audio_seconds.inc(self.audio_s)
