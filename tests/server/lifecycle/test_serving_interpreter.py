@@ -54,7 +54,9 @@ def test_answered_requests_leave_no_engine_cycles_to_collect(make_engine):
     """The engine's sequence and the caller's stream refer to each other: once the
     response is out, the stream lets go (`AudioStream.release`), or every request
     would leave its bookkeeping to a full collection, which stops every thread."""
-    with LiveServer(make_engine(), ServerSettings(max_audio_seconds=0.32), ApiKeys(disabled=True)) as live:
+    with LiveServer(
+        make_engine(), ServerSettings(max_audio_seconds=0.32), ApiKeys(disabled=True)
+    ) as live:
         body = speech_body(live)
         with cyclic_garbage() as garbage:
             for response_format in ("pcm", "mp3"):
