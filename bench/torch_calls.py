@@ -26,10 +26,10 @@ The decode step (`ModelRunner._step`) and the packed prefill's step
 (`_prefill_step`) are one CUDA graph replay each on the GPU: they count as one
 call here, whatever they run eagerly on the CPU.
 
-Host -> device copies take the GPU's path: `to_device` is replaced, in every
-module that imported it, by one that runs the same `PinnedStaging.copy` the
-GPU runs (an unpinned buffer, events that count their calls), so its calls
-are counted as the GPU makes them. Left out: the pinned copy of each step's
+Host -> device copies take the GPU's path: `to_device` and `array_to_device`
+are replaced, in every module that imported them, by ones that run the same
+`PinnedStaging` copies the GPU runs (an unpinned buffer, events that count
+their calls), so their calls are counted as the GPU makes them. Left out: the pinned copy of each step's
 codes and its event (`StepOutput`, ~4 calls a step), which only CUDA makes.
 
     PYTHONPATH=runtime python3 bench/torch_calls.py --streams 24 --iterations 300
@@ -48,6 +48,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -114,26 +115,37 @@ class CountedEvent:
 
 
 def gpu_copy_path(counter: CallCounter) -> None:
-    """Make every module's `to_device` take the CUDA path's calls on the CPU."""
-    original = host_copy.to_device
+    """Make every module's `to_device` and `array_to_device` take the CUDA path's
+    calls on the CPU: the bodies of kernels/host_copy.py's, less the device test."""
     CountedEvent.counter = counter
     staging = threading.local()
 
+    def ring() -> host_copy.PinnedStaging:
+        if getattr(staging, "ring", None) is None:
+            staging.ring = host_copy.PinnedStaging(pin=False, event=CountedEvent)
+        return staging.ring
+
     def to_device(host, device, out=None):
-        device = torch.device(device)
-        ring = getattr(staging, "ring", None)
-        if ring is None:
-            ring = staging.ring = host_copy.PinnedStaging(pin=False, event=CountedEvent)
-        staged = ring.copy(host, device, out)
+        device = host_copy._device(device)
+        staged = ring().copy(host, device, out)
         if staged is not None:
             return staged
         pinned = host.clone()  # stands in for host.pin_memory(): one call
         return pinned.to(device) if out is None else out.copy_(pinned)
 
+    def array_to_device(array, device, out=None):
+        device = host_copy._device(device)
+        staged = ring().copy_array(array, device, out)
+        if staged is not None:
+            return staged
+        return to_device(torch.from_numpy(np.ascontiguousarray(array)), device, out)
+
+    emulations = {"to_device": to_device, "array_to_device": array_to_device}
+    originals = {name: getattr(host_copy, name) for name in emulations}
     for module in list(sys.modules.values()):
-        for name in ("to_device",):
-            if getattr(module, name, None) is original:
-                setattr(module, name, to_device)
+        for name, emulation in emulations.items():
+            if getattr(module, name, None) is originals[name]:
+                setattr(module, name, emulation)
 
 
 def instrument(engine: TTSEngine, counter: CallCounter, skip: int, iterations: int) -> dict:

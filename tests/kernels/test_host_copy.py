@@ -5,9 +5,10 @@ without a GPU."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from ttsfleet_runtime.kernels.host_copy import PinnedStaging
+from ttsfleet_runtime.kernels.host_copy import PinnedStaging, array_to_device, ids_on
 
 
 class RecordedEvent:
@@ -72,3 +73,41 @@ def test_a_copy_into_a_given_tensor_writes_it_in_place():
     target = torch.full((3,), -1, dtype=torch.int64)
     out = staging.copy(torch.tensor([4, 5, 6]), torch.device("cpu"), target)
     assert out is target and target.tolist() == [4, 5, 6]
+
+
+def test_arrays_are_copied_by_numpy_into_the_same_ring():
+    """`copy_array` (ids, flags, the prefill's rows): the data arrives in the shape and
+    dtype torch gives the array, and its buffer obeys the same reuse rule."""
+    staging, log = ring(slots=2, slot_bytes=64)
+    cpu = torch.device("cpu")
+    ids = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int64)
+    out = staging.copy_array(ids, cpu)  # buffer 0
+    ids += 100
+    assert out.dtype == torch.int64 and out.tolist() == [[1, 2, 3], [4, 5, 6]]
+    flags = staging.copy_array(np.array([True, False, True]), cpu)  # buffer 1
+    assert flags.dtype == torch.bool and flags.tolist() == [True, False, True]
+    target = torch.zeros(2, dtype=torch.float32)
+    assert staging.copy_array(np.array([0.5, -2.0], dtype=np.float32), cpu, target) is target
+    assert target.tolist() == [0.5, -2.0]
+    assert log == [("record", 0), ("record", 1), ("wait", 0), ("record", 0)]
+    assert staging.copy_array(np.zeros(9, dtype=np.int64), cpu) is None  # 72 bytes > 64
+
+
+def test_a_tensor_and_an_array_may_share_a_buffer_in_turn():
+    """The buffer's typed views are kept per dtype: an int64 copy after a float32 one
+    in the same buffer reads its own bytes, not the float view's."""
+    staging, _ = ring(slots=1, slot_bytes=64)
+    cpu = torch.device("cpu")
+    assert staging.copy(torch.tensor([1.5, 2.5]), cpu).tolist() == [1.5, 2.5]
+    assert staging.copy_array(np.array([7, 8], dtype=np.int64), cpu).tolist() == [7, 8]
+    assert staging.copy(torch.tensor([[3.0], [4.0]]), cpu).tolist() == [[3.0], [4.0]]
+
+
+def test_ids_on_the_cpu_are_a_copy_of_their_own():
+    ids = [3, 1, 4]
+    out = ids_on(ids, "cpu")
+    assert out.dtype == torch.int64 and out.tolist() == ids
+    array = np.array(ids, dtype=np.int64)
+    copied = array_to_device(array, torch.device("cpu"))
+    array[0] = 9
+    assert copied.tolist() == ids

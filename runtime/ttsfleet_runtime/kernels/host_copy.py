@@ -22,8 +22,10 @@ pinned pages (cudaHostAlloc) while earlier copies still queued behind the step.
 
 from __future__ import annotations
 
+import math
 import threading
 
+import numpy as np
 import torch
 
 
@@ -36,11 +38,20 @@ class PinnedStaging:
     The wait must be for a copy long done, or the thread stalls: the engine thread
     makes its copies while a decode step runs (engine_core.py), and they queue behind
     it. A packed prefill of 64 prompts makes about four copies a prompt (text ids,
-    prompt rows, block ids), so a lap is 512 copies: 8 MiB pinned per thread."""
+    prompt rows, block ids), so a lap is 512 copies: 8 MiB pinned per thread.
+
+    Each buffer's typed view is made once and kept, and numpy arrays (`copy_array`)
+    are written through a numpy view of the same memory: a copy was ten torch calls
+    (slice, two views, two copies, sizes...), each handing the interpreter lock over,
+    and made 3.8% of all the GIL-held samples of the H100 server at 120 req/s; now a
+    tensor's copy is four (a slice, its fill, the transfer, the event) and an
+    array's three."""
 
     def __init__(self, slots: int = 512, slot_bytes: int = 16384, *, pin: bool = True, event=None):
         self.slots, self.slot_bytes = slots, slot_bytes
         self._buffer = torch.empty(slots * slot_bytes, dtype=torch.uint8, pin_memory=pin)
+        self._bytes = self._buffer.numpy().reshape(slots, slot_bytes)  # the same memory
+        self._views: dict[tuple[int, torch.dtype], torch.Tensor] = {}
         make_event = event if event is not None else torch.cuda.Event
         self._events = [make_event() for _ in range(slots)]
         self._recorded = [False] * slots
@@ -51,25 +62,66 @@ class PinnedStaging:
     ) -> torch.Tensor | None:
         """`host` on `device`: a new tensor, or written into `out` (host's shape and
         dtype) when given; None when it is larger than a buffer."""
-        nbytes = host.numel() * host.element_size()
-        if nbytes > self.slot_bytes:
+        shape, dtype = host.shape, host.dtype
+        n = math.prod(shape)
+        if n * dtype.itemsize > self.slot_bytes:
             return None
         if out is None:
-            out = torch.empty(host.shape, dtype=host.dtype, device=device)
-        if nbytes == 0:
+            out = torch.empty(shape, dtype=dtype, device=device)
+        if n == 0:
             return out
+        i = self._take()
+        staged = self._staged(i, dtype, n, shape)
+        staged.copy_(host)
+        return self._send(i, staged, out)
+
+    def copy_array(
+        self, array: np.ndarray, device: torch.device, out: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """`copy` of a numpy array (a dtype torch has), filled by numpy."""
+        dtype = _TORCH_DTYPES[array.dtype]
+        if array.nbytes > self.slot_bytes:
+            return None
+        if out is None:
+            out = torch.empty(array.shape, dtype=dtype, device=device)
+        if array.size == 0:
+            return out
+        i = self._take()
+        self._bytes[i, : array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        return self._send(i, self._staged(i, dtype, array.size, array.shape), out)
+
+    def _take(self) -> int:
+        """The next buffer, once the transfer that read it a lap ago is done."""
         i = self._next
         self._next = (i + 1) % self.slots
         if self._recorded[i]:
-            self._events[i].synchronize()  # the transfer that read this buffer
-        start = i * self.slot_bytes
-        staged = self._buffer[start : start + nbytes].view(host.dtype).view(host.shape)
-        staged.copy_(host)
+            self._events[i].synchronize()
+        return i
+
+    def _staged(self, i: int, dtype: torch.dtype, n: int, shape) -> torch.Tensor:
+        """The first `n` elements of buffer `i` as `dtype`, in `shape`."""
+        view = self._views.get((i, dtype))
+        if view is None:
+            start = i * self.slot_bytes
+            view = self._buffer[start : start + self.slot_bytes].view(dtype)
+            self._views[(i, dtype)] = view
+        staged = view[:n]
+        return staged if len(shape) == 1 else staged.view(shape)
+
+    def _send(self, i: int, staged: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         out.copy_(staged, non_blocking=True)
         self._events[i].record()
         self._recorded[i] = True
         return out
 
+
+# numpy dtypes `PinnedStaging.copy_array` takes.
+_TORCH_DTYPES = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.float32): torch.float32,
+}
 
 _per_thread = threading.local()
 
@@ -91,7 +143,7 @@ def to_device(
     The data goes through pinned memory (the thread's `PinnedStaging` ring, or for a
     large tensor a pinned copy the caching host allocator keeps alive until the
     transfer is done), so `host` may change right after."""
-    device = torch.device(device)
+    device = _device(device)
     if device.type != "cuda":
         return host.to(device) if out is None else out.copy_(host)
     staged = _staging().copy(host, device, out)
@@ -103,10 +155,32 @@ def to_device(
     return out.copy_(pinned, non_blocking=True)
 
 
+def array_to_device(
+    array: np.ndarray, device: torch.device | str, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`to_device` of a numpy array: numpy fills the staging buffer, so the copy
+    costs the transfer's torch calls and none for the host side. On the CPU the
+    result is a copy too: `array` may change right after."""
+    device = _device(device)
+    if device.type == "cuda":
+        staged = _staging().copy_array(array, device, out)
+        if staged is not None:
+            return staged
+    host = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type != "cuda" and out is None:
+        return host.clone()
+    return to_device(host, device, out)
+
+
 def ids_on(ids, device: torch.device | str, out: torch.Tensor | None = None) -> torch.Tensor:
     """A list of integer ids as an int64 tensor on `device` (or into `out`: see
     `to_device`)."""
-    return to_device(torch.tensor(list(ids), dtype=torch.long), device, out)
+    return array_to_device(np.asarray(ids, dtype=np.int64), device, out)
+
+
+def _device(device: torch.device | str) -> torch.device:
+    # Constructing a torch.device is a torch call too; callers mostly hold one.
+    return device if isinstance(device, torch.device) else torch.device(device)
 
 
 def to_host(t: torch.Tensor) -> torch.Tensor:
