@@ -167,9 +167,27 @@ class SynthesisRequest:
     request_id: str = ""
 
 
+S16_FULL_SCALE = 32767.0  # float 1.0 as a signed 16-bit sample
+
+
+def to_s16le(pcm: np.ndarray) -> bytes:
+    """Float PCM as signed 16-bit little-endian samples, the samples of every output
+    format but Opus: clipped to [-1, 1], scaled by `S16_FULL_SCALE`, rounded half to
+    even. The codec worker applies the same rule on the device to streamed chunks
+    (`AudioChunk.pcm16`)."""
+    clipped = np.clip(np.asarray(pcm, dtype=np.float32), -1.0, 1.0)
+    return (clipped * S16_FULL_SCALE).round().astype("<i2").tobytes()
+
+
 @dataclasses.dataclass(frozen=True)
 class AudioChunk:
-    """A piece of the waveform, in order. `pcm` is float32 mono in [-1, 1]."""
+    """A piece of the waveform, in order. `pcm` is float32 mono in [-1, 1].
+
+    `pcm16`, when the engine gives it, is the same audio by `to_s16le`'s rule, made on
+    the device for a whole batch of streams at once: the server's event loop then
+    only copies bytes. Converting each chunk there with numpy cost the loop a fifth of
+    its busy time at 120 req/s on the H100, and its numpy calls released and re-took
+    the interpreter lock that the engine's threads wait for."""
 
     pcm: np.ndarray
     sample_rate: int
@@ -177,10 +195,17 @@ class AudioChunk:
     frames: int  # codec frames this chunk covers
     t_admitted: float  # time.monotonic() when the request entered a batch slot
     t_emitted: float  # time.monotonic() when this chunk was handed out
+    pcm16: np.ndarray | None = None  # int16, as many samples as `pcm`
 
     @property
     def duration_s(self) -> float:
         return len(self.pcm) / self.sample_rate
+
+    def s16le(self) -> bytes:
+        """The chunk as signed 16-bit little-endian samples (`to_s16le`)."""
+        if self.pcm16 is not None:
+            return self.pcm16.astype("<i2", copy=False).tobytes()
+        return to_s16le(self.pcm)
 
 
 class AudioStream(Protocol):

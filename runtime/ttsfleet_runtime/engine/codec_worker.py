@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from ..kernels.host_copy import to_host
-from .api import AudioChunk, FinishReason
+from .api import S16_FULL_SCALE, AudioChunk, FinishReason
 from .frame_decoder import DecodedAudio, FrameDecoder
 
 log = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class CodecWorker:
             for i, tail in zip(ending, rest, strict=True):
                 jobs[i].seq.codec_slot = None
                 if len(tail):
-                    audio[i] = np.concatenate([audio[i], tail])
+                    audio[i] = audio[i].then(tail)
         now = time.monotonic()
         spf = self.codec.timing.samples_per_frame
         for job, pcm in zip(jobs, audio, strict=True):
@@ -295,7 +295,8 @@ class CodecWorker:
                 continue  # nothing final yet: these frames go with the next chunk
             stream.deliver(
                 AudioChunk(
-                    pcm=pcm,
+                    pcm=pcm.f32,
+                    pcm16=pcm.s16,
                     sample_rate=self.sample_rate,
                     index=stream.chunks_delivered,
                     frames=stream.frames_decoded - stream.frames_delivered,
@@ -317,12 +318,42 @@ def _urgency(group: tuple[int, list[ChunkJob]]) -> tuple[bool, int]:
     return (not first_audio, frames)
 
 
-def _on_host(decoded: DecodedAudio) -> list[np.ndarray]:
-    """Each stream's audio of one decoder call, float32 on the host (one copy)."""
+@dataclasses.dataclass(frozen=True)
+class _HostAudio:
+    """A stream's audio on the host: float32, and the same as int16 (`api.to_s16le`'s
+    rule, applied on the device). Slices and joins keep the two aligned."""
+
+    f32: np.ndarray
+    s16: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.f32)
+
+    def __getitem__(self, cut: slice) -> _HostAudio:
+        return _HostAudio(self.f32[cut], self.s16[cut])
+
+    def then(self, more: _HostAudio) -> _HostAudio:
+        return _HostAudio(
+            np.concatenate([self.f32, more.f32]), np.concatenate([self.s16, more.s16])
+        )
+
+
+def _on_host(decoded: DecodedAudio) -> list[_HostAudio]:
+    """Each stream's audio of one decoder call on the host: one conversion to int16 for
+    the whole batch on the device, then one copy back of both."""
     if not any(decoded.lengths):
-        return [np.zeros(0, np.float32) for _ in decoded.lengths]
-    samples = to_host(decoded.samples.float()).numpy()
-    return np.split(samples, np.cumsum(decoded.lengths[:-1]))
+        empty = _HostAudio(np.zeros(0, np.float32), np.zeros(0, np.int16))
+        return [empty for _ in decoded.lengths]
+    samples = decoded.samples.float().contiguous()
+    s16 = samples.clamp(-1.0, 1.0).mul_(S16_FULL_SCALE).round_().to(torch.int16)
+    # The float32 samples travel as int16 pairs beside them: one copy, one wait.
+    n = samples.shape[0]
+    both = to_host(torch.cat([samples.view(torch.int16), s16])).numpy()
+    f32, s16_host = both[: 2 * n].view(np.float32), both[2 * n :]
+    cuts = np.cumsum(decoded.lengths[:-1])
+    return [
+        _HostAudio(a, b) for a, b in zip(np.split(f32, cuts), np.split(s16_host, cuts), strict=True)
+    ]
 
 
 def prime_pieces(frames: int, buckets: tuple[int, ...]) -> list[tuple[int, int]]:

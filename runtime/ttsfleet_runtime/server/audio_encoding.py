@@ -19,6 +19,8 @@ import struct
 
 import numpy as np
 
+from ..engine.api import AudioChunk, to_s16le
+
 CONTENT_TYPES = {
     "wav": "audio/wav",
     "pcm": "audio/pcm",  # raw s16le mono at the model's sample rate
@@ -52,11 +54,6 @@ def supported_formats() -> tuple[str, ...]:
         if subtype in soundfile.available_subtypes(container):
             formats.append(name)
     return tuple(formats)
-
-
-def to_s16le(pcm: np.ndarray) -> bytes:
-    clipped = np.clip(np.asarray(pcm, dtype=np.float32), -1.0, 1.0)
-    return (clipped * 32767.0).round().astype("<i2").tobytes()
 
 
 def wav_header(sample_rate: int, data_bytes: int | None) -> bytes:
@@ -122,7 +119,7 @@ class _AppendOnlySink(io.RawIOBase):
 
 
 class StreamEncoder:
-    """Encode one utterance as it arrives: `encode(pcm)` per chunk, then `finish()`."""
+    """Encode one utterance as it arrives: `encode(chunk)` per chunk, then `finish()`."""
 
     def __init__(self, fmt: str, sample_rate: int):
         if fmt not in STREAMABLE:
@@ -141,11 +138,11 @@ class StreamEncoder:
                 self._sink, "w", samplerate=sample_rate, channels=1, format="OGG", subtype="OPUS"
             )
 
-    def encode(self, pcm: np.ndarray) -> bytes:
+    def encode(self, chunk: AudioChunk) -> bytes:
         if self._ogg is not None:
-            self._ogg.write(np.asarray(pcm, dtype=np.float32))
+            self._ogg.write(np.asarray(chunk.pcm, dtype=np.float32))
             return self._sink.take()
-        samples = to_s16le(pcm)
+        samples = chunk.s16le()
         if self._mp3 is not None:
             return bytes(self._mp3.encode(samples))
         if self.format == "wav" and not self._started:

@@ -292,9 +292,9 @@ async def _encoded(first, chunks, encoder, utterance: Utterance, request: Reques
     completed = False
     try:
         if first is not None:
-            yield encoder.encode(first.pcm), first.frames
+            yield encoder.encode(first), first.frames
             async for chunk in chunks:
-                yield encoder.encode(chunk.pcm), chunk.frames
+                yield encoder.encode(chunk), chunk.frames
         yield encoder.finish(), 0
         completed = True
     except (asyncio.CancelledError, GeneratorExit):

@@ -54,7 +54,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import Field, ValidationError
 
 from .. import metrics
-from . import audio_encoding, errors
+from . import errors
 from .auth import ANONYMOUS
 from .http_guard import authenticate, client_address, record_error, request_id_from
 from .speech_request import SamplingFields, Text, utf8_text
@@ -364,7 +364,7 @@ class _Session:
             try:
                 index = 0
                 async for chunk in utterance.chunks():
-                    pcm = audio_encoding.to_s16le(chunk.pcm)
+                    pcm = chunk.s16le()
                     await _send(
                         self.ws,
                         {
