@@ -15,7 +15,7 @@ dispatch), attributed to the innermost engine phase it runs in:
 
     release       EngineCore._release_finished (ModelRunner.release, KV blocks back)
     plan          what _admit and _iteration do themselves (scheduler, under the lock)
-    take_text     EngineCore._take_text (ModelRunner.set_text)
+    take_text     EngineCore._take_texts (ModelRunner.set_texts)
     block_tables  EngineCore._sync_block_tables
     prompt        EngineCore._prompt (PromptBuilder.prefill_embeds)
     prefill       the rest of EngineCore._prefill (ModelRunner.prefill)
@@ -61,7 +61,7 @@ from ttsfleet_runtime.kernels import host_copy
 PHASES = {
     "_release_finished": "release",
     "_admit": "plan",
-    "_take_text": "take_text",
+    "_take_texts": "take_text",
     "_sync_block_tables": "block_tables",
     "_prompt": "prompt",
     "_prefill": "prefill",
@@ -193,8 +193,8 @@ def instrument(engine: TTSEngine, counter: CallCounter, skip: int, iterations: i
 
     events(runner, "prefill", "prompts", lambda prompts: len(prompts))
     events(runner, "prefill", "prefill_calls")
-    events(runner, "set_text", "set_text_slots", _slots_of)
-    events(runner, "release", "released_slots", _slots_of)
+    events(runner, "set_texts", "set_text_slots", lambda texts: len(texts))
+    events(runner, "release", "released_slots", lambda *slots: len(slots))
     events(runner, "launch_decode", "steps")
 
     iteration = core._iteration
@@ -219,11 +219,6 @@ def instrument(engine: TTSEngine, counter: CallCounter, skip: int, iterations: i
     core._iteration = counted_iteration
     tally_holder = {"tally": tally, "done": done}
     return tally_holder
-
-
-def _slots_of(first, *rest):
-    """How many slots a runner call names: one int, or a list of them."""
-    return len(first) if isinstance(first, list | tuple) else 1
 
 
 async def load(engine: TTSEngine, streams: int, frames: tuple[int, int], done, seed: int):

@@ -405,12 +405,15 @@ class EngineCore:
     def _release_finished(self) -> None:
         with self.lock:
             done, self._to_release = self._to_release, []
-        for seq in done:
-            if seq.slot is not None and self.scheduler.running.get(seq.slot) is None:
-                self.runner.release(seq.slot)
-            # Its slot's row now names none of its blocks (released above, or
-            # rewritten for the sequence that took the slot): they may be reused.
-            with self.lock:
+        if not done:
+            return
+        running = self.scheduler.running
+        free = [seq.slot for seq in done if seq.slot is not None and running.get(seq.slot) is None]
+        self.runner.release(*free)  # one call for all: one index op per state tensor
+        # Their slots' rows now name none of their blocks (released above, or
+        # rewritten for the sequence that took the slot): they may be reused.
+        with self.lock:
+            for seq in done:
                 self.scheduler.release_kv(seq)
 
     def _sync_block_tables(self) -> None:
@@ -447,9 +450,8 @@ class EngineCore:
                 more, t = self._admit(t)
                 prefilled += more
         with self.lock:
-            for seq in list(self.scheduler.running.values()):
-                if not seq.text_final:  # a final text has nothing left to take
-                    self._take_text(seq)
+            # A final text has nothing left to take.
+            self._take_texts([s for s in self.scheduler.running.values() if not s.text_final])
             rows, extent, live = self.scheduler.step_rows()
             starved = self.scheduler.kv_deadlock()
             if starved is not None:
@@ -470,8 +472,7 @@ class EngineCore:
         long texts. -> (sequences prefilled, the time it returns). Only their text
         is taken here: the running streams' is taken once, before the step's rows."""
         with self.lock:
-            for seq in list(self.scheduler.waiting) + list(self.scheduler.refill):
-                self._take_text(seq)
+            self._take_texts(list(self.scheduler.waiting) + list(self.scheduler.refill))
             spare_s = self._sample_leads(time.monotonic())
             plan = self.scheduler.plan(spare_s)
             self.prefill_deferred += plan.deferred
@@ -551,27 +552,63 @@ class EngineCore:
         self.underrun_steps += least_lead is not None and least_lead < 0
         return least_spare
 
-    def _take_text(self, seq: Sequence) -> None:
+    def _take_texts(self, seqs: list[Sequence]) -> None:
         """Under the lock: commit newly arrived text ids and hand the runner the
-        trailing ones; a failure here ends `seq` alone."""
+        trailing ones, of every sequence in `seqs` in one call (`ModelRunner.set_texts`:
+        a call per sequence cost ~8 torch calls each); a failure here ends only the
+        sequence that causes it (a failed call is retried one sequence at a time)."""
+        taken: list[tuple[Sequence, list[int], int]] = []
+        for seq in seqs:
+            try:
+                new = self._commit_text(seq)
+            except InvalidText as exc:  # a streamed delta that is not valid Unicode
+                if not seq.finished:
+                    self._finish(seq, "error", InvalidRequest(str(exc), param="text"))
+            except Exception as exc:
+                self._text_failed(seq, exc)
+            else:
+                if new:
+                    taken.append((seq, new, seq.text_sent))
+        if not taken:
+            return
         try:
-            self._commit_text(seq)
-        except InvalidText as exc:  # a streamed delta that is not valid Unicode
-            if not seq.finished:
-                self._finish(seq, "error", InvalidRequest(str(exc), param="text"))
+            self.runner.set_texts([(seq.slot, new, start) for seq, new, start in taken])
+            sent = taken
         except Exception as exc:
-            log.exception(
-                "taking a request's text failed; ending it", extra={"request_id": seq.request_id}
+            if len(taken) == 1:
+                self._text_failed(taken[0][0], exc)
+                return
+            log.warning(
+                "storing the text of several requests failed; storing each alone",
+                extra={"requests": len(taken), "error": repr(exc)},
             )
-            if not seq.finished:
-                self._finish(seq, "error", _failure("reading the text failed", exc))
+            sent = []
+            for seq, new, start in taken:
+                try:
+                    self.runner.set_text(seq.slot, new, start)
+                    sent.append((seq, new, start))
+                except Exception as exc_one:
+                    self._text_failed(seq, exc_one)
+        for seq, new, _ in sent:
+            seq.text_sent += len(new)
 
-    def _commit_text(self, seq: Sequence) -> None:
+    def _text_failed(self, seq: Sequence, exc: Exception) -> None:
+        log.error(
+            "taking a request's text failed; ending it",
+            exc_info=exc,
+            extra={"request_id": seq.request_id},
+        )
+        if not seq.finished:
+            self._finish(seq, "error", _failure("reading the text failed", exc))
+
+    def _commit_text(self, seq: Sequence) -> list[int]:
+        """Under the lock: `seq`'s trailing text ids not handed to the runner yet
+        (none when it has none, or is not running: it may be ended here)."""
         if seq.text.refresh() and seq.text.error is not None and not seq.finished:
             self._finish(seq, "error")
-            return
+            return []
         if seq.finished:
-            return
+            return []
         if len(seq.text.ids) > self.max_text_tokens:
             # Only a streamed text can get here: a whole one is split to fit.
             self._finish(
@@ -583,21 +620,18 @@ class EngineCore:
                     param="text",
                 ),
             )
-            return
+            return []
         if (
             seq.slot is None
             or seq.status is not Status.RUNNING
             or seq.awaiting_prefill
             or seq.text_final
         ):
-            return
+            return []
         stream = self.builder.text_stream(seq.voice, seq.text.ids, seq.text.closed)
         trailing = stream[seq.voice.prompt_text_ids :]  # what the prompt did not take
-        new = trailing[seq.text_sent :]
-        if new:
-            self.runner.set_text(seq.slot, new, seq.text_sent)
-            seq.text_sent += len(new)
         seq.text_final = seq.text.closed
+        return trailing[seq.text_sent :]
 
     def _prefill(self, seqs: list[Sequence]) -> None:
         """Prefill the planned sequences' current pieces into their slots in one
@@ -639,16 +673,18 @@ class EngineCore:
                     done.append((seq, prompt))
                 except Exception as exc_one:
                     self._prefill_failed(seq, exc_one)
-        for seq, prompt in done:
-            seq.position = prompt.embeds.shape[0]
-            with self.lock:
+        started = []
+        with self.lock:
+            for seq, prompt in done:
+                seq.position = prompt.embeds.shape[0]
                 if not seq.finished:
                     seq.status = Status.RUNNING
                     seq.awaiting_prefill = False
                     if seq.piece == 0 and seq.voice.ref_codes is not None:
                         # Before its first chunk: the codec continues the recording.
                         self.codec_worker.prime(seq, seq.voice.ref_codes.numpy())
-                    self._take_text(seq)
+                    started.append(seq)
+            self._take_texts(started)
 
     def _prompt(self, seq: Sequence) -> Prompt:
         p = seq.params
