@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from ..kernels.host_copy import to_device
+from ..kernels.host_copy import array_to_device
 from ..model.config import DecoderConfig
 from .kv_blocks import SCRATCH_BLOCK, blocks_for
 
@@ -116,7 +116,8 @@ class PagedKVCache:
         if self._dirty is None:
             return
         lo, hi = self._dirty
-        self.block_table[lo:hi].copy_(to_device(self.host_table[lo:hi], self.block_table.device))
+        rows = self._host_rows[lo:hi]  # numpy: the copy's host side makes no torch call
+        array_to_device(rows, self.block_table.device, out=self.block_table[lo:hi])
         self._dirty = None
 
     def store_prompts(
@@ -141,7 +142,7 @@ class PagedKVCache:
             blocks.append(row[positions // self.block_size])
             offsets.append(positions % self.block_size)
         index = np.stack([np.concatenate(blocks), np.concatenate(offsets)]).astype(np.int64)
-        block, offset = to_device(torch.from_numpy(index), self.k.device)
+        block, offset = array_to_device(index, self.k.device)
         total = index.shape[1]
         for pool, packed in ((self.k, k), (self.v, v)):
             # Two index tensors split by a slice: the indexed view is [total, layers, heads, d].

@@ -32,9 +32,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import torch
 
-from ..kernels.host_copy import ids_on, to_device
+from ..kernels.host_copy import array_to_device, ids_on
 from ..model.weights import LoadedModel
 from . import fusion
 from .frame_decoder import read_timing
@@ -304,7 +305,14 @@ class ModelRunner:
     def _allocate_prefill(self, cfg) -> None:
         """The packed prefill's inputs, read by its graphs: prompts back to back
         (embeddings, position within the prompt, prompt index), then one row
-        per prompt (where its last position is, its slot and sampling)."""
+        per prompt (where its last position is, its slot and sampling).
+
+        All but the embeddings are views of one int64 buffer (`prefill_inputs`:
+        the prompt rows, the floats' bits, then positions and prompt indices [2, P]
+        for a bucket of P positions), written by one copy per call, its host side
+        built in numpy: three copies, their host tensors and the device-side copies
+        after them made a call 56 torch calls, now 26 (bench/torch_calls.py), each
+        handing the interpreter lock over."""
         P = self.prefill_buckets[-1]
         zeros = lambda *shape, dtype=torch.int64: torch.zeros(  # noqa: E731
             *shape, dtype=dtype, device=self.device
@@ -314,19 +322,28 @@ class ModelRunner:
         self.prefill_k = zeros(*kv, dtype=self.dtype)
         self.prefill_v = zeros(*kv, dtype=self.dtype)
         self.prefill_embeds = zeros(P, cfg.hidden_size, dtype=self.dtype)
-        self.prefill_positions = zeros(2, P)  # [position in its prompt, prompt index]
+        self.prefill_inputs = zeros(_ROWS_END + 2 * P)
+        self.prefill_ints = self.prefill_inputs[:_INTS_END].view(len(_PROMPT_INTS), -1)
+        floats = self.prefill_inputs[_INTS_END:_ROWS_END].view(torch.float32)
+        self.prefill_floats = floats.view(len(_PROMPT_FLOATS), -1)
         # Until a call fills them, every row is unused: captures write the scratch row.
-        ints, floats = self._unused_prompt_rows()
-        self.prefill_ints = ints.to(self.device)
-        self.prefill_floats = floats.to(self.device)
+        self.prefill_inputs[:_ROWS_END].copy_(
+            torch.from_numpy(self._unused_prompt_rows()).to(self.device)
+        )
 
-    def _unused_prompt_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The packed prefill's per-prompt rows (host) with every row unused: last
-        position 0, the scratch row's slot, neutral sampling."""
-        ints = torch.zeros(len(_PROMPT_INTS), PREFILL_PROMPTS, dtype=torch.int64)
-        floats = torch.ones(len(_PROMPT_FLOATS), PREFILL_PROMPTS, dtype=torch.float32)
+    def _prefill_positions(self, P: int) -> torch.Tensor:
+        """[position in its prompt, prompt index] of a bucket of P positions [2, P]."""
+        return self.prefill_inputs[_ROWS_END : _ROWS_END + 2 * P].view(2, P)
+
+    def _unused_prompt_rows(self) -> np.ndarray:
+        """The packed prefill's per-prompt rows (host, `prefill_inputs`' first
+        `_ROWS_END`) with every row unused: last position 0, the scratch row's slot,
+        neutral sampling."""
+        rows = np.zeros(_ROWS_END, dtype=np.int64)
+        ints = rows[:_INTS_END].reshape(len(_PROMPT_INTS), PREFILL_PROMPTS)
         ints[_PROMPT_INTS.index("slot")] = self.scratch_row
-        return ints, floats
+        rows[_INTS_END:].view(np.float32)[:] = 1.0
+        return rows
 
     @torch.inference_mode()
     def prefill(self, prompts: list[Prompt]) -> None:
@@ -351,20 +368,26 @@ class ModelRunner:
                 f"({N} prompts, {self.max_prompt} positions)"
             )
         P = self._prefill_bucket(total)
-        starts = [sum(lengths[:i]) for i in range(len(prompts))]
-        self.prefill_embeds[:total] = torch.cat([p.embeds for p in prompts]).to(self.dtype)
-        self.prefill_embeds[total:P] = 0
-        # Padding is a prompt of its own (index N): it sees only itself.
-        positions = [t for T in lengths for t in range(T)] + [0] * (P - total)
-        segments = [i for i, T in enumerate(lengths) for _ in range(T)] + [N] * (P - total)
-        self.prefill_positions[:, :P] = to_device(torch.tensor([positions, segments]), self.device)
-        ints, floats = self._unused_prompt_rows()
         n = len(prompts)
+        if n == 1:
+            self.prefill_embeds[:total] = prompts[0].embeds
+        else:
+            self.prefill_embeds[:total] = torch.cat([p.embeds for p in prompts])
+        self.prefill_embeds[total:P] = 0
+        inputs = self._unused_prompt_rows()
+        ints = inputs[:_INTS_END].reshape(len(_PROMPT_INTS), PREFILL_PROMPTS)
+        floats = inputs[_INTS_END:].view(np.float32).reshape(len(_PROMPT_FLOATS), PREFILL_PROMPTS)
+        starts = np.cumsum([0, *lengths[:-1]])
         rows = zip(prompts, starts, lengths, strict=True)
-        ints[:, :n] = torch.tensor([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
-        floats[:, :n] = torch.tensor([_prompt_floats(p.params) for p in prompts]).T
-        self.prefill_ints.copy_(to_device(ints, self.device))
-        self.prefill_floats.copy_(to_device(floats, self.device))
+        ints[:, :n] = np.array([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
+        floats[:, :n] = np.array([_prompt_floats(p.params) for p in prompts], np.float32).T
+        # Padding is a prompt of its own (index N): it sees only itself.
+        positions = np.zeros((2, P), dtype=np.int64)
+        positions[0, :total] = np.concatenate([np.arange(T) for T in lengths])
+        positions[1, :total] = np.repeat(np.arange(n), lengths)
+        positions[1, total:] = N
+        inputs = np.concatenate([inputs, positions.reshape(-1)])
+        array_to_device(inputs, self.device, out=self.prefill_inputs[: inputs.size])
         if self.use_graphs:
             graph = self.prefill_graphs.get(P) or self._capture_prefill(P)
             graph.replay()
@@ -383,7 +406,7 @@ class ModelRunner:
         s = self.state
         ints = dict(zip(_PROMPT_INTS, self.prefill_ints, strict=True))
         floats = dict(zip(_PROMPT_FLOATS, self.prefill_floats, strict=True))
-        positions, segments = self.prefill_positions[:, :P]
+        positions, segments = self._prefill_positions(P)
         hidden = self.talker.prefill(
             self.prefill_embeds[:P][None],
             self.prefill_k[:, :, :, :P],
@@ -617,8 +640,10 @@ class ModelRunner:
             raise ValueError("KV cache full")
         s = self.state
         self.cache.flush()
-        s.active.zero_()
-        s.active[:batch] = to_device(torch.tensor(active), self.device)
+        # Every row's flag in one copy: rows past `batch` off (a bucket pads with them).
+        flags = np.zeros(s.active.shape[0], dtype=np.bool_)
+        flags[:batch] = active
+        array_to_device(flags, self.device, out=s.active)
         if self.use_graphs:
             B = self._decode_bucket(batch)
             graph = self.graphs.get(B) or self.capture(B)
@@ -661,15 +686,13 @@ class ModelRunner:
         assert, which ends every stream of the process). Captured on unused rows, the
         graph reads position 0 and writes the scratch row; the call that needed the
         graph (its rows already written) finds them as it left them."""
-        kept = self.prefill_ints.clone(), self.prefill_floats.clone()
-        ints, floats = self._unused_prompt_rows()
-        self.prefill_ints.copy_(to_device(ints, self.device))
-        self.prefill_floats.copy_(to_device(floats, self.device))
+        rows = self.prefill_inputs[:_ROWS_END]
+        kept = rows.clone()
+        array_to_device(self._unused_prompt_rows(), self.device, out=rows)
         try:
             yield
         finally:
-            self.prefill_ints.copy_(kept[0])
-            self.prefill_floats.copy_(kept[1])
+            rows.copy_(kept)
 
     @contextlib.contextmanager
     def _state_kept(self):
@@ -821,6 +844,11 @@ _PROMPT_FLOATS = (
     "sub_temperature",
     "sub_top_p",
 )
+
+
+# Where they lie in `prefill_inputs` (int64): the ints, then the floats two to an int64.
+_INTS_END = len(_PROMPT_INTS) * PREFILL_PROMPTS
+_ROWS_END = _INTS_END + len(_PROMPT_FLOATS) * PREFILL_PROMPTS // 2
 
 
 def _prompt_ints(prompt: Prompt, last: int, length: int) -> list[int]:
