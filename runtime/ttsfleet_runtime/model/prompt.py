@@ -338,19 +338,32 @@ class PromptBuilder:
             "instructions",
         )
 
-    @torch.no_grad()
     def prefill_embeds(
         self, model: LoadedModel, voice: VoicePrompt, lead: list[int]
     ) -> torch.Tensor:
         """The talker's prefill input [T, hidden] for a voice and `lead`, the first
         ids of its text stream (`text_stream`): `voice.prompt_text_ids` of them, or
-        fewer when the text is complete and shorter (padded with tts_pad)."""
+        fewer when the text is complete and shorter (padded with tts_pad).
+
+        This runs on the engine thread for every prompt, and each torch call there
+        hands the interpreter lock over (bench/torch_calls.py): it makes six. No
+        `no_grad` around it (two calls; the weights need no gradient), and a lead of
+        one id (every voice without a reference) is its row of the embedding table,
+        cloned as the embedding lookup would make it: no copy of the id to the device
+        (five calls)."""
         width = voice.prompt_text_ids
         if not 1 <= len(lead) <= width:
             raise ValueError(f"the prompt takes 1 to {width} text ids, got {len(lead)}")
         head, after_bos = self._voice_part(model, voice)
-        lead_ids = list(lead) + [self.config.tts_pad_token_id] * (width - len(lead))
-        text = model.talker.text_hidden(ids_on(lead_ids, after_bos.device))
+        talker = model.talker
+        if width == 1:
+            (i,) = lead
+            if not 0 <= i < talker.text_embedding.shape[0]:
+                raise IndexError(f"text id {i} out of range")
+            text = talker.project_text(talker.text_embedding[i : i + 1].clone())
+        else:
+            lead_ids = list(lead) + [self.config.tts_pad_token_id] * (width - len(lead))
+            text = talker.text_hidden(ids_on(lead_ids, after_bos.device))
         return torch.cat([head, text + after_bos], dim=0)
 
     def _voice_part(

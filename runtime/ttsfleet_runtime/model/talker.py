@@ -28,7 +28,10 @@ class Talker(nn.Module):
 
     def text_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """Text token ids [..., T] -> talker-width embeddings [..., T, hidden]."""
-        x = F.embedding(ids, self.text_embedding)
+        return self.project_text(F.embedding(ids, self.text_embedding))
+
+    def project_text(self, x: torch.Tensor) -> torch.Tensor:
+        """Text embeddings [..., text hidden] (rows of `text_embedding`) -> [..., hidden]."""
         h = F.silu(layers.linear(x, self.text_fc1, bias=self.text_fc1_bias))
         return layers.linear(h, self.text_fc2, bias=self.text_fc2_bias)
 
