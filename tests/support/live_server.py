@@ -22,8 +22,21 @@ OTHER_KEY = "test-key-bob"
 SHORT_AUDIO_S = 1.6
 
 
+def guarded_protocol(parser: str, settings: ServerSettings) -> type:
+    """The server's protocol class for one HTTP/1.1 parser ("h11" or "httptools"),
+    whichever `ttsfleet serve` would choose here; for `LiveServer(http=...)`."""
+    from ttsfleet_runtime.server import http_protocol
+
+    make = {
+        "h11": http_protocol.guarded_h11_protocol,
+        "httptools": http_protocol.guarded_httptools_protocol,
+    }[parser]
+    return make(settings.http_header_timeout_s, settings.max_header_bytes)
+
+
 class LiveServer:
-    def __init__(self, engine, settings: ServerSettings, api_keys: ApiKeys):
+    def __init__(self, engine, settings: ServerSettings, api_keys: ApiKeys, **config):
+        """`config`: uvicorn.Config options over those of `uvicorn_config`."""
         self.app = create_app(engine, settings, api_keys)
         self.runtime = self.app.state.runtime
         self.engine = engine
@@ -33,7 +46,7 @@ class LiveServer:
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn_config(self.app, settings, timeout_graceful_shutdown=2)
+        config = uvicorn_config(self.app, settings, **{"timeout_graceful_shutdown": 2, **config})
         self.server = uvicorn.Server(config)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)

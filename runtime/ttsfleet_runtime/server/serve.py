@@ -88,9 +88,8 @@ def uvicorn_config(app, settings: ServerSettings, **overrides):
         "access_log": False,  # HttpGuard logs each request with its id
         "lifespan": "on",
         "timeout_graceful_shutdown": 5,
-        # h11 (not httptools) so a request head has a size limit; see http_protocol.py.
-        "http": guarded_protocol(settings.http_header_timeout_s),
-        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        # A head deadline, a head-size limit, JSON refusals; see http_protocol.py.
+        "http": guarded_protocol(settings.http_header_timeout_s, settings.max_header_bytes),
         "timeout_keep_alive": settings.http_keep_alive_s,
         "ws_ping_interval": 20,
         # The session refuses a message over --max-body-bytes itself, with a close

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.hostile import Bystander, json_values
-from support.live_server import API_KEY, OTHER_KEY, LiveServer
+from support.live_server import API_KEY, OTHER_KEY, LiveServer, guarded_protocol
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.settings import ServerSettings
 
@@ -24,8 +24,8 @@ AUDIO_S = 0.24  # 3 codec frames: a request that is valid by chance is cheap
 MAX_BODY = 8 * 1024
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(make_engine):
+@pytest.fixture(scope="module", params=["httptools", "h11"])  # both parsers it may use
+def fuzz_server(request, make_engine):
     # Bad keys are part of the input: a failed-auth lockout would refuse the bystander too.
     settings = ServerSettings(
         max_audio_seconds=AUDIO_S,
@@ -34,7 +34,10 @@ def fuzz_server(make_engine):
         auth_failure_burst=10_000,
     )
     with LiveServer(
-        make_engine(max_batch=4, max_queue=8), settings, ApiKeys((API_KEY, OTHER_KEY))
+        make_engine(max_batch=4, max_queue=8),
+        settings,
+        ApiKeys((API_KEY, OTHER_KEY)),
+        http=guarded_protocol(request.param, settings),
     ) as live:
         yield live
 
