@@ -128,6 +128,24 @@ async def test_a_prefill_that_fails_ends_only_its_request(make_engine):
     assert victim.seq.frames == 0 and "prefill failed" in str(victim.error)
 
 
+async def test_text_that_fails_to_reach_its_slot_ends_only_its_request(make_engine):
+    engine = await make_engine(max_batch=4)
+    real_set_texts = engine.runner.set_texts
+
+    def set_texts_failing_for_the_victim(texts):
+        # The texts of several newcomers go in one call: it fails while it holds the
+        # victim's, then the victim's own retry; the others' retries succeed.
+        seq = running_victim(engine)
+        if seq is not None and any(slot == seq.slot for slot, _, _ in texts):
+            raise RuntimeError("injected text fault")
+        return real_set_texts(texts)
+
+    victim = await assert_only_the_victim_fails(
+        engine, (engine.runner, "set_texts", set_texts_failing_for_the_victim)
+    )
+    assert "reading the text failed" in str(victim.error)
+
+
 async def test_a_codec_decode_that_fails_for_one_stream_ends_only_that_stream(make_engine):
     engine = await make_engine(max_batch=4)
     worker = engine.codec_worker

@@ -569,26 +569,12 @@ class EngineCore:
             else:
                 if new:
                     taken.append((seq, new, seq.text_sent))
-        if not taken:
-            return
-        try:
-            self.runner.set_texts([(seq.slot, new, start) for seq, new, start in taken])
-            sent = taken
-        except Exception as exc:
-            if len(taken) == 1:
-                self._text_failed(taken[0][0], exc)
-                return
-            log.warning(
-                "storing the text of several requests failed; storing each alone",
-                extra={"requests": len(taken), "error": repr(exc)},
-            )
-            sent = []
-            for seq, new, start in taken:
-                try:
-                    self.runner.set_text(seq.slot, new, start)
-                    sent.append((seq, new, start))
-                except Exception as exc_one:
-                    self._text_failed(seq, exc_one)
+        sent = _together_else_alone(
+            taken,
+            lambda some: self.runner.set_texts([(seq.slot, new, at) for seq, new, at in some]),
+            lambda item, exc: self._text_failed(item[0], exc),
+            "storing the text of several requests",
+        )
         for seq, new, _ in sent:
             seq.text_sent += len(new)
 
@@ -653,26 +639,12 @@ class EngineCore:
                 prompts.append((seq, self._prompt(seq)))
             except Exception as exc:
                 self._prefill_failed(seq, exc)
-        if not prompts:
-            return
-        try:
-            self.runner.prefill([prompt for _, prompt in prompts])
-            done = prompts
-        except Exception as exc:
-            if len(prompts) == 1:
-                self._prefill_failed(prompts[0][0], exc)
-                return
-            log.warning(
-                "packed prefill failed; prefilling its requests one by one",
-                extra={"prompts": len(prompts), "error": repr(exc)},
-            )
-            done = []
-            for seq, prompt in prompts:
-                try:
-                    self.runner.prefill([prompt])
-                    done.append((seq, prompt))
-                except Exception as exc_one:
-                    self._prefill_failed(seq, exc_one)
+        done = _together_else_alone(
+            prompts,
+            lambda some: self.runner.prefill([prompt for _, prompt in some]),
+            lambda item, exc: self._prefill_failed(item[0], exc),
+            "packed prefill",
+        )
         started = []
         with self.lock:
             for seq, prompt in done:
@@ -797,6 +769,33 @@ class EngineCore:
                 if not seq.finished:
                     self._finish(seq, "error", _failure("generation failed", exc))
         return StepInFlight(stepped, None, None, codes, nxt)
+
+
+def _together_else_alone(items: list, run, failed, what: str) -> list:
+    """`run(items)` in one call; if that raises, `run([item])` for each item, and
+    `failed(item, exc)` for each that raises alone: one request's fault ends only
+    that request. -> the items that ran."""
+    if not items:
+        return []
+    try:
+        run(items)
+        return items
+    except Exception as exc:
+        if len(items) == 1:
+            failed(items[0], exc)
+            return []
+        log.warning(
+            f"{what} failed; retrying its requests one by one",
+            extra={"requests": len(items), "error": repr(exc)},
+        )
+    done = []
+    for item in items:
+        try:
+            run([item])
+            done.append(item)
+        except Exception as exc_one:
+            failed(item, exc_one)
+    return done
 
 
 def _failure(what: str, exc: BaseException) -> EngineError:
