@@ -104,6 +104,20 @@ def test_a_reopened_slot_starts_a_fresh_stream(tiny_decoder, random_codes):
     )
 
 
+def test_opening_a_slot_zeroes_its_rows_of_every_buffer_and_no_other(tiny_decoder, random_codes):
+    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    a, b = codec.open(), codec.open()
+    codec.decode([a, b], random_codes(2, 12, seed=15))
+    buffers = [*codec._state.values(), *codec._rings.values()]
+    b_rows = [rows[b].clone() for rows in buffers]
+    assert all(rows[a].count_nonzero() > 0 for rows in buffers)  # the step wrote them all
+    codec.close(a)
+    assert codec.open() == a
+    assert all(rows[a].count_nonzero() == 0 for rows in buffers)
+    for rows, before in zip(buffers, b_rows, strict=True):
+        assert torch.equal(rows[b], before)
+
+
 def test_closing_one_stream_leaves_the_others_untouched(tiny_decoder, random_codes):
     codes = random_codes(2, 16, seed=13)
     codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
