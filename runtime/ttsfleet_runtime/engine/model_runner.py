@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch
 
-from ..kernels.host_copy import array_to_device, ids_on
+from ..kernels.host_copy import HostCopy, array_to_device, ids_on
 from ..model.weights import LoadedModel
 from . import fusion
 from .frame_decoder import read_timing
@@ -112,30 +112,18 @@ class Prompt:
 
 
 class StepOutput:
-    """A launched decode step's codes on their way to the host (`launch_decode`).
-
-    The copy goes into pinned memory the caching host allocator hands out per
-    step and keeps until the copy is done; an event after it is what `result`
-    waits for: the step's own work, not whatever the stream got after it."""
+    """A launched decode step's codes on their way to the host (`launch_decode`): one
+    `HostCopy` of the frame codes and the next first codes side by side, so `result`
+    waits for the step's own work, not whatever the stream got after it."""
 
     def __init__(self, out: torch.Tensor, groups: int):
         self._groups = groups
-        self._copied: torch.cuda.Event | None = None
-        if out.device.type == "cuda":
-            self._host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-            self._host.copy_(out, non_blocking=True)
-            self._copied = torch.cuda.Event()
-            self._copied.record()
-        else:
-            self._host = out
+        self._copy = HostCopy(out)
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(frame codes [batch, groups], next first codes [batch]) on the host;
         waits for the step (releasing the GIL)."""
-        if self._copied is not None:
-            self._copied.synchronize()
-            self._copied = None
-        out = self._host
+        out = self._copy.result()
         return out[:, : self._groups], out[:, self._groups]
 
 

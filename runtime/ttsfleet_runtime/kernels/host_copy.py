@@ -183,11 +183,31 @@ def _device(device: torch.device | str) -> torch.device:
     return device if isinstance(device, torch.device) else torch.device(device)
 
 
+class HostCopy:
+    """`t` on its way to the host: a copy into pinned memory queued on the current
+    stream (the caching host allocator keeps that memory until the copy is done), and
+    an event recorded after it. `result()` waits for that event alone (releasing the
+    GIL), not for what the stream got after it, so a caller may queue more work first
+    (the engine launches a decode step and prepares the next one meanwhile). On the
+    CPU it is `t` itself."""
+
+    def __init__(self, t: torch.Tensor):
+        self._copied: torch.cuda.Event | None = None
+        if t.device.type != "cuda":
+            self._host = t
+            return
+        self._host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        self._host.copy_(t, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record(torch.cuda.current_stream(t.device))
+
+    def result(self) -> torch.Tensor:
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
+        return self._host
+
+
 def to_host(t: torch.Tensor) -> torch.Tensor:
-    """`t` on the host, waiting only for the current stream's work on its device."""
-    if t.device.type != "cuda":
-        return t
-    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    out.copy_(t, non_blocking=True)
-    torch.cuda.current_stream(t.device).synchronize()
-    return out
+    """`t` on the host, waiting only for the current stream's work up to the copy."""
+    return HostCopy(t).result()
