@@ -328,9 +328,9 @@ class ModelRunner:
         `_ROWS_END`) with every row unused: last position 0, the scratch row's slot,
         neutral sampling."""
         rows = np.zeros(_ROWS_END, dtype=np.int64)
-        ints = rows[:_INTS_END].reshape(len(_PROMPT_INTS), PREFILL_PROMPTS)
+        ints, floats = _prompt_row_views(rows)
         ints[_PROMPT_INTS.index("slot")] = self.scratch_row
-        rows[_INTS_END:].view(np.float32)[:] = 1.0
+        floats[:] = 1.0
         return rows
 
     @torch.inference_mode()
@@ -363,8 +363,7 @@ class ModelRunner:
             self.prefill_embeds[:total] = torch.cat([p.embeds for p in prompts])
         self.prefill_embeds[total:P] = 0
         inputs = self._unused_prompt_rows()
-        ints = inputs[:_INTS_END].reshape(len(_PROMPT_INTS), PREFILL_PROMPTS)
-        floats = inputs[_INTS_END:].view(np.float32).reshape(len(_PROMPT_FLOATS), PREFILL_PROMPTS)
+        ints, floats = _prompt_row_views(inputs)
         starts = np.cumsum([0, *lengths[:-1]])
         rows = zip(prompts, starts, lengths, strict=True)
         ints[:, :n] = np.array([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
@@ -837,6 +836,14 @@ _PROMPT_FLOATS = (
 # Where they lie in `prefill_inputs` (int64): the ints, then the floats two to an int64.
 _INTS_END = len(_PROMPT_INTS) * PREFILL_PROMPTS
 _ROWS_END = _INTS_END + len(_PROMPT_FLOATS) * PREFILL_PROMPTS // 2
+
+
+def _prompt_row_views(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ints [len(_PROMPT_INTS), N] and floats [len(_PROMPT_FLOATS), N] of the
+    host side of `prefill_inputs`' prompt rows (int64 [_ROWS_END]), as views."""
+    ints = rows[:_INTS_END].reshape(len(_PROMPT_INTS), PREFILL_PROMPTS)
+    floats = rows[_INTS_END:_ROWS_END].view(np.float32)
+    return ints, floats.reshape(len(_PROMPT_FLOATS), PREFILL_PROMPTS)
 
 
 def _prompt_ints(prompt: Prompt, last: int, length: int) -> list[int]:
