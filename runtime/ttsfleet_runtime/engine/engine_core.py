@@ -502,13 +502,12 @@ class EngineCore:
                 if not seq.finished:
                     self._finish(seq, reason)
             for seq, exc in outcome.failed:
-                log.error(
+                self._end_failed(
+                    seq,
+                    exc,
                     "bookkeeping after a step failed; ending the request",
-                    exc_info=exc,
-                    extra={"request_id": seq.request_id},
+                    "generation failed",
                 )
-                if not seq.finished:
-                    self._finish(seq, "error", _failure("generation failed", exc))
         return self._spent("postprocess", t)
 
     def _end_kv_starved(self, seq: Sequence) -> None:
@@ -579,13 +578,16 @@ class EngineCore:
             seq.text_sent += len(new)
 
     def _text_failed(self, seq: Sequence, exc: Exception) -> None:
-        log.error(
-            "taking a request's text failed; ending it",
-            exc_info=exc,
-            extra={"request_id": seq.request_id},
+        self._end_failed(
+            seq, exc, "taking a request's text failed; ending it", "reading the text failed"
         )
+
+    def _end_failed(self, seq: Sequence, exc: Exception, message: str, failure: str) -> None:
+        """Under the lock: log `message` with `exc`, and end `seq` with "error" (its
+        error says `failure`) unless it has ended already."""
+        log.error(message, exc_info=exc, extra={"request_id": seq.request_id})
         if not seq.finished:
-            self._finish(seq, "error", _failure("reading the text failed", exc))
+            self._finish(seq, "error", _failure(failure, exc))
 
     def _commit_text(self, seq: Sequence) -> list[int]:
         """Under the lock: `seq`'s trailing text ids not handed to the runner yet
@@ -679,14 +681,8 @@ class EngineCore:
         return Prompt(seq.slot, embeds, params)
 
     def _prefill_failed(self, seq: Sequence, exc: Exception) -> None:
-        log.error(
-            "prefill failed; ending the request",
-            exc_info=exc,
-            extra={"request_id": seq.request_id},
-        )
         with self.lock:
-            if not seq.finished:
-                self._finish(seq, "error", _failure("prefill failed", exc))
+            self._end_failed(seq, exc, "prefill failed; ending the request", "prefill failed")
 
     def _launch(self, rows: list[Sequence], extent: int, live: int) -> StepOutput:
         """Launch one decode step advancing `rows` (see `ModelRunner.launch_decode`)."""
