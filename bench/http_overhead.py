@@ -406,13 +406,9 @@ def main(argv=None) -> int:
 
 
 def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
+    from ttsfleet_runtime.loadtest.runner import cpu_model
+
+    return cpu_model() or platform.processor() or None
 
 
 def _loop_name() -> str:
