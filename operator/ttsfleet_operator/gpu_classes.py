@@ -4,6 +4,11 @@ measured start-up of a runtime pod per class and model size (the startupProbe bu
 Values are what NVIDIA GPU feature discovery writes in `nvidia.com/gpu.product`
 (the local e2e cluster's fake nodes in e2e/cluster/nodes.yaml use the same).
 A spec can override the product value for clouds that label differently.
+
+One class has no GPU: `cpu`, for development and CI clusters (the local cluster's real
+node). Its pods serve with `--device cpu`, ask for no GPU, and go to nodes set aside for
+CPU serving: labelled and tainted `ttsfleet.io/cpu-serving`, as GPU nodes carry the
+product label and the `nvidia.com/gpu` taint.
 """
 
 from __future__ import annotations
@@ -14,13 +19,21 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 # GPU nodes carry this NoSchedule taint (GKE, the NVIDIA GPU operator, our kwok nodes).
 GPU_TAINT_KEY = "nvidia.com/gpu"
+CPU_CLASS = "cpu"
+# Nodes for CPU serving carry this label (value "true") and a NoSchedule taint of the same key.
+CPU_SERVING_KEY = "ttsfleet.io/cpu-serving"
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuClass:
     name: str
-    product: str
+    # The nvidia.com/gpu.product value; None for the class without a GPU.
+    product: str | None
     memory_gib: int
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.product is not None
 
 
 GPU_CLASSES: dict[str, GpuClass] = {
@@ -33,12 +46,26 @@ GPU_CLASSES: dict[str, GpuClass] = {
         GpuClass("l40s", "NVIDIA-L40S", 48),
         GpuClass("l4", "NVIDIA-L4", 24),
         GpuClass("a10g", "NVIDIA-A10G", 24),
+        GpuClass(CPU_CLASS, None, 0),
     )
 }
 
 
-def gpu_toleration() -> dict:
-    return {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+def has_gpu(class_name: str) -> bool:
+    return GPU_CLASSES[class_name].has_gpu
+
+
+def node_selector(class_name: str, product_override: str | None = None) -> dict[str, str]:
+    """The labels a node of this class carries."""
+    if not has_gpu(class_name):
+        return {CPU_SERVING_KEY: "true"}
+    return {PRODUCT_LABEL: product_override or GPU_CLASSES[class_name].product}
+
+
+def class_toleration(class_name: str) -> dict:
+    """The taint nodes of this class carry, tolerated."""
+    key = GPU_TAINT_KEY if has_gpu(class_name) else CPU_SERVING_KEY
+    return {"key": key, "operator": "Exists", "effect": "NoSchedule"}
 
 
 # Process start -> ready (load, compile, CUDA graph capture) from a checkpoint on local

@@ -255,9 +255,18 @@ class GpuSpec(SpecModel):
             " GPUs it never uses (multi-GPU serving does not exist yet)",
             field_path=".count",
         ),
+        cel.rule(
+            f"self.class != '{gpu_classes.CPU_CLASS}' || !has(self.product)",
+            f"gpu.product names a GPU; class {gpu_classes.CPU_CLASS} has none",
+            field_path=".product",
+        ),
     ]
     gpu_class: GpuClassName = Field(
-        default="h100", alias="class", description="GPU class (see the GPU table)."
+        default="h100",
+        alias="class",
+        description=f"GPU class (see the GPU table); {gpu_classes.CPU_CLASS}: no GPU, the pods"
+        f" serve on the CPU of nodes labelled and tainted {gpu_classes.CPU_SERVING_KEY} (development"
+        " and CI clusters).",
     )
     count: int = Field(
         default=1, ge=1, le=8, description="GPUs per pod; 1 until the runtime serves with several."

@@ -133,6 +133,14 @@ def test_permanent_fill_failures_fail_the_job_at_once(make_service):
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
+def test_a_drained_fill_pod_is_ignored_by_a_rule_older_api_servers_accept(make_service):
+    """API servers before 1.31 refuse an onPodConditions entry without `status`."""
+    (job,) = kinds(render_fleet(make_service(model=MODEL)), "Job")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    ignore = next(rule for rule in rules if rule["action"] == "Ignore")
+    assert ignore["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+
+
 def test_the_hub_token_reaches_the_fill_job_only_from_its_secret(make_service):
     token = {"name": "hub", "key": "token"}
     manifests = render_fleet(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ttsfleet_operator import labels
+from ttsfleet_operator import gpu_classes, labels
 from ttsfleet_operator.render import api_keys, names
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.model_source import compile_cache_dir, model_location, uses_cache
@@ -30,7 +30,7 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         # The runtime reads the frame rate from the checkpoint; this makes it refuse
         # one of another rate (a custom source must hold what the spec says).
         "tokenizer_rate_hz": model.tokenizer_rate_hz,
-        "device": "cuda",
+        "device": "cuda" if gpu_classes.has_gpu(spec.gpu.gpu_class) else "cpu",
         "host": "0.0.0.0",
         "port": HTTP_PORT,
         "max_batch": engine.max_batch,

@@ -1,6 +1,6 @@
 """The runtime Deployment of one pool (on-demand or spot) of one track.
 
-Each pod runs `ttsfleet serve` on its GPU: probes sized for a model load that
+Each pod runs `ttsfleet serve` on its GPU (or CPU, for the `cpu` class): probes sized for a model load that
 takes minutes, a drain window for in-flight audio streams, and the restricted
 Pod Security profile (non-root, read-only root, no capabilities).
 """
@@ -100,7 +100,7 @@ def _pod_spec(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": runtime.termination_grace_seconds + PRE_STOP_SLEEP_SECONDS,
         "securityContext": pod_security.pod_security_context(),
-        "nodeSelector": scheduling.gpu_node_selector(service),
+        "nodeSelector": scheduling.class_node_selector(service),
         "affinity": scheduling.node_affinity(service, pool),
         "tolerations": scheduling.tolerations(service, pool),
         "topologySpreadConstraints": scheduling.topology_spread(pod_labels),
@@ -117,7 +117,12 @@ def _pod_spec(
 def _runtime_container(service: TTSService, track: str) -> dict:
     runtime = service.spec.runtime
     resources = runtime.resources
-    gpus = str(service.spec.gpu.count)
+    requests: dict[str, str] = {"cpu": resources.cpu, "memory": resources.memory}
+    limits: dict[str, str] = {"memory": resources.memory}
+    if gpu_classes.has_gpu(service.spec.gpu.gpu_class):
+        requests[gpu_classes.GPU_RESOURCE] = limits[gpu_classes.GPU_RESOURCE] = str(
+            service.spec.gpu.count
+        )
     http_get = {"port": HTTP_PORT_NAME}
     env = [
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
@@ -146,14 +151,7 @@ def _runtime_container(service: TTSService, track: str) -> dict:
         "envFrom": [{"configMapRef": {"name": names.engine_config_name(service.name, track)}}],
         "env": env,
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        "resources": {
-            "requests": {
-                "cpu": resources.cpu,
-                "memory": resources.memory,
-                gpu_classes.GPU_RESOURCE: gpus,
-            },
-            "limits": {"memory": resources.memory, gpu_classes.GPU_RESOURCE: gpus},
-        },
+        "resources": {"requests": requests, "limits": limits},
         # Download + load + CUDA graph capture can take many minutes; until this
         # passes, liveness is off and the pod gets no traffic.
         "startupProbe": {

@@ -8,7 +8,7 @@ served to the HPA by prometheus-adapter (rules ship with the chart later).
 
 from __future__ import annotations
 
-from ttsfleet_operator import tts_service
+from ttsfleet_operator import gpu_classes, tts_service
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.tts_service import TTSService
 from ttsfleet_runtime import metrics
@@ -27,6 +27,30 @@ def gpu_utilization_target(percent: int) -> str:
     return f"{percent * 10}m"
 
 
+def _pods_metric(name: str, average_value: str) -> dict:
+    return {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": name},
+            "target": {"type": "AverageValue", "averageValue": average_value},
+        },
+    }
+
+
+def _metrics(service: TTSService) -> list[dict]:
+    """Queue depth always; GPU utilisation where the pods have a GPU to measure."""
+    autoscaling = service.spec.autoscaling
+    result = [_pods_metric(metrics.QUEUE_DEPTH, str(autoscaling.target_queue_depth))]
+    if gpu_classes.has_gpu(service.spec.gpu.gpu_class):
+        result.append(
+            _pods_metric(
+                metrics.GPU_UTILIZATION,
+                gpu_utilization_target(autoscaling.target_gpu_utilization),
+            )
+        )
+    return result
+
+
 def render_hpa(service: TTSService) -> dict:
     autoscaling = service.spec.autoscaling
     return {
@@ -42,30 +66,7 @@ def render_hpa(service: TTSService) -> dict:
             # Never below the on-demand floor: the floor is pods that must exist.
             "minReplicas": max(autoscaling.min_replicas, service.spec.spot.min_on_demand),
             "maxReplicas": autoscaling.max_replicas,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": metrics.QUEUE_DEPTH},
-                        "target": {
-                            "type": "AverageValue",
-                            "averageValue": str(autoscaling.target_queue_depth),
-                        },
-                    },
-                },
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": metrics.GPU_UTILIZATION},
-                        "target": {
-                            "type": "AverageValue",
-                            "averageValue": gpu_utilization_target(
-                                autoscaling.target_gpu_utilization
-                            ),
-                        },
-                    },
-                },
-            ],
+            "metrics": _metrics(service),
             "behavior": {
                 "scaleUp": {
                     "stabilizationWindowSeconds": 0,

@@ -142,7 +142,11 @@ def render_fill_job(service: TTSService) -> dict:
             "podFailurePolicy": {
                 "rules": [
                     # A node drained or preempted under the fill is no failure of the fill.
-                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                    # `status` is required by API servers before 1.31 (defaulted to True after).
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
                     {
                         "action": "FailJob",
                         "onExitCodes": {

@@ -41,7 +41,7 @@ def render_prewarm(service: TTSService, claim: str) -> dict:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": pod_security.pod_security_context(),
-        "nodeSelector": scheduling.gpu_node_selector(service),
+        "nodeSelector": scheduling.class_node_selector(service),
         # Every node of the class, on-demand or spot.
         "tolerations": scheduling.tolerations(service, labels.SPOT),
         "containers": [

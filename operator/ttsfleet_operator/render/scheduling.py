@@ -1,4 +1,4 @@
-"""Where a pool's pods may run: GPU class, spot or on-demand capacity, zones.
+"""Where a pool's pods may run: GPU class (or CPU serving nodes), spot or on-demand capacity, zones.
 
 Spot pods need a spot node (any of the big clouds' labels) and tolerate spot
 taints; on-demand pods must never land on a spot node. A spec may replace the
@@ -41,10 +41,10 @@ def spot_node_labels(service: TTSService) -> list[tuple[str, str]]:
     return sorted(override.items()) if override else list(DEFAULT_SPOT_NODE_LABELS)
 
 
-def gpu_node_selector(service: TTSService) -> dict[str, str]:
+def class_node_selector(service: TTSService) -> dict[str, str]:
+    """Nodes of the spec's GPU class (or the nodes set aside for CPU serving)."""
     gpu = service.spec.gpu
-    product = gpu.product or gpu_classes.GPU_CLASSES[gpu.gpu_class].product
-    return {gpu_classes.PRODUCT_LABEL: product}
+    return gpu_classes.node_selector(gpu.gpu_class, gpu.product)
 
 
 def node_affinity(service: TTSService, pool: str) -> dict:
@@ -77,7 +77,7 @@ def _expression(key: str, operator: str, value: str) -> dict:
 
 
 def tolerations(service: TTSService, pool: str) -> list[dict]:
-    result = [gpu_classes.gpu_toleration()]
+    result = [gpu_classes.class_toleration(service.spec.gpu.gpu_class)]
     if pool == labels.SPOT:
         override = service.spec.spot.tolerations
         result += (
