@@ -465,6 +465,10 @@ class EngineSpec(SpecModel):
     max_queue: int = Field(
         **RUNTIME_SETTINGS["max_queue"].field_args(), description="Requests waiting before 429s."
     )
+    max_audio_seconds: float = Field(
+        **RUNTIME_SETTINGS["max_audio_seconds"].field_args(),
+        description="Longest utterance one request may generate; longer ones end there.",
+    )
     cuda_graphs: bool = Field(
         **RUNTIME_SETTINGS["cuda_graphs"].field_args(),
         description="Capture decode steps as CUDA graphs.",

@@ -59,6 +59,8 @@ def test_the_crd_the_catalogue_and_the_engine_default_alike():
     crd, engine = EngineSpec(), engine_defaults()
     for name in ENGINE_SETTINGS:
         assert getattr(crd, name) == SETTINGS[name].default == engine[name], name
+    # The server's, not the engine's: it caps each request's frames.
+    assert crd.max_audio_seconds == SETTINGS["max_audio_seconds"].default
     # dtype: the catalogue's None means "bfloat16 on cuda", which is what pods run.
     assert crd.dtype == engine["dtype"] == "bfloat16"
     assert SETTINGS["dtype"].default is None and SETTINGS["device"].default == "cuda"

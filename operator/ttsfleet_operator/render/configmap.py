@@ -37,6 +37,7 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         "max_len": engine.max_len,
         "kv_cache_memory": engine.kv_cache_memory,
         "max_queue": engine.max_queue,
+        "max_audio_seconds": engine.max_audio_seconds,
         "dtype": engine.dtype,
         "cuda_graphs": engine.cuda_graphs,
         "compile_cache_dir": compile_cache_dir(service),
