@@ -41,8 +41,12 @@ $(TOOLS_STAMP):
 control-plane: ## build (or reuse) kube-apiserver, controller-manager, scheduler, etcd, kwok
 	hack/build-control-plane.sh
 
+.PHONY: images
+images: ## build (or reuse) the runtime and operator images with no registry (hack/images.sh)
+	hack/images.sh build all
+
 .PHONY: cluster-up
-cluster-up: control-plane ## start a local cluster (kwok; kind where Docker runs) with fake GPU nodes
+cluster-up: control-plane ## start a local cluster: kwok fake GPU nodes + a real node (kind where Docker runs)
 	hack/cluster.sh up
 
 .PHONY: cluster-down
@@ -55,8 +59,8 @@ unit: venv tools ## fast tests: no cluster, no GPU
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) tests
 
 .PHONY: e2e
-e2e: venv tools control-plane ## tests against a real control plane (kwok here)
-	@echo "==> e2e tests (e2e/) against a real control plane"
+e2e: venv tools control-plane images ## tests against a real control plane (kwok) and a real node
+	@echo "==> e2e tests (e2e/) against a real control plane and a real node"
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) e2e
 
 .PHONY: lint
@@ -77,9 +81,9 @@ generate: venv ## rewrite every generated file: CRD (both copies), field docs, d
 	  $(BIN)/ttsfleet crd --fields; } > docs/fields.md
 	$(BIN)/python hack/generate-dashboards.py
 
-SAMPLE ?= samples/spot.yaml
+SAMPLE ?= samples/cpu-dev.yaml
 .PHONY: dev
-dev: venv tools cluster-up ## the main job: local cluster, operator from the chart, a sample TTSService (SAMPLE=...)
+dev: venv tools cluster-up ## the main job: local cluster, operator pod from the chart, a fleet that speaks (SAMPLE=...)
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" hack/dev.sh $(SAMPLE)
 
 .PHONY: dev-down

@@ -220,14 +220,24 @@ def dev_operator_pid() -> int | None:
         return None
 
 
+def dev_operator_pod() -> bool:
+    """Whether `make dev` left the chart's operator pod running on the real node."""
+    cache = Path(os.environ.get("TTSFLEET_CACHE", Path.home() / ".cache" / "ttsfleet"))
+    return (cache / "dev" / "operator.pod").exists()
+
+
 @pytest.fixture(scope="session")
 def operator_install(cluster, tmp_path_factory) -> OperatorInstall:
+    # Two operators on one cluster both write: the tests would measure them both.
     pid = dev_operator_pid()
     if pid:
-        # Two operators on one cluster both write: the tests would measure them both.
         pytest.fail(
             f"hack/dev.sh's operator still runs (pid {pid}): stop it first (kill {pid})",
             pytrace=False,
+        )
+    if dev_operator_pod():
+        pytest.fail(
+            "make dev's operator pod still runs: stop it first (make dev-down)", pytrace=False
         )
     install_chart(cluster)
     path = service_account_kubeconfig(cluster, tmp_path_factory.mktemp("operator") / "kubeconfig")
