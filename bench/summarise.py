@@ -140,7 +140,7 @@ def summarise(
         sizes=sizes,
         notes=(
             "random bf16 weights, fixed length (EOS suppressed); ours and the peer from one "
-            "device run. Fields: bench/results/README.md ('Where a number comes from'); "
+            "device run. Fields: docs/benchmarks.md; "
             "graphs / capture_s: every decode + prefill graph `ttsfleet serve` captures with its "
             "default settings and the seconds that takes; kernels_per_step_b1: GPU "
             "kernels of one eager decode step at batch 1 (bench/profile_step.py); codec_ms_b128_n8: "

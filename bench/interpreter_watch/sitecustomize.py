@@ -1,7 +1,7 @@
 """What a Python process's interpreter does while it serves: garbage collector pauses and
 each thread's CPU time, one JSON line per interval. For `ttsfleet serve` under
 `bench/capacity.py` or any load, where the server's engine, codec and HTTP threads share
-one interpreter lock (bench/results README, session 12).
+one interpreter lock (docs/benchmarks.md).
 
 Put this folder first on the server's PYTHONPATH (Python imports `sitecustomize` at start)
 and name a log file:

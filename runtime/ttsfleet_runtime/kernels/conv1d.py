@@ -58,9 +58,10 @@ class ConvConfig:
 
 
 # (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages), the
-# fastest of bench/kernel_conv1d.py's sweep at 128 streams x 8 frames on the H100
-# (bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json; a second sweep with smaller
-# tiles, -s10-kernel_conv1d.json, changed only block2's conv1), with the kernel's time per
+# fastest of bench/kernel_conv1d.py's sweep at 128 streams x 8 frames on the H100 (script
+# and results at commit 7d79071: bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json;
+# a second sweep with smaller tiles, -s10-kernel_conv1d.json, changed only block2's conv1),
+# with the kernel's time per
 # call and, in brackets, cuDNN's channels-last convolution alone on the same problem.
 TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
     (192, 192, 7): (128, 256, 64, 8, 3),  # block3 ru.conv1 (192, k7): 823 us (898)
