@@ -18,7 +18,7 @@ Both fuse, as compile-time flags so each call site gets its own specialisation:
   `silu_mul_eager(x)`. Both round like the eager functions, so the input is the same tensor.
 - epilogue: `+ bias` [N], `+ residual` [M, N], one rounding to x's dtype at the end.
 
-The block sizes come from `TABLE`, measured on the GPU by bench/kernel_linear.py per
+The block sizes come from `TABLE`, measured on the GPU by bench/kernel_linear.py at 7d79071 per
 (M bucket, N, K), never from run-time autotuning: a decode step is captured in CUDA graphs at
 start-up and every compile there delays readiness. Unknown shapes get `default_config`.
 """

@@ -27,7 +27,7 @@ adds each output's window of them; only the head's next history (the last 6 acti
 rows) is stored as such.
 
 Block sizes come from `TABLE` (channels -> config: block_n is the chunk of conv2's output
-columns; conv1's are always all of them), measured by bench/kernel_conv1d.py --units,
+columns; conv1's are always all of them), measured by bench/kernel_conv1d.py --units at 7d79071,
 never from run-time autotuning (the codec is captured in CUDA graphs).
 """
 
