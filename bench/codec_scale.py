@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 import triton
 
-from ttsfleet_runtime.benchmark import timed
+from ttsfleet_runtime.bench.common import timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec

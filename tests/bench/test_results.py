@@ -26,7 +26,7 @@ def test_the_committed_summary_is_derived_from_the_committed_reference_runs(tmp_
     out = tmp_path / "summary.json"
     args = [str(part) for flag, name in REFERENCE_RUNS for part in (flag, RESULTS / name)]
     subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "summarise.py"), *args, "--out", str(out)],
+        [sys.executable, "-m", "ttsfleet_runtime", "bench", "summarise", *args, "--out", str(out)],
         check=True,
         capture_output=True,
     )

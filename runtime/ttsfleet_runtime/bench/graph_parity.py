@@ -5,7 +5,7 @@ together: float32 graphs on the GPU must give the CPU's codes exactly; bfloat16
 graphs must agree on most codes (bf16 rounding may flip near-ties).
 
 Run by `ttsfleet-runtime bench --parity` before the timings (same process: compiled
-kernels are shared), or alone: `python -m ttsfleet_runtime.graph_parity --out DIR`.
+kernels are shared), or alone: `python -m ttsfleet_runtime.bench.graph_parity --out DIR`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Process start -> ready of `ttsfleet serve`, per model size, with a cold and a warm
 compile cache: where a new pod's first seconds go (issue 14).
 
 Per size (1.7B, then 0.6B):
-  1. write the random checkpoint (`benchmark.ready_checkpoint`), unless present or --model;
+  1. write the random checkpoint (`common.ready_checkpoint`), unless present or --model;
   2. cold: empty --cache-dir/SIZE, start `serve --compile-cache-dir` on it and time
      the process's start (just before it is spawned) to the first 200 of /health/ready
      (polled every 0.1 s); scrape `ttsfleet_startup_seconds{phase}` from /metrics; with
@@ -14,14 +13,14 @@ Per size (1.7B, then 0.6B):
      (`capture_background`); stop the server;
   3. warm: the same on the same cache directory, now filled by the cold start.
 `startup_s` is the warm start's wall seconds to ready (what an autoscaled pod with a
-cache volume pays), `startup_s_cold` the cold one's; bench/summarise.py copies both.
+cache volume pays), `startup_s_cold` the cold one's; `bench summarise` copies both.
 Writes startup.json into --out after every section (machine, versions, per size and
 start the wall time, the server's phases, the first request, the /metrics lines, the
 server log's path). A short table is printed last.
 
     export PYTHONPATH=/tmp/site:runtime
-    python3 bench/startup.py --out $OUT --sizes 1.7B,0.6B --budget-s 540
-    python3 bench/startup.py --out /tmp/s --sizes tiny --device cpu --budget-s 300  # CPU check
+    python3 -m ttsfleet_runtime bench startup --out $OUT --sizes 1.7B,0.6B --budget-s 540
+    python3 -m ttsfleet_runtime bench startup --out /tmp/s --sizes tiny --device cpu --budget-s 300  # CPU check
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from pathlib import Path
 import httpx
 
 from ttsfleet_runtime import metrics
-from ttsfleet_runtime.benchmark import ready_checkpoint
 from ttsfleet_runtime.loadtest.serve_process import (
     Server,
     report_head,
@@ -47,16 +45,9 @@ from ttsfleet_runtime.loadtest.serve_process import (
     wait_background,
 )
 
-T0 = time.monotonic()
+from .common import Budget, ready_checkpoint
+
 STARTS = ("cold", "warm")
-
-
-def log(*parts) -> None:
-    print(f"[{time.monotonic() - T0:6.1f}s]", *parts, flush=True)
-
-
-def left_s(args) -> float:
-    return args.budget_s - (time.monotonic() - T0)
 
 
 def release_device_memory() -> None:
@@ -127,10 +118,12 @@ def one_start(size: str, start: str, args, folder: Path, ckpt: str, cache: Path)
     server = Server(serve_args, ckpt, folder / f"serve-{start}.log", args.max_batch, 2.0)
     result: dict = {"log": str((folder / f"serve-{start}.log").relative_to(args.out))}
     try:
-        server.wait_ready(min(args.ready_timeout_s, left_s(args)), poll_s=0.1)
+        server.wait_ready(min(args.ready_timeout_s, args.budget.left_s()), poll_s=0.1)
         result["wall_ready_s"] = round(time.monotonic() - spawned, 2)
         result["phases"] = startup_phases(server.base)
-        log(f"{size} {start}: ready in {result['wall_ready_s']} s: {json.dumps(result['phases'])}")
+        args.budget.log(
+            f"{size} {start}: ready in {result['wall_ready_s']} s: {json.dumps(result['phases'])}"
+        )
         sections = [("first_request", lambda: first_request(server.base))]
         if args.burst:
             sections.insert(0, ("burst", lambda: burst(server.base, args.burst)))
@@ -138,7 +131,7 @@ def one_start(size: str, start: str, args, folder: Path, ckpt: str, cache: Path)
             *sections,
             (
                 "capture_background_s",
-                lambda: wait_background(server.base, min(args.background_s, left_s(args))),
+                lambda: wait_background(server.base, min(args.background_s, args.budget.left_s())),
             ),
         ):
             try:
@@ -173,8 +166,8 @@ def run_size(size: str, args, report: dict, save) -> None:
         save()
         return
     for start in STARTS:
-        if left_s(args) < 30:
-            entry[start] = {"skipped": f"budget: {left_s(args):.0f} s left"}
+        if args.budget.left_s() < 30:
+            entry[start] = {"skipped": f"budget: {args.budget.left_s():.0f} s left"}
             continue
         if start == "cold":
             shutil.rmtree(cache, ignore_errors=True)
@@ -183,15 +176,14 @@ def run_size(size: str, args, report: dict, save) -> None:
             entry[start] = one_start(size, start, args, folder, entry["checkpoint"], cache)
         except Exception:
             entry.setdefault("errors", {})[start] = traceback.format_exc(limit=6)[-3000:]
-            log(f"{size} {start}: FAILED\n{entry['errors'][start]}")
+            args.budget.log(f"{size} {start}: FAILED\n{entry['errors'][start]}")
         save()
     entry["startup_s"] = (entry.get("warm") or {}).get("wall_ready_s")
     entry["startup_s_cold"] = (entry.get("cold") or {}).get("wall_ready_s")
     save()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sizes", default="1.7B,0.6B", help="1.7B, 0.6B or tiny (CPU checks)")
     ap.add_argument("--device", default="cuda")
@@ -226,15 +218,19 @@ def main(argv: list[str] | None = None) -> int:
         help="one more `serve` argument, as --serve-flag=--kv-cache-memory --serve-flag=0.3",
     )
     ap.add_argument("--budget-s", type=float, default=540.0)
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = report_head("startup", args)  # the options as given
+    # The run's context: the options, and its clock and budget.
+    args = argparse.Namespace(**vars(args), budget=Budget(args.budget_s))
     args.out.mkdir(parents=True, exist_ok=True)
-    report = report_head("startup", args)
-    save = report_saver(report, args.out / "startup.json", started=T0)
+    save = report_saver(report, args.out / "startup.json", started=args.budget.started)
 
     save()
     for size in args.sizes.split(","):
-        if left_s(args) < 60:
-            report["sizes"][size] = {"skipped": f"budget: {left_s(args):.0f} s left"}
+        if args.budget.left_s() < 60:
+            report["sizes"][size] = {"skipped": f"budget: {args.budget.left_s():.0f} s left"}
             continue
         run_size(size, args, report, save)
     save()
@@ -277,7 +273,3 @@ def print_table(report: dict) -> None:
         if entry.get("errors"):
             print(f"{size:>5} errors in: {', '.join(entry['errors'])}")
     print("(seconds; wall = spawn -> /health/ready 200; bg = graphs captured after ready)")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,12 +6,11 @@ Inputs (any but the first may be missing):
 - `faster_qwen3_tts.json` of `bench/peers/bench_faster_qwen3_tts.py`: the peer's numbers
   (derived here; bench/peers/README.md says from which fields);
 - `profile_step.json` of `bench/profile_step.py`: `kernels_per_step_b1`;
-- `--codec`: `codec_scale.json` of `bench/codec_scale.py` or `codec_bench.json` of
-  `bench/bench_codec.py`: `codec_ms_b128_n8` (one codec for every size: the same value
-  in each), the bf16 decode of 8 frames for 128 streams (graph replay where timed);
-- `--capacity`: `capacity.json` of `bench/capacity.py`: per size its `load` figures
+- `--codec`: `codec_scale.json` of `bench/codec_scale.py`: `codec_ms_b128_n8` (one codec
+  for every size: the same value in each), the bf16 decode of 8 frames for 128 streams;
+- `--capacity`: `capacity.json` of `bench capacity`: per size its `load` figures
   (`ttfa_p95_ms_at_10_rps`, `ttfa_p95_ms_at_20_rps`, `knee_rps`, `max_concurrent_streams`);
-- `--startup`: `startup.json` of `bench/startup.py`: per size `startup_s` (process start ->
+- `--startup`: `startup.json` of `bench startup`: per size `startup_s` (process start ->
   ready with a warm compile cache) and `startup_s_cold`.
 
 Without `--ours`, `--startup`, `--capacity` and `--codec` update an existing summary
@@ -22,7 +21,7 @@ Speedups compare the peer with us on the same machine in the same run:
 `speedup_ms_per_frame_b1` and `speedup_ttfa_ms_b1` are peer / ours (times faster),
 `speedup_audio_s_per_s_max` is ours / peer (times the throughput).
 
-    PYTHONPATH=runtime python3 bench/summarise.py --ours $OUT/ours.json \\
+    PYTHONPATH=runtime python3 -m ttsfleet_runtime bench summarise --ours $OUT/ours.json \\
         --peer $OUT/peers/faster_qwen3_tts.json --profile $OUT/profile_step.json \\
         --codec $OUT/codec_scale.json --capacity $OUT/capacity.json \\
         --startup $OUT/startup.json --out bench/results/summary.json
@@ -35,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from ttsfleet_runtime.benchmark import summarise as summarise_ours
+from .engine import summarise as summarise_ours
 
 PEER = "faster_qwen3_tts"
 
@@ -70,22 +69,14 @@ def present(d: dict) -> dict:
 
 
 def codec_ms_b128_n8(codec: dict | None) -> float | None:
-    """ms of one bf16 codec decode of 8 frames for 128 streams, from either codec benchmark."""
+    """ms of one bf16 codec decode of 8 frames for 128 streams, from codec_scale.json."""
     if not codec:
         return None
     if "codec_ms_b128_n8" in codec:
         return codec["codec_ms_b128_n8"]
-    for row in codec.get("scale", []):  # codec_scale.py: graphs, bf16, Triton convolutions
+    for row in codec.get("scale", []):  # graphs, bf16, the routed convolutions
         if row.get("batch") == 128 and row.get("frames") == 8 and "decode_ms" in row:
             return round(row["decode_ms"], 3)
-    for result in codec.get("results", []):  # bench_codec.py: per dtype, eager and graph
-        if result.get("dtype") != "bfloat16":
-            continue
-        for step in result.get("steps", []):
-            if step.get("batch") == 128 and step.get("frames") == 8:
-                timed = step.get("graph") or step.get("eager") or {}
-                if "median_ms" in timed:
-                    return round(timed["median_ms"], 3)
     return None
 
 
@@ -145,9 +136,10 @@ def summarise(
             "default settings and the seconds that takes; kernels_per_step_b1: GPU "
             "kernels of one eager decode step at batch 1 (bench/profile_step.py); codec_ms_b128_n8: "
             "one bf16 codec decode of 8 frames for 128 streams; load: `ttsfleet loadtest` over "
-            "HTTP against `ttsfleet serve` (bench/capacity.py, docs/capacity.md); startup_s / "
+            "HTTP against `ttsfleet serve` (`ttsfleet-runtime bench capacity`, docs/capacity.md); "
+            "startup_s / "
             "startup_s_cold: `ttsfleet serve` spawned -> /health/ready with a warm / empty "
-            "--compile-cache-dir (bench/startup.py)."
+            "--compile-cache-dir (`ttsfleet-runtime bench startup`)."
         ),
     )
 
@@ -211,33 +203,38 @@ def merge_capacity(runs: list[dict | None]) -> dict | None:
     return runs[0] | {"sizes": sizes}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--ours",
         action="append",
-        help="ours.json of `ttsfleet-runtime bench` (again for a run split by size); "
+        help="ours.json of `bench engine` (again for a run split by size); "
         "without it, --startup's, --capacity's and --codec's figures go into the existing "
         "--out and nothing else changes",
     )
     ap.add_argument("--peer", help="faster_qwen3_tts.json of bench/peers/")
     ap.add_argument("--profile", help="profile_step.json of bench/profile_step.py")
-    ap.add_argument("--codec", help="codec_scale.json or codec_bench.json (codec_ms_b128_n8)")
+    ap.add_argument("--codec", help="codec_scale.json of bench/codec_scale.py (codec_ms_b128_n8)")
     ap.add_argument(
         "--capacity",
         action="append",
         default=[],
-        help="capacity.json of bench/capacity.py (load figures; again for a run split by size)",
+        help="capacity.json of `bench capacity` (load figures; again for a run split by size)",
     )
-    ap.add_argument("--startup", help="startup.json of bench/startup.py (startup_s per size)")
+    ap.add_argument("--startup", help="startup.json of `bench startup` (startup_s per size)")
     ap.add_argument("--out", default="bench/results/summary.json")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if not args.ours:
         # Start-up, capacity and the codec are timed in leases of their own (fresh server
         # processes, not the engine benchmark's): their figures join the summary of the
         # engine run.
         if not (args.startup or args.capacity or args.codec):
-            ap.error("give --ours, or --startup / --capacity / --codec to add figures to --out")
+            print(
+                "give --ours, or --startup / --capacity / --codec to add figures to --out",
+                file=sys.stderr,
+            )
+            return 2
         summary = json.loads(Path(args.out).read_text())
         add_startup(summary["sizes"], load(args.startup))
         add_codec(summary["sizes"], load(args.codec))
@@ -259,7 +256,3 @@ def main(argv: list[str] | None = None) -> int:
     for size, entry in summary["sizes"].items():
         print(size, json.dumps(entry))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

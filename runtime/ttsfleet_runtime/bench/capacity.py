@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Capacity of one GPU per model size, in one command: `ttsfleet serve` on a random
 checkpoint, then `ttsfleet loadtest` against it (HTTP streaming, Poisson arrivals).
 
@@ -18,7 +17,7 @@ SIZE/burst.json, the server logs; capacity.json after every section. Sections th
 not finish within --budget-s are skipped (and say so). A short table is printed last.
 
     export PYTHONPATH=/tmp/site:runtime
-    python3 bench/capacity.py --out $OUT --budget-s 540
+    python3 -m ttsfleet_runtime bench capacity --out $OUT --budget-s 540
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import time
 import traceback
 from pathlib import Path
 
-from ttsfleet_runtime.benchmark import checkpoint_path
 from ttsfleet_runtime.loadtest.command import write_result
 from ttsfleet_runtime.loadtest.runner import LoadConfig, run_load
 from ttsfleet_runtime.loadtest.serve_process import (
@@ -45,15 +43,7 @@ from ttsfleet_runtime.loadtest.serve_process import (
 from ttsfleet_runtime.loadtest.texts import builtin_texts
 from ttsfleet_runtime.loadtest.timings import Thresholds
 
-T0 = time.monotonic()
-
-
-def log(*parts) -> None:
-    print(f"[{time.monotonic() - T0:6.1f}s]", *parts, flush=True)
-
-
-def left_s(args) -> float:
-    return args.budget_s - (time.monotonic() - T0)
+from .common import Budget, checkpoint_path
 
 
 def write_checkpoint(size: str, args, folder: Path) -> dict:
@@ -68,7 +58,7 @@ def write_checkpoint(size: str, args, folder: Path) -> dict:
             stdout=out,
             stderr=subprocess.STDOUT,
             check=True,
-            timeout=max(60.0, left_s(args)),
+            timeout=max(60.0, args.budget.left_s()),
         )
     return {"checkpoint": ckpt, "written_s": round(time.monotonic() - start, 1)}
 
@@ -81,13 +71,13 @@ def rates_section(size: str, args, folder: Path, ckpt: str, end: float) -> dict:
     """The climb; it starts no rate that would end later than `end` (monotonic clock)."""
     server = Server(args, ckpt, folder / "serve-rates.log", args.max_batch, args.utterance_s)
     try:
-        ready_s = server.wait_ready(min(args.ready_timeout_s, left_s(args)))
-        log(f"{size}: server ready in {ready_s} s (max batch {args.max_batch})")
+        ready_s = server.wait_ready(min(args.ready_timeout_s, args.budget.left_s()))
+        args.budget.log(f"{size}: server ready in {ready_s} s (max batch {args.max_batch})")
         # The rates measure the server as it runs for hours, not its first seconds: the
-        # graphs it captures after ready hold its threads meanwhile (bench/startup.py
+        # graphs it captures after ready hold its threads meanwhile (`bench startup`
         # measures those).
-        background_s = wait_background(server.base, min(60.0, left_s(args)))
-        log(f"{size}: graphs captured after ready in {background_s} s")
+        background_s = wait_background(server.base, min(60.0, args.budget.left_s()))
+        args.budget.log(f"{size}: graphs captured after ready in {background_s} s")
         config = LoadConfig(
             url=server.base,
             texts=builtin_texts(args.utterance_s),
@@ -98,7 +88,7 @@ def rates_section(size: str, args, folder: Path, ckpt: str, end: float) -> dict:
             stop_after=args.stop_after,
             timeout_s=60.0,
             budget_s=max(0.0, end - time.monotonic()),
-            progress=lambda line: log(size, json.dumps(line)),
+            progress=lambda line: args.budget.log(size, json.dumps(line)),
         )
         result = asyncio.run(run_load(config))
     finally:
@@ -118,17 +108,18 @@ def burst_section(size: str, args, folder: Path, ckpt: str) -> dict:
     """The largest of --burst that starts and runs; the ones that did not, with why."""
     tried = []
     for streams in args.burst:
-        if left_s(args) < args.burst_seconds + 60:
-            tried.append({"streams": streams, "skipped": f"budget: {left_s(args):.0f} s left"})
+        if args.budget.left_s() < args.burst_seconds + 60:
+            left = f"budget: {args.budget.left_s():.0f} s left"
+            tried.append({"streams": streams, "skipped": left})
             break
         server = Server(
             args, ckpt, folder / f"serve-burst-{streams}.log", streams, args.burst_seconds
         )
         try:
             ready_s = server.wait_ready(
-                min(args.ready_timeout_s, left_s(args) - args.burst_seconds)
+                min(args.ready_timeout_s, args.budget.left_s() - args.burst_seconds)
             )
-            log(f"{size}: burst server ready in {ready_s} s (max batch {streams})")
+            args.budget.log(f"{size}: burst server ready in {ready_s} s (max batch {streams})")
             config = LoadConfig(
                 url=server.base,
                 texts=builtin_texts(args.burst_seconds),
@@ -137,12 +128,12 @@ def burst_section(size: str, args, folder: Path, ckpt: str) -> dict:
                 warmup=1,
                 timeout_s=args.burst_seconds * 12,
                 stop_after=0,
-                progress=lambda line: log(size, json.dumps(line)),
+                progress=lambda line: args.budget.log(size, json.dumps(line)),
             )
             result = asyncio.run(run_load(config))
         except Exception as exc:
             tried.append({"streams": streams, "error": repr(exc)[:2000]})
-            log(f"{size}: burst of {streams} failed: {exc!r}"[:400])
+            args.budget.log(f"{size}: burst of {streams} failed: {exc!r}"[:400])
             continue
         finally:
             server.stop()
@@ -163,7 +154,7 @@ def burst_section(size: str, args, folder: Path, ckpt: str) -> dict:
 
 
 def load_figures(rates: dict | None, burst: dict | None) -> dict:
-    """The figures summary.json keeps per size (bench/summarise.py copies them)."""
+    """The figures summary.json keeps per size (`bench summarise` copies them)."""
     summaries = (rates or {}).get("rates") or []
 
     def p95_at(rate: float):
@@ -183,7 +174,7 @@ def run_size(size: str, args, sizes_left: int, report: dict, save) -> None:
     entry = report["sizes"].setdefault(size, {})
     # This size's share of what is left; the rates leave the burst its part of it
     # (a server start, the burst, the stop).
-    share_end = time.monotonic() + left_s(args) / sizes_left
+    share_end = time.monotonic() + args.budget.left_s() / sizes_left
     rates_end = share_end - (0 if args.no_burst else args.burst_seconds + 90)
 
     def ckpt() -> str:
@@ -202,14 +193,13 @@ def run_size(size: str, args, sizes_left: int, report: dict, save) -> None:
             entry[name] = section()
         except Exception:
             entry.setdefault("errors", {})[name] = traceback.format_exc(limit=8)[-3000:]
-            log(f"{size}: {name} FAILED\n{entry['errors'][name]}")
+            args.budget.log(f"{size}: {name} FAILED\n{entry['errors'][name]}")
         entry.setdefault("section_s", {})[name] = round(time.monotonic() - start, 1)
         entry["load"] = load_figures(entry.get("rates"), entry.get("burst"))
         save()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--sizes", default="1.7B,0.6B")
     ap.add_argument("--rates", default="1,10,20,40,60,80,100,120,140,160,200")
@@ -238,18 +228,23 @@ def main() -> int:
         help="one more `serve` argument, as --serve-flag=--max-queue --serve-flag=1024",
     )
     ap.add_argument("--budget-s", type=float, default=540.0)
-    args = ap.parse_args()
-    args.rates = [float(r) for r in args.rates.split(",")]
-    args.burst = [int(n) for n in args.burst.split(",")]
+
+
+def run(args: argparse.Namespace) -> int:
+    options = argparse.Namespace(**vars(args))
+    options.rates = [float(r) for r in args.rates.split(",")]
+    options.burst = [int(n) for n in args.burst.split(",")]
+    report = report_head("capacity", options)
+    # The run's context: the options, and its clock and budget.
+    args = argparse.Namespace(**vars(options), budget=Budget(args.budget_s))
     args.out.mkdir(parents=True, exist_ok=True)
-    report = report_head("capacity", args)
-    save = report_saver(report, args.out / "capacity.json", started=T0)
+    save = report_saver(report, args.out / "capacity.json", started=args.budget.started)
 
     save()
     sizes = args.sizes.split(",")
     for index, size in enumerate(sizes):
-        if left_s(args) < 60:
-            report["sizes"][size] = {"skipped": f"budget: {left_s(args):.0f} s left"}
+        if args.budget.left_s() < 60:
+            report["sizes"][size] = {"skipped": f"budget: {args.budget.left_s():.0f} s left"}
             save()
             continue
         run_size(size, args, len(sizes) - index, report, save)
@@ -280,7 +275,3 @@ def print_table(report: dict) -> None:
         print(f"{size:>5} load: {json.dumps(entry.get('load'))}")
         if entry.get("errors"):
             print(f"{size:>5} errors in: {', '.join(entry['errors'])}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

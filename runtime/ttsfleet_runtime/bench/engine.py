@@ -1,5 +1,5 @@
-"""Benchmark of the engine on a GPU (`ttsfleet-runtime bench`, the one entry point;
-`ttsfleet bench` in a checkout is the same): random-weight checkpoints
+"""Benchmark of the engine on a GPU (`ttsfleet-runtime bench`, or `bench engine`; `ttsfleet
+bench` in a checkout is the same): random-weight checkpoints
 at real dimensions (or a given checkpoint), fixed length (EOS suppressed),
 everything through the public engine API (scheduler, CUDA graphs, streaming
 codec included).
@@ -11,6 +11,8 @@ Last, per size, the graphs `ttsfleet serve` captures at start with its default
 settings and the seconds that capture takes (`server_graphs`).
 Writes `ours.json` into --out, progressively. `--parity` first checks that the
 graphed GPU path generates what the eager CPU path does (`graph_parity.py`).
+A run's state (its results, clock and budget) lives in `EngineRun`; nothing is kept at
+module level, so two runs in one process are independent.
 """
 
 from __future__ import annotations
@@ -22,114 +24,12 @@ import datetime
 import gc
 import json
 import os
-import pathlib
 import platform
-import statistics
 import sys
 import time
 import traceback
 
-T0 = time.time()
-RESULTS: dict = {}
-# The text every benchmark speaks; the peer harness (bench/peers/) imports it from here.
-TEXT = (
-    "The quick brown fox jumps over the lazy dog while the orchestra tunes up in the hall; "
-    "meanwhile, a patient engineer measures every millisecond of latency, because streaming "
-    "speech must start quickly and never stall."
-)
-
-
-def timed(fn, iters: int) -> list[float]:
-    """Milliseconds per call: a CUDA-event pair per call on the GPU, a clock on the CPU."""
-    import torch
-
-    samples = []
-    for _ in range(iters):
-        if not torch.cuda.is_available():
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return samples
-
-
-class GraphTimer:
-    """Per-call milliseconds of `calls` (a list of closures), one CUDA graph over all of
-    them on the GPU, replayed after an L2 flush; plain calls on the CPU (smoke)."""
-
-    def __init__(self, device, iters: int):
-        import torch
-
-        self.device, self.iters = device, iters
-        self.cuda = device.type == "cuda"
-        self.flush = torch.empty(256 << 20, dtype=torch.int8, device=device) if self.cuda else None
-
-    def capture(self, calls):
-        import torch
-
-        for call in calls:  # compile (Triton, inductor) and warm up outside the capture
-            call()
-        if not self.cuda:
-            return lambda: [call() for call in calls]
-        torch.cuda.synchronize()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for call in calls:
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for call in calls:
-                call()
-        torch.cuda.synchronize()
-        return graph.replay
-
-    def time(self, replay, calls: int) -> dict:
-        import torch
-
-        samples = []
-        for _ in range(self.iters):
-            if not self.cuda:
-                t0 = time.perf_counter()
-                replay()
-                samples.append((time.perf_counter() - t0) * 1e3 / calls)
-                continue
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / calls)
-        ordered = sorted(samples)
-        return {
-            "median_ms": statistics.median(ordered),
-            "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
-            "min_ms": ordered[0],
-            "samples_ms": [round(s, 5) for s in samples],
-        }
-
-
-def relative_error(out, ref) -> float:
-    """||out - ref|| / ||ref|| in float32."""
-    out, ref = out.float(), ref.float()
-    return ((out - ref).norm() / ref.norm()).item()
-
-
-def log(*a):
-    print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
-
-
-def dump(out: str) -> None:
-    with open(os.path.join(out, "ours.json"), "w") as f:
-        json.dump(RESULTS, f, indent=1, default=str)
+from .common import TEXT, Budget, checkpoint_path, ready_checkpoint
 
 
 def request(frames: int, seed: int, text: str = TEXT, cloned=None):
@@ -200,7 +100,7 @@ def spread_kv_blocks(runner, batch: int, live_len: int):
     as streams that grow together get them (a timing's rows; the engine's scheduler
     hands out real streams' blocks). -> the host block table before, for
     `restore_kv_blocks`."""
-    from .engine.kv_blocks import blocks_for
+    from ttsfleet_runtime.engine.kv_blocks import blocks_for
 
     cache = runner.cache
     per_row = blocks_for(live_len, cache.block_size)
@@ -250,95 +150,8 @@ def graph_step_ms(engine, batch: int, live_len: int, iters: int = 50) -> float:
     return round(start.elapsed_time(end) / iters, 3)
 
 
-def run_sections(
-    todo: list,
-    into: dict,
-    *,
-    started: float,
-    budget_s: float,
-    dump,
-    log,
-    label: str = "",
-    describe=lambda r: {k: v for k, v in r.items() if k != "samples_ms"},
-) -> None:
-    """The bench scripts' section loop: each (key, section) of `todo` runs in order into
-    `into[key]`, and `dump()` writes the JSON after it. A section that raises records its
-    error and the rest still run; one due past `budget_s` seconds after `started` is
-    recorded as skipped. `log(label + key, describe(result))` reports each."""
-    for key, run in todo:
-        if time.time() - started > budget_s:
-            into[key] = dict(skipped="time budget")
-            continue
-        try:
-            into[key] = run()
-            log(label + key, describe(into[key]))
-        except Exception as e:
-            into[key] = dict(error=repr(e), traceback=traceback.format_exc()[-3000:])
-            log(label + key, "FAILED", traceback.format_exc())
-        dump()
-
-
-def report_start(args: argparse.Namespace, **versions: str) -> dict:
-    """The head of an in-process GPU benchmark's JSON (bench/clone_voice.py, kv_paged.py):
-    when and where it ran, Python, torch, CUDA and the GPU, `versions` of the packages it
-    measures besides, its options, and an empty `sections` for `run_sections`."""
-    import socket
-
-    import torch
-
-    return dict(
-        started=datetime.datetime.now(datetime.UTC).isoformat(),
-        host=socket.gethostname(),
-        machine=platform.machine(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        **versions,
-        # JSON-ready: paths as text.
-        args={k: str(v) if isinstance(v, pathlib.PurePath) else v for k, v in vars(args).items()},
-        sections={},
-    )
-
-
-def json_writer(path: str, results: dict):
-    """A `dump()` for `run_sections`: writes `results`, as they stand, to `path`."""
-
-    def dump() -> None:
-        with open(path, "w") as f:
-            json.dump(results, f, indent=1)
-
-    return dump
-
-
-def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
-    """Where the random checkpoint of `size`, `variant` and the tokenizer rate (the
-    `--tokenizer-rate` of scripts that have one; else 12 Hz) lives, or `args.model`."""
-    rate = getattr(args, "tokenizer_rate", 12)
-    return args.model or os.path.join(args.ckpt_dir, f"Qwen3-TTS-{rate}Hz-{size}-{variant}-random")
-
-
-def ready_checkpoint(size: str, args, variant: str = "CustomVoice") -> str:
-    """`checkpoint_path(size, args, variant)`, first writing the random checkpoint of
-    `size` and `variant` there (on `args.device`) when no `args.model` is given and none
-    is there yet."""
-    ckpt = checkpoint_path(size, args, variant)
-    if not args.model and not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        from ttsfleet_runtime.checkpoint.random_checkpoint import write_random_checkpoint
-
-        write_random_checkpoint(
-            ckpt,
-            size,
-            variant,
-            seed=0,
-            device=args.device,
-            tokenizer_rate_hz=getattr(args, "tokenizer_rate", 12),
-            progress=lambda m: None,
-        )
-    return ckpt
-
-
-async def bench_size(size: str, args) -> dict:
+async def bench_size(size: str, args, budget: Budget) -> dict:
+    log = budget.log
     import torch
 
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
@@ -421,7 +234,7 @@ async def bench_size(size: str, args) -> dict:
             res = dict(batch=b, error=repr(e), traceback=traceback.format_exc()[-2000:])
         r["batch"].append(res)
         log(f"{size}: batch {b}: {res}")
-        if time.time() - T0 > args.budget_s:
+        if budget.left_s() < 0:
             log("time budget reached")
             break
     await engine.stop(drain_timeout_s=5)
@@ -430,7 +243,7 @@ async def bench_size(size: str, args) -> dict:
     return r
 
 
-def server_graphs(ckpt: str, args) -> dict:
+def server_graphs(ckpt: str, args, log) -> dict:
     """The graphs `ttsfleet serve` captures at start with its default settings, and the
     seconds `ModelRunner.capture_all` takes: a fresh engine sized as the server sizes it
     (the benchmark's own engine is sized for this run), its capture timed alone. The
@@ -438,8 +251,8 @@ def server_graphs(ckpt: str, args) -> dict:
     also pays their compile."""
     import torch
 
-    from .engine.tts_engine import TTSEngine
-    from .settings import ServerSettings
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+    from ttsfleet_runtime.settings import ServerSettings
 
     server = {f.name: f.default for f in dataclasses.fields(ServerSettings)}
     say = lambda m: log(f"  server graphs: {m}")  # noqa: E731
@@ -500,49 +313,67 @@ def summarise(r: dict) -> dict:
     )
 
 
-async def main_async(args) -> None:
-    import torch  # heavy: only when the benchmark runs (the CLI imports this module)
+class EngineRun:
+    """One run of the benchmark: its options, clock and results (`ours.json`)."""
 
-    RESULTS["env"] = dict(
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        python=platform.python_version(),
-        date=datetime.date.today().isoformat(),
-    )
-    RESULTS["command"] = " ".join(sys.argv)
-    for check in args.before:
-        # Same process: compiled kernels are shared with the runs below.
-        try:
-            await asyncio.wait_for(check(args.out), 240)
-        except Exception as e:
-            log("check FAILED", repr(e), traceback.format_exc()[-1500:])
-    for size in args.sizes.split(","):
-        try:
-            RESULTS[size] = await bench_size(size, args)
-            RESULTS[size]["summary"] = summarise(RESULTS[size])
-        except Exception as e:
-            RESULTS[size] = dict(error=repr(e), traceback=traceback.format_exc()[-4000:])
-            log(f"{size} FAILED", traceback.format_exc())
-            continue
-        dump(args.out)
-        if args.no_server_graphs or time.time() - T0 > args.budget_s:
-            continue
-        # After bench_size: its engine (and the KV cache sized for this run) is gone.
-        gc.collect()
-        torch.cuda.empty_cache()
-        try:
-            RESULTS[size]["server_graphs"] = server_graphs(checkpoint_path(size, args), args)
-            log(f"{size}: server graphs {RESULTS[size]['server_graphs']}")
-        except Exception as e:
-            RESULTS[size]["server_graphs"] = dict(
-                error=repr(e), traceback=traceback.format_exc()[-2000:]
-            )
-            log(f"{size}: server graphs FAILED", traceback.format_exc())
-        RESULTS[size]["summary"] = summarise(RESULTS[size])
-        dump(args.out)
-    RESULTS["wall_s"] = round(time.time() - T0, 1)
-    dump(args.out)
+    def __init__(self, args: argparse.Namespace, argv: list[str]):
+        self.args = args
+        self.argv = argv
+        self.budget = Budget(args.budget_s)
+        self.results: dict = {}
+
+    def dump(self) -> None:
+        with open(os.path.join(self.args.out, "ours.json"), "w") as f:
+            json.dump(self.results, f, indent=1, default=str)
+
+    async def run(self, before) -> dict:
+        """`before`: checks to run first, each `async check(out)` (the graph parity)."""
+        import torch  # heavy: only when the benchmark runs (the CLI imports this module)
+
+        args, results, log = self.args, self.results, self.budget.log
+        results["env"] = dict(
+            torch=torch.__version__,
+            cuda=torch.version.cuda,
+            gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            python=platform.python_version(),
+            date=datetime.date.today().isoformat(),
+        )
+        results["command"] = " ".join(self.argv)
+        for check in before:
+            # Same process: compiled kernels are shared with the runs below.
+            try:
+                await asyncio.wait_for(check(args.out), 240)
+            except Exception as e:
+                log("check FAILED", repr(e), traceback.format_exc()[-1500:])
+        for size in args.sizes.split(","):
+            try:
+                results[size] = await bench_size(size, args, self.budget)
+                results[size]["summary"] = summarise(results[size])
+            except Exception as e:
+                results[size] = dict(error=repr(e), traceback=traceback.format_exc()[-4000:])
+                log(f"{size} FAILED", traceback.format_exc())
+                continue
+            self.dump()
+            if args.no_server_graphs or self.budget.left_s() < 0:
+                continue
+            # After bench_size: its engine (and the KV cache sized for this run) is gone.
+            gc.collect()
+            torch.cuda.empty_cache()
+            try:
+                results[size]["server_graphs"] = server_graphs(
+                    checkpoint_path(size, args), args, log
+                )
+                log(f"{size}: server graphs {results[size]['server_graphs']}")
+            except Exception as e:
+                results[size]["server_graphs"] = dict(
+                    error=repr(e), traceback=traceback.format_exc()[-2000:]
+                )
+                log(f"{size}: server graphs FAILED", traceback.format_exc())
+            results[size]["summary"] = summarise(results[size])
+            self.dump()
+        results["wall_s"] = round(self.budget.elapsed_s(), 1)
+        self.dump()
+        return results
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -581,15 +412,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark (after the graph parity check with --parity)."""
-    args.before = []
+    before = []
     if args.parity:
         from .graph_parity import main as graph_parity
 
-        args.before.append(graph_parity)
+        before.append(graph_parity)
     os.makedirs(args.out, exist_ok=True)
     logging_setup()
-    asyncio.run(main_async(args))
-    log("done")
+    engine_run = EngineRun(args, sys.argv)
+    asyncio.run(engine_run.run(before))
+    engine_run.budget.log("done")
     return 0
 
 
