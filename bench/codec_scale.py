@@ -2,7 +2,7 @@
 """The streaming codec at batch scale on a GPU, per convolution route: graph replay per
 (batch bucket, frames).
 
-Writes a real-size random speech tokenizer (official layout, as bench_codec.py does) unless
+Writes a real-size random speech tokenizer (the official layout) unless
 --tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
 "triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
 channels-last + the fused epilogue, "gemm" = every one as a cuBLAS product over the input

@@ -32,23 +32,21 @@ import traceback
 from .common import TEXT, Budget, checkpoint_path, ready_checkpoint
 
 
-def request(frames: int, seed: int, text: str = TEXT, cloned=None):
-    """Exactly `frames` frames of `text`, spoken by the built-in speaker ryan, or with
-    `cloned` (a `ClonedVoice`) by a Base model."""
+def request(frames: int, seed: int, text: str = TEXT):
+    """Exactly `frames` frames of `text`, spoken by the built-in speaker ryan."""
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 
     return SynthesisRequest(
         text=text,
-        voice="ryan" if cloned is None else None,
-        cloned_voice=cloned,
+        voice="ryan",
         language="english",
         params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames),
     )
 
 
-async def run_one(engine, frames: int, seed: int, cloned=None) -> dict:
+async def run_one(engine, frames: int, seed: int) -> dict:
     t_submit = time.monotonic()
-    stream = engine.submit(request(frames, seed, cloned=cloned))
+    stream = engine.submit(request(frames, seed))
     arrivals = []
     n_frames = 0
     audio_s = 0.0
