@@ -2,7 +2,7 @@
 """The streaming codec at batch scale on a GPU, per convolution route: graph replay per
 (batch bucket, frames).
 
-Writes a real-size random speech tokenizer (official layout, as bench_codec.py does) unless
+Writes a real-size random speech tokenizer (the official layout) unless
 --tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
 "triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
 channels-last + the fused epilogue, "gemm" = every one as a cuBLAS product over the input
@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 import triton
 
-from ttsfleet_runtime.benchmark import timed
+from ttsfleet_runtime.bench.common import timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.codec import convs, load_speech_tokenizer
 from ttsfleet_runtime.codec.streaming import StreamingCodec

@@ -42,16 +42,11 @@ from pathlib import Path
 
 import torch
 
-from ttsfleet_runtime.benchmark import run_sections
+from ttsfleet_runtime.bench.common import Budget, run_sections
 
-T0 = time.time()
 REPO = Path(__file__).resolve().parents[1]
 NAME_CHARS = 120
 TOP = 25
-
-
-def log(*a) -> None:
-    print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
 
 
 # ---------------------------------------------------------------- environment
@@ -204,7 +199,7 @@ def decode_section(runner, B: int, args) -> dict:
     defaults = {k: v for k, v in dataclasses.asdict(SamplingParams()).items() if k in slot_fields}
     for slot in range(B):
         runner.set_sampling(slot, SlotParams(**(defaults | dict(seed=slot, min_frames=0))))
-    from ttsfleet_runtime.benchmark import spread_kv_blocks
+    from ttsfleet_runtime.bench.engine import spread_kv_blocks
 
     spread_kv_blocks(runner, B, args.kv_len + 1)  # each row reads blocks of its own
     s = runner.state
@@ -248,7 +243,7 @@ def codec_section(codec, B: int, n: int, args) -> dict:
 
 # ---------------------------------------------------------------- driver
 def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[tuple]):
-    from ttsfleet_runtime.benchmark import ready_checkpoint
+    from ttsfleet_runtime.bench.common import ready_checkpoint
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
     ckpt = ready_checkpoint(size, args)  # the same folder `ttsfleet-runtime bench` writes
@@ -260,7 +255,7 @@ def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[t
         cuda_graphs=args.device == "cuda",
         dtype=args.dtype,
         capture_all_graphs=False,
-        progress=lambda m: log(f"  {size}: {m}"),
+        progress=lambda m: args.budget.log(f"  {size}: {m}"),
     )
     engine.core.load()  # weights, KV cache, codec: the engine thread is never started
     return engine
@@ -276,7 +271,7 @@ def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> No
     except Exception as e:
         r["error"] = repr(e)
         r["traceback"] = traceback.format_exc()[-3000:]
-        log(f"{size}: engine FAILED", traceback.format_exc())
+        args.budget.log(f"{size}: engine FAILED", traceback.format_exc())
         return
     r["load_s"] = round(time.time() - t, 1)
     r["config"] = dict(max_batch=engine.runner.max_batch, max_len=engine.runner.max_len)
@@ -292,10 +287,8 @@ def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> No
         run_sections(
             sections,
             r,
-            started=T0,
-            budget_s=args.budget_s,
+            budget=args.budget,
             dump=dump,
-            log=log,
             label=f"{size} ",
             describe=row,
         )
@@ -355,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replays", type=int, default=200, help="timed graph replays")
     ap.add_argument("--budget-s", type=float, default=500, help="skip sections after this")
     args = ap.parse_args(argv)
+    args.budget = Budget(args.budget_s)
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device: use --device cpu")
@@ -362,12 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(args.out, "profile_step.json")
     results: dict = dict(
         env=environment(args.device),
-        config={k: v for k, v in vars(args).items() if k != "out"},
+        config={k: v for k, v in vars(args).items() if k not in ("out", "budget")},
         sizes={},
     )
 
     def dump() -> None:
-        results["wall_s"] = round(time.time() - T0, 1)
+        results["wall_s"] = round(args.budget.elapsed_s(), 1)
         with open(path, "w") as f:
             json.dump(results, f, indent=1, default=str)
 
@@ -375,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes.split(","):
         profile_size(size, args, results, dump)
         dump()
-    log(f"wrote {path}")
+    args.budget.log(f"wrote {path}")
     print(table(results), flush=True)
     return 0
 

@@ -1,13 +1,13 @@
 """What a Python process's interpreter does while it serves: garbage collector pauses and
 each thread's CPU time, one JSON line per interval. For `ttsfleet serve` under
-`bench/capacity.py` or any load, where the server's engine, codec and HTTP threads share
-one interpreter lock (bench/results README, session 12).
+`ttsfleet-runtime bench capacity` or any load, where the server's engine, codec and HTTP threads share
+one interpreter lock (docs/benchmarks.md).
 
 Put this folder first on the server's PYTHONPATH (Python imports `sitecustomize` at start)
 and name a log file:
 
     TTSFLEET_WATCH_LOG=/tmp/watch.jsonl PYTHONPATH=bench/interpreter_watch:$PYTHONPATH \\
-        python3 bench/capacity.py --out $OUT ...
+        python3 -m ttsfleet_runtime bench capacity --out $OUT ...
 
 Each line: `t` (Unix seconds), `gc` {generation: [collections, total ms, longest ms,
 collections over 5 ms, objects collected]} for the interval, `cpu_s` {thread name: CPU

@@ -9,7 +9,7 @@ benchmark speaks (`benchmark.TEXT`). Length is fixed at --frames by suppressing 
 (~4 characters a token), which only sets the prefill length.
 
 Writes faster_qwen3_tts.json into --out after every part; a part that fails records its
-error and the rest still run. bench/summarise.py reads it; bench/peers/README.md says
+error and the rest still run. `bench summarise` reads it; bench/peers/README.md says
 how to run it (the wheels, the device command).
 """
 
@@ -26,7 +26,7 @@ import types
 
 import torch
 
-from ttsfleet_runtime.benchmark import TEXT
+from ttsfleet_runtime.bench.common import TEXT
 from ttsfleet_runtime.checkpoint.sizes import model_config
 from ttsfleet_runtime.codec.config import speech_tokenizer_config
 

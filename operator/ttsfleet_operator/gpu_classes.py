@@ -72,7 +72,7 @@ def class_toleration(class_name: str) -> dict:
 # disk, seconds, the slowest run measured: (GPU class, model size) -> seconds. Update
 # from the committed start-up benchmarks; a pair not measured takes the slowest figure here.
 MEASURED_STARTUP_SECONDS: dict[tuple[str, str], int] = {
-    # bench/results/h100-2026-11-23-issue14-s9-startup.json, an empty compile cache (a
+    # bench/results/startup.json, an empty compile cache (a
     # fleet's first pod: 44.2 and 43.9 s, rounded up); with a warm one (the cache volume)
     # the sizes were ready in 8.0 and 6.4 s.
     ("h100", "1.7B"): 45,

@@ -177,21 +177,9 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _add_bench(subparsers) -> None:
-    p = subparsers.add_parser(
-        "bench",
-        help="time the engine on this GPU (ms per frame, time to first audio, throughput)",
-        description="Benchmark the engine through its public API; writes ours.json into --out.",
-    )
-    from .benchmark import add_arguments  # argparse only: benchmark imports torch lazily
+    from .bench import register  # argparse only: the benchmarks import torch when they run
 
-    add_arguments(p)
-    p.set_defaults(handler=_bench)
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from .benchmark import run
-
-    return run(args)
+    register(subparsers)
 
 
 def _add_loadtest(subparsers) -> None:

@@ -138,7 +138,7 @@ CLIENT_FAULT_ERRORS = (
 CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped", "voice_store_unavailable")
 
 # The phases of a start (engine/startup.py), in order: each lasts from the end of
-# the one before. bench/startup.py reads these names; its cold starts (an empty compile
+# the one before. `bench startup` reads these names; its cold starts (an empty compile
 # cache: a fleet's first pod) are what the operator's startupProbe budget takes
 # (gpu_classes.MEASURED_STARTUP_SECONDS).
 STARTUP_PHASES = (

@@ -181,7 +181,7 @@ class ServerSettings:
     # over the input windows, the last two with a fused epilogue, or "routed": the Triton
     # kernel where each stream brings many samples, the product where it brings few
     # (codec/convs.py route_for). The default is what served best under
-    # load (bench/capacity.py, routes against each other in one H100 lease: bench/results).
+    # load (`bench capacity`, routes against each other in one H100 lease: docs/benchmarks.md).
     codec_conv_route: str = setting(
         "routed",
         "GPU convolutions of the codec decoder",

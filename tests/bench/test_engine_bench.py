@@ -39,19 +39,7 @@ def test_12hz_stays_the_default_folder():
     """Benchmarks that never name a rate keep their 12 Hz checkpoints where they were."""
     from argparse import Namespace
 
-    from ttsfleet_runtime.benchmark import checkpoint_path
+    from ttsfleet_runtime.bench.common import checkpoint_path
 
     path = checkpoint_path("1.7B", Namespace(model=None, ckpt_dir="/ckpt"))
     assert Path(path).name == "Qwen3-TTS-12Hz-1.7B-CustomVoice-random"
-
-
-def test_a_benchmark_head_takes_path_options_as_text(tmp_path):
-    """report_start (every in-process GPU benchmark's JSON head) writes path options as
-    text, so the head goes through json.dumps whatever the parser's types."""
-    import argparse
-
-    from ttsfleet_runtime.benchmark import report_start
-
-    head = report_start(argparse.Namespace(out=tmp_path / "out", batch=128), triton="x")
-    assert head["args"] == {"out": str(tmp_path / "out"), "batch": 128}
-    assert json.loads(json.dumps(head))["args"]["out"] == str(tmp_path / "out")

@@ -1,5 +1,5 @@
 """bench/profile_step.py end to end on the CPU (tiny model: leaf operators stand in for
-kernels, no graphs): the JSON the lead's GPU runs and bench/summarise.py read."""
+kernels, no graphs): the JSON the lead's GPU runs and `bench summarise` read."""
 
 from __future__ import annotations
 

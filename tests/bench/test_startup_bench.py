@@ -1,4 +1,4 @@
-"""bench/startup.py on the CPU with a tiny checkpoint: two real `serve` processes (an
+"""`ttsfleet-runtime bench startup` on the CPU with a tiny checkpoint: two real `serve` processes (an
 empty compile cache, then the same one), each timed from spawn to /health/ready, with
 the server's own start-up phases scraped from /metrics, a burst of requests served and a
 first request timed."""
@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "startup.py"
+STARTUP = ["-m", "ttsfleet_runtime", "bench", "startup"]
 
 
 @pytest.mark.slow
@@ -20,7 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "startup.py"
 def test_a_cold_and_a_warm_start_are_timed_and_summarised(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--sizes", "tiny", "--device", "cpu"]
+        [sys.executable, *STARTUP, "--out", str(out), "--sizes", "tiny", "--device", "cpu"]
         + ["--ckpt-dir", str(tmp_path / "ckpt"), "--cache-dir", str(tmp_path / "cache")]
         + ["--port", "8931", "--budget-s", "800"]
         + ["--background-s", "0", "--max-batch", "4", "--burst", "3"],

@@ -1,4 +1,4 @@
-"""bench/summarise.py derives summary.json from one run's raw files: our medians, the
+"""`ttsfleet-runtime bench summarise` derives summary.json from one run's raw files: our medians, the
 peer's, the start graphs, the profile's kernel count, and speedups on the same run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "summarise.py"
+SUMMARISE = ["-m", "ttsfleet_runtime", "bench", "summarise"]
 
 
 def ours_size(ms_per_frame: list[float], ttfa: list[float]) -> dict:
@@ -49,7 +49,7 @@ def summarise(tmp_path: Path, files: dict[str, dict]) -> dict:
         path.write_text(json.dumps(content))
         args += [f"--{flag}", str(path)]
     out = tmp_path / "summary.json"
-    subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(out)], check=True)
+    subprocess.run([sys.executable, *SUMMARISE, *args, "--out", str(out)], check=True)
     return json.loads(out.read_text())
 
 
@@ -98,7 +98,7 @@ def test_a_run_split_by_size_is_one_summary(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(second))
     out = tmp_path / "summary.json"
     subprocess.run(
-        [sys.executable, str(SCRIPT), "--ours", str(tmp_path / "a.json")]
+        [sys.executable, *SUMMARISE, "--ours", str(tmp_path / "a.json")]
         + ["--ours", str(tmp_path / "b.json"), "--out", str(out)],
         check=True,
     )
@@ -118,7 +118,7 @@ def test_without_peer_or_profile_there_are_no_speedups_or_kernel_counts(tmp_path
 
 
 def capacity_run(knee: float) -> dict:
-    """capacity.json of bench/capacity.py: per size its load figures (and more, not copied)."""
+    """capacity.json of `bench capacity`: per size its load figures (and more, not copied)."""
     load = dict(
         ttfa_p95_ms_at_10_rps=31.5,
         ttfa_p95_ms_at_20_rps=47.0,
@@ -164,7 +164,7 @@ def test_a_later_capacity_file_only_fills_the_load_figures_an_earlier_one_lacks(
         path.write_text(json.dumps(content))
         paths += [f"--{name.split('-')[0]}", str(path)]
     out = tmp_path / "summary.json"
-    subprocess.run([sys.executable, str(SCRIPT), *paths, "--out", str(out)], check=True)
+    subprocess.run([sys.executable, *SUMMARISE, *paths, "--out", str(out)], check=True)
     load = json.loads(out.read_text())["sizes"]["0.6B"]["load"]
     assert load == dict(
         ttfa_p95_ms_at_10_rps=31.5,
@@ -174,24 +174,24 @@ def test_a_later_capacity_file_only_fills_the_load_figures_an_earlier_one_lacks(
     )
 
 
-def test_the_codec_figure_comes_from_bench_codec_too_and_missing_files_are_left_out(tmp_path):
+def test_the_codec_figure_comes_from_codec_scale_and_missing_files_are_left_out(tmp_path):
     ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
-    step = dict(batch=128, frames=8, graph=dict(median_ms=20.5), eager=dict(median_ms=70.0))
     codec = dict(
-        results=[
-            dict(dtype="float32", steps=[dict(step, graph=dict(median_ms=99.0))]),
-            dict(dtype="bfloat16", steps=[dict(batch=128, frames=4), step]),
+        scale=[
+            dict(batch=128, frames=1, decode_ms=3.0),
+            dict(batch=128, frames=8, decode_ms=14.2261),
+            dict(batch=256, frames=8, decode_ms=28.1),
         ]
     )
     assert (
         summarise(tmp_path, dict(ours=ours, codec=codec))["sizes"]["1.7B"]["codec_ms_b128_n8"]
-        == 20.5
+        == 14.226
     )
 
     out = tmp_path / "summary.json"
     (tmp_path / "ours.json").write_text(json.dumps(ours))
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--ours", str(tmp_path / "ours.json")]
+        [sys.executable, *SUMMARISE, "--ours", str(tmp_path / "ours.json")]
         + ["--codec", str(tmp_path / "absent.json"), "--capacity", str(tmp_path / "none.json")]
         + ["--out", str(out)],
         capture_output=True,
@@ -227,7 +227,7 @@ def test_start_up_figures_join_an_existing_summary_and_change_nothing_else(tmp_p
     subprocess.run(
         [
             sys.executable,
-            str(SCRIPT),
+            *SUMMARISE,
             "--startup",
             str(tmp_path / "startup.json"),
             "--out",
@@ -240,7 +240,7 @@ def test_start_up_figures_join_an_existing_summary_and_change_nothing_else(tmp_p
     assert after["sizes"]["1.7B"].pop("startup_s_cold") == 96.7
     assert after == before
     refused = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True, text=True
+        [sys.executable, *SUMMARISE, "--out", str(out)], capture_output=True, text=True
     )
     assert refused.returncode == 2 and "--startup" in refused.stderr
 
@@ -264,7 +264,7 @@ def test_load_figures_join_an_existing_summary_keeping_what_the_run_did_not_meas
     (tmp_path / "capacity.json").write_text(json.dumps(dict(sizes={"1.7B": dict(load=new_load)})))
     out = tmp_path / "summary.json"
     subprocess.run(
-        [sys.executable, str(SCRIPT), "--capacity", str(tmp_path / "capacity.json")]
+        [sys.executable, *SUMMARISE, "--capacity", str(tmp_path / "capacity.json")]
         + ["--out", str(out)],
         check=True,
     )
@@ -289,7 +289,7 @@ def test_the_codec_figure_joins_an_existing_summary_and_changes_nothing_else(tmp
     (tmp_path / "codec.json").write_text(json.dumps(new_codec))
     out = tmp_path / "summary.json"
     subprocess.run(
-        [sys.executable, str(SCRIPT), "--codec", str(tmp_path / "codec.json"), "--out", str(out)],
+        [sys.executable, *SUMMARISE, "--codec", str(tmp_path / "codec.json"), "--out", str(out)],
         check=True,
     )
     after = json.loads(out.read_text())

@@ -409,7 +409,8 @@ def _epilogue(
 
 
 # Where the Triton kernel beats the product (H100, bench/codec_scale.py per layer at 1 x 1,
-# 8 x 2, 32 x 2 and 128 x 8 streams x frames: bench/results/*-s9-codec_scale.json): every
+# 8 x 2, 32 x 2 and 128 x 8 streams x frames; at commit 7d79071:
+# bench/results/h100-2026-11-23-issue12-s9-codec_scale.json): every
 # convolution whose input brings each stream at least two of the kernel's 128-sample tiles,
 # whatever its taps and channels (2-5x faster than the product for the last three blocks'
 # dilated convolutions, even for 1x1 ones). Below that the kernel's per-stream tiles are

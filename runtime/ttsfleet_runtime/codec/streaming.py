@@ -79,7 +79,7 @@ class StreamingCodec:
         # One call for all the buffers' rows: a `zero_()` per buffer made the codec thread
         # hand the interpreter lock over twice per buffer for every new stream, and at
         # 160 req/s on the H100 it waited to take it back in 39% of its active samples,
-        # most of them here (bench/results README, session 13, call 8).
+        # most of them here (git show 7d79071:bench/results/README.md, session 13, call 8).
         torch._foreach_zero_(self._slot_rows[slot])
         self._open.add(slot)
         return slot

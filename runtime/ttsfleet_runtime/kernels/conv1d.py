@@ -19,7 +19,7 @@ runs over taps x input channels, tl.dot on tensor cores (bf16 in, float32 accumu
   (a residual unit needs both: the raw sum feeds the next residual, the activated one the
   next convolution).
 
-Block sizes come from `TABLE`, measured on the GPU by bench/kernel_conv1d.py per
+Block sizes come from `TABLE`, measured on the GPU by bench/kernel_conv1d.py at 7d79071 per
 (columns, input channels, taps), never from run-time autotuning: the codec is
 captured in CUDA graphs at start-up. Unknown shapes get `default_config`.
 """
@@ -58,9 +58,10 @@ class ConvConfig:
 
 
 # (columns N, input channels, taps) -> (block_t, block_n, block_k, warps, stages), the
-# fastest of bench/kernel_conv1d.py's sweep at 128 streams x 8 frames on the H100
-# (bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json; a second sweep with smaller
-# tiles, -s10-kernel_conv1d.json, changed only block2's conv1), with the kernel's time per
+# fastest of bench/kernel_conv1d.py's sweep at 128 streams x 8 frames on the H100 (script
+# and results at commit 7d79071: bench/results/h100-2026-11-23-issue12-s9-kernel_conv1d.json;
+# a second sweep with smaller tiles, -s10-kernel_conv1d.json, changed only block2's conv1),
+# with the kernel's time per
 # call and, in brackets, cuDNN's channels-last convolution alone on the same problem.
 TABLE: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {
     (192, 192, 7): (128, 256, 64, 8, 3),  # block3 ru.conv1 (192, k7): 823 us (898)
@@ -100,7 +101,7 @@ def config_for(n: int, cin: int, taps: int) -> ConvConfig:
 
 # The activation's sine is the GPU's hardware one (MUFU, `fast_sinf`, PTX sin.approx.f32) on
 # the argument as it is, with no range reduction of our own. Its error on the H100
-# (bench/snake_sine.py: max |fast_sinf(z)^2 - sin^2(z)|) is 4.6e-7 over |z| <= pi,
+# (bench/snake_sine.py at 7d79071: max |fast_sinf(z)^2 - sin^2(z)|) is 4.6e-7 over |z| <= pi,
 # 1.0e-5 over 100, 3.7e-5 over 315, 1.4e-4 over 1000: ~1.2e-7 |z|, the float32 rounding of
 # the argument. A bf16 output rounds y = z / frequency by up to 2^-9 |y|, so the sine's
 # error times the inverse magnitude is ~6e-5 x frequency x inverse_magnitude of that

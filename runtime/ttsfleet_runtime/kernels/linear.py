@@ -18,7 +18,7 @@ Both fuse, as compile-time flags so each call site gets its own specialisation:
   `silu_mul_eager(x)`. Both round like the eager functions, so the input is the same tensor.
 - epilogue: `+ bias` [N], `+ residual` [M, N], one rounding to x's dtype at the end.
 
-The block sizes come from `TABLE`, measured on the GPU by bench/kernel_linear.py per
+The block sizes come from `TABLE`, measured on the GPU by bench/kernel_linear.py at 7d79071 per
 (M bucket, N, K), never from run-time autotuning: a decode step is captured in CUDA graphs at
 start-up and every compile there delays readiness. Unknown shapes get `default_config`.
 """
@@ -62,10 +62,11 @@ class LinearConfig:
 
 
 # (M bucket, N, K) -> (variant, block_m, block_n, block_k, num_warps, num_stages), written by
-# bench/kernel_linear.py on the H100 (its --out/linear_table.py is pasted here).
+# bench/kernel_linear.py on the H100 (its --out/linear_table.py is pasted here; the script
+# and its results are at commit 7d79071: bench/results/h100-2026-11-23-kernel_linear.json).
 # Measured on an H100 80GB HBM3 (torch 2.11, triton 3.6), 2026-11-23: kept are the
-# buckets where the fused kernel beat cuBLAS + the compiled elementwise kernels by 3% or more
-# (bench/results/h100-2026-11-23-kernel_linear.json). Comments: ours, then the composition.
+# buckets where the fused kernel beat cuBLAS + the compiled elementwise kernels by 3% or more.
+# Comments: ours, then the composition.
 TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
     (1, 1024, 2048): (
         "gemv",

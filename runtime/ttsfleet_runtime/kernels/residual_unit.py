@@ -27,7 +27,7 @@ adds each output's window of them; only the head's next history (the last 6 acti
 rows) is stored as such.
 
 Block sizes come from `TABLE` (channels -> config: block_n is the chunk of conv2's output
-columns; conv1's are always all of them), measured by bench/kernel_conv1d.py --units,
+columns; conv1's are always all of them), measured by bench/kernel_conv1d.py --units at 7d79071,
 never from run-time autotuning (the codec is captured in CUDA graphs).
 """
 
@@ -60,7 +60,8 @@ from .conv1d import (
 MAX_CHANNELS = 256
 
 # channels -> (block_t, block_n, block_k, warps, stages), the fastest of
-# bench/kernel_conv1d.py --units on the GPU (128 streams x 8 frames; microseconds per unit,
+# bench/kernel_conv1d.py --units on the GPU (128 streams x 8 frames; microseconds per unit;
+# script and results at commit 7d79071:
 # bench/results/h100-2026-11-23-issue12-s10-kernel_residual_unit.json). Both winners use
 # 64-sample tiles and 4 warps: half the registers of the 128-sample tile, so twice the
 # programs per SM hide the loads. Other widths: `default_config`.

@@ -59,7 +59,7 @@ class _Tiles:
 # A decode step's chunk (one padded query tile: up to 16 frames of a head) is a few tiny
 # products per program, latency-bound: 16-key steps in one warp, unpipelined, so that many
 # programs share an SM (H100, 128 streams x 8 frames, 16 heads: 19.7 us a layer against
-# 35.4 for 64-key steps in 4 warps; bench/window_attention_tiles.py, 48 configs).
+# 35.4 for 64-key steps in 4 warps; bench/window_attention_tiles.py at 7d79071, 48 configs).
 # Longer chunks (offline decode, 64 query rows a tile) keep 64-key steps in 4 warps.
 _STEP_TILES = _Tiles(block_n=16, num_warps=1, num_stages=1)
 _CHUNK_TILES = _Tiles(block_n=64, num_warps=4, num_stages=2)

@@ -1,5 +1,5 @@
-"""A `ttsfleet serve` process for the server benchmarks (bench/capacity.py,
-bench/startup.py): spawned with a checkpoint on this machine, waited for, stopped, its
+"""A `ttsfleet serve` process for the server benchmarks (`bench capacity`,
+`bench startup`): spawned with a checkpoint on this machine, waited for, stopped, its
 log kept; and the head of their JSON reports (when, on what GPU, which versions).
 
 The benchmark process itself never touches CUDA: the server does. Like the rest of the

@@ -346,7 +346,7 @@ class PromptBuilder:
         fewer when the text is complete and shorter (padded with tts_pad).
 
         This runs on the engine thread for every prompt, and each torch call there
-        hands the interpreter lock over (bench/torch_calls.py): it makes six. No
+        hands the interpreter lock over (bench/torch_calls.py at 7d79071): it makes six. No
         `no_grad` around it (two calls; the weights need no gradient), and a lead of
         one id (every voice without a reference) is its row of the embedding table,
         cloned as the embedding lookup would make it: no copy of the id to the device

@@ -15,7 +15,8 @@ one lease, alternating: at 120 req/s p95 time to first audio 273 ms with 22% of 
 streams underrunning, against 83 ms and none; forced hand-overs ten times as often
 cost more than the shorter waits for the lock win.
 
-bench/results/h100-2026-11-24-issue12-s12-*: the runs behind these figures.
+The runs behind these figures: `git show 7d79071:bench/results/README.md`, session 12
+(files h100-2026-11-24-issue12-s12-* at that commit; docs/benchmarks.md).
 """
 
 from __future__ import annotations
