@@ -38,10 +38,12 @@ with other streams' chunks; a remainder shorter than any runs eagerly,
 never padded, as padding would enter the state), and their audio is dropped.
 The first chunk's audio then follows the recording's without a seam.
 
-A failed decode ends only the streams that make it fail: the codec writes a
+A failed decode ends only the streams that make it fail: the codecs write a
 stream's state back only after a successful call, so a failed batched call is
 retried one stream at a time, and a stream that fails alone ends with "error"
-(`on_failure` tells the engine, which frees its batch slot).
+(`on_failure` tells the engine, which frees its batch slot). The decode and the
+end of an utterance (`finish`) are retried apart: a retry must never repeat a
+call that succeeded, or a bystander would hear a chunk twice.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ import torch
 from ..kernels.host_copy import to_host
 from .api import S16_FULL_SCALE, AudioChunk, FinishReason
 from .frame_decoder import DecodedAudio, FrameDecoder
+from .isolation import together_else_alone
 
 log = logging.getLogger(__name__)
 
@@ -229,26 +232,40 @@ class CodecWorker:
         return n
 
     def _decode(self, n: int, jobs: list[ChunkJob]) -> None:
+        """Decode `jobs` (chunks of `n` frames, one per stream) and deliver their audio.
+        Two steps, each batched and, when the batch raises, retried one stream at a
+        time (`together_else_alone`): the decode, then what the decoder held back for
+        the streams whose last chunk this is. Each step leaves the decoder's state as
+        it was when it raises, and a retry never repeats a step that succeeded, so no
+        bystander's frames are decoded twice."""
         # A chunk handed over while its stream was being cancelled may arrive
         # after the end: drop it (its slot is closed already).
         jobs = [j for j in jobs if not getattr(j.seq, "codec_closed", False)]
-        if not jobs:
-            return
-        try:
-            self._decode_together(n, jobs)
-        except Exception:
-            if len(jobs) == 1:
-                log.exception(
-                    "codec decode failed; ending the stream",
-                    extra={"request_id": getattr(jobs[0].seq, "request_id", None)},
-                )
-                self._fail(jobs[0].seq)
-                return
-            log.warning(
-                "batched codec decode failed; decoding its streams one by one", exc_info=True
-            )
-            for job in jobs:
-                self._decode(n, [job])
+        audio: dict[int, _HostAudio] = {}
+
+        def decode(some: list[ChunkJob]) -> None:
+            audio.update(zip(map(id, some), self._decode_together(n, some), strict=True))
+
+        def finish(some: list[ChunkJob]) -> None:
+            rest = _on_host(self.codec.finish([job.seq.codec_slot for job in some]))
+            for job, tail in zip(some, rest, strict=True):
+                job.seq.codec_slot = None  # finish closed it
+                if len(tail):
+                    audio[id(job)] = audio[id(job)].then(tail)
+
+        decoded = together_else_alone(jobs, decode, self._decode_failed, "batched codec decode")
+        ending = [job for job in decoded if job.last]
+        finished = together_else_alone(ending, finish, self._decode_failed, "codec finish")
+        failed = {id(job) for job in ending} - {id(job) for job in finished}
+        self._deliver(n, [(j, audio[id(j)]) for j in decoded if id(j) not in failed])
+
+    def _decode_failed(self, job: ChunkJob, exc: Exception) -> None:
+        log.error(
+            "codec decode failed; ending the stream",
+            exc_info=exc,
+            extra={"request_id": getattr(job.seq, "request_id", None)},
+        )
+        self._fail(job.seq)
 
     def _fail(self, seq) -> None:
         """End `seq`'s stream with "error" and drop its later chunks."""
@@ -259,7 +276,8 @@ class CodecWorker:
         seq.stream.end("error")
         self.on_failure(seq)
 
-    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> None:
+    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> list[_HostAudio]:
+        """One decoder call over `jobs`' chunks -> each one's audio on the host."""
         for job in jobs:
             if job.seq.codec_slot is None:
                 job.seq.codec_slot = self.codec.open(job.seq.voice)
@@ -270,17 +288,12 @@ class CodecWorker:
                 [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
             )
         )
-        audio = _on_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes))
-        ending = [i for i, job in enumerate(jobs) if job.last]
-        if ending:  # what the decoder held back (none at 12 Hz); closes their slots
-            rest = _on_host(self.codec.finish([jobs[i].seq.codec_slot for i in ending]))
-            for i, tail in zip(ending, rest, strict=True):
-                jobs[i].seq.codec_slot = None
-                if len(tail):
-                    audio[i] = audio[i].then(tail)
+        return _on_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes))
+
+    def _deliver(self, n: int, decoded: list[tuple[ChunkJob, _HostAudio]]) -> None:
         now = time.monotonic()
         spf = self.codec.timing.samples_per_frame
-        for job, pcm in zip(jobs, audio, strict=True):
+        for job, pcm in decoded:
             frames = len(job.codes)
             if n > frames:  # a padded last chunk: the padding's audio is cut off
                 pcm = pcm[: frames * spf]

@@ -50,6 +50,7 @@ from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecWorker
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
+from .isolation import together_else_alone
 from .kv_blocks import KVBlocks
 from .model_runner import (
     PREFILL_PROMPTS,
@@ -568,7 +569,7 @@ class EngineCore:
             else:
                 if new:
                     taken.append((seq, new, seq.text_sent))
-        sent = _together_else_alone(
+        sent = together_else_alone(
             taken,
             lambda some: self.runner.set_texts([(seq.slot, new, at) for seq, new, at in some]),
             lambda item, exc: self._text_failed(item[0], exc),
@@ -641,7 +642,7 @@ class EngineCore:
                 prompts.append((seq, self._prompt(seq)))
             except Exception as exc:
                 self._prefill_failed(seq, exc)
-        done = _together_else_alone(
+        done = together_else_alone(
             prompts,
             lambda some: self.runner.prefill([prompt for _, prompt in some]),
             lambda item, exc: self._prefill_failed(item[0], exc),
@@ -765,33 +766,6 @@ class EngineCore:
                 if not seq.finished:
                     self._finish(seq, "error", _failure("generation failed", exc))
         return StepInFlight(stepped, None, None, codes, nxt)
-
-
-def _together_else_alone(items: list, run, failed, what: str) -> list:
-    """`run(items)` in one call; if that raises, `run([item])` for each item, and
-    `failed(item, exc)` for each that raises alone: one request's fault ends only
-    that request. -> the items that ran."""
-    if not items:
-        return []
-    try:
-        run(items)
-        return items
-    except Exception as exc:
-        if len(items) == 1:
-            failed(items[0], exc)
-            return []
-        log.warning(
-            f"{what} failed; retrying its requests one by one",
-            extra={"requests": len(items), "error": repr(exc)},
-        )
-    done = []
-    for item in items:
-        try:
-            run([item])
-            done.append(item)
-        except Exception as exc_one:
-            failed(item, exc_one)
-    return done
 
 
 def _failure(what: str, exc: BaseException) -> EngineError:
