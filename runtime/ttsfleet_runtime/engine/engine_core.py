@@ -641,8 +641,6 @@ class EngineCore:
         one prompt at a time (each call rewrites its slots' whole state)."""
         prompts: list[tuple[Sequence, Prompt]] = []
         for seq in seqs:
-            if seq.t_admitted is None:
-                seq.t_admitted = time.monotonic()  # it holds a batch slot from here
             if seq.finished:
                 continue
             if not seq.text.ids:  # the text stream ended empty

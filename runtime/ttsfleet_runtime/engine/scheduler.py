@@ -75,6 +75,7 @@ class Schedulable(Protocol):
     position: int  # next KV position to write
     prompt_length: int  # positions its (next) prefill writes
     kv_blocks: list[int]  # KV blocks held, in position order
+    t_admitted: float | None  # when it took its slot (plan sets it)
 
     @property
     def finished(self) -> bool: ...
@@ -321,6 +322,7 @@ class Scheduler(Generic[S]):
             self.waiting.remove(seq)
             # Lowest free slot: keeps the batch a short prefix of the slots.
             seq.slot = free.pop(0)
+            seq.t_admitted = time.monotonic()  # it holds a batch slot from here
             self.running[seq.slot] = seq
             self._kv_changed[seq.slot] = seq
         return plan

@@ -119,7 +119,7 @@ class Sequence:
         self.finish_reason: FinishReason | None = None
         self.error: EngineError | None = None  # why it ended with "error", when known
         self.t_submitted = time.monotonic()
-        self.t_admitted: float | None = None
+        self.t_admitted: float | None = None  # when the scheduler gave it a slot
         self.awaiting_prefill = True  # the current piece is not in its slot yet
         self.position = 0  # next talker position (host copy)
         self.kv_blocks: list[int] = []  # KV blocks it holds (engine/kv_blocks.py)
