@@ -44,14 +44,7 @@ class CodecFailed:
     key: int
 
 
-@dataclasses.dataclass(frozen=True)
-class SetSlotSeconds:
-    """Put back the mean seconds a stream holds a slot (the retry hints' basis)."""
-
-    seconds: float
-
-
-Command = Add | Abort | CodecFailed | SetSlotSeconds
+Command = Add | Abort | CodecFailed
 
 
 class Inbox:
@@ -88,7 +81,7 @@ class Inbox:
                     self._aborting.add(seq.key)
         self._queue.put(Abort(seq, reason))
 
-    def send(self, command: CodecFailed | SetSlotSeconds) -> None:
+    def send(self, command: CodecFailed) -> None:
         self._queue.put(command)
 
     @property
@@ -138,5 +131,3 @@ class Inbox:
             seq = scheduler.find(command.key)
             if seq is not None:
                 scheduler.finish(seq, "error")
-        elif isinstance(command, SetSlotSeconds):
-            scheduler.mean_slot_seconds = command.seconds

@@ -53,7 +53,7 @@ from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecStream, CodecWorker
-from .commands import CodecFailed, Inbox, SetSlotSeconds
+from .commands import CodecFailed, Inbox
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
 from .isolation import together_else_alone
@@ -356,10 +356,6 @@ class EngineCore:
         """End `seq` (None: every request) at the top of the engine thread's next
         iteration: its slot is free for that iteration's plan, its stream ends then."""
         self.inbox.abort(seq, reason)
-        self._wake.set()
-
-    def set_mean_slot_seconds(self, seconds: float) -> None:
-        self.inbox.send(SetSlotSeconds(seconds))
         self._wake.set()
 
     def _codec_failed(self, key: int) -> None:

@@ -241,7 +241,8 @@ class Scheduler(Generic[S]):
         release (`take_releases`). False when it had finished already."""
         if seq.finished:
             return False
-        held = time.monotonic() - seq.t_admitted if seq.t_admitted else None
+        timed = seq.t_admitted and seq.times_slot
+        held = time.monotonic() - seq.t_admitted if timed else None
         self.remove(seq, held)
         seq.status = Status.FINISHED
         seq.finish_reason = reason

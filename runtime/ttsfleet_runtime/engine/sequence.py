@@ -103,6 +103,7 @@ class Sequence:
         *,
         prompt_length: int,
         keep_codes: bool = False,
+        times_slot: bool = True,
     ):
         self.key = next(_keys)
         self.request_id = request_id
@@ -120,6 +121,7 @@ class Sequence:
         self.error: EngineError | None = None  # why it ended with "error", when known
         self.t_submitted = time.monotonic()
         self.t_admitted: float | None = None  # when the scheduler gave it a slot
+        self.times_slot = times_slot  # its time in a slot counts in the retry hints
         self.awaiting_prefill = True  # the current piece is not in its slot yet
         self.position = 0  # next talker position (host copy)
         self.kv_blocks: list[int] = []  # KV blocks it holds (engine/kv_blocks.py)

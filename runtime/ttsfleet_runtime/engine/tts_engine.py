@@ -232,14 +232,11 @@ class TTSEngine:
             params=SamplingParams(seed=0, max_frames=frames, min_frames=frames),
             request_id="warm-up",
         )
-        with self.core.lock:
-            slot_seconds = self.core.scheduler.mean_slot_seconds
-        stream = self._submit(request)
+        stream = self._submit(request)  # before ready: not in the retry hints' clock
         async for _ in stream:
             pass
         if stream.finish_reason not in ("eos", "length"):
             raise RuntimeError(f"the warm-up synthesis failed: {stream.error!r}")
-        self.core.set_mean_slot_seconds(slot_seconds)  # retry hints: users' slots only
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self._draining = True
@@ -329,6 +326,8 @@ class TTSEngine:
             later_pieces=later,
             prompt_length=prompt_length,
             keep_codes=self.keep_codes,
+            # Retry hints speak of users' slots: only the warm-up comes before ready.
+            times_slot=self._ready,
         )
         stream.seq = seq
         self._admit(lambda: self.core.add(seq))
