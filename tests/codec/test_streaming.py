@@ -91,6 +91,42 @@ def test_streams_batched_together_each_get_their_own_waveform(tiny_decoder, rand
         torch.testing.assert_close(torch.cat(parts[s]), offline[row[s]], **TOL)
 
 
+def test_a_step_that_fails_after_its_attention_leaves_every_stream_as_it_was(
+    tiny_decoder, random_codes
+):
+    """The step writes the key/value rings in place before its upsampling: a batched step
+    that raises there (an out-of-memory, injected) must leave its streams as they were, so
+    that decoded again one by one (the codec worker's retry) each stream's audio is byte
+    for byte its audio decoded alone."""
+    codes = random_codes(3, 12, seed=16)
+    chunks = [(0, 4), (4, 8), (8, 12)]  # past the tiny 8-frame window: the ring evicts
+
+    def alone(row: int) -> torch.Tensor:
+        codec = StreamingCodec(tiny_decoder, max_streams=1, device="cpu")
+        return stream(codec, codec.open(), codes[row], [b - a for a, b in chunks])
+
+    codec = StreamingCodec(tiny_decoder, max_streams=3, device="cpu")
+    slots = [codec.open() for _ in range(3)]
+    heard: list[list[torch.Tensor]] = [[] for _ in slots]
+    upsampling = tiny_decoder.upsample[0][1]
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("injected: out of memory after the attention")
+
+    for number, (a, b) in enumerate(chunks):
+        if number == 1:
+            upsampling.forward = out_of_memory
+            try:
+                with pytest.raises(RuntimeError, match="injected"):
+                    codec.decode(slots, codes[:, a:b])
+            finally:
+                del upsampling.forward
+        for row, slot in enumerate(slots):  # the retry, and every other call, alone
+            heard[row].append(codec.decode([slot], codes[row : row + 1, a:b])[0])
+    for row in range(3):
+        assert torch.cat(heard[row]).numpy().tobytes() == alone(row).numpy().tobytes()
+
+
 def test_a_reopened_slot_starts_a_fresh_stream(tiny_decoder, random_codes):
     first, second = random_codes(2, 12, seed=12)
     codec = StreamingCodec(tiny_decoder, max_streams=1, device="cpu")

@@ -12,6 +12,7 @@ in a different order than one block alone (~1e-6 measured).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -127,6 +128,49 @@ def test_a_stream_is_the_same_alone_or_in_a_batch(decoder):
     pieces.append(streaming.finish(slots)[3])
     torch.testing.assert_close(torch.cat(pieces), alone, rtol=0, atol=BATCH_ROUNDING)
     assert streaming.active == 0
+
+
+def test_a_failed_batch_leaves_its_streams_as_they_were(decoder):
+    """A batched call that raises changes no stream: decoded again one by one (as the
+    codec worker retries a failed batch), the bystanders' audio is byte for byte their
+    audio decoded alone, with no chunk heard twice. The fault: a stored voice whose
+    x-vector has 10 dimensions instead of 192 (it fails the DiT in any batch)."""
+    good = [random_voice(20 + i) for i in range(3)]
+    corrupt = dataclasses.replace(random_voice(23), xvector=torch.ones(10))
+    codes = [random_codes(40 + i, 36) for i in range(4)]
+    chunk = [[c[:, start : start + 12] for c in codes] for start in (0, 12, 24)]
+
+    streaming = StreamingDecoder25Hz(decoder, max_streams=4)
+    *bystanders, victim = [streaming.open(voice) for voice in [*good, corrupt]]
+    # 12 codes: no block is final yet, so the batch makes no window (and no rounding).
+    first = streaming.decode([*bystanders, victim], torch.cat(chunk[0]))
+    assert all(audio.numel() == 0 for audio in first)
+    with pytest.raises(RuntimeError):  # the first windows: the corrupt x-vector fails them
+        streaming.decode([*bystanders, victim], torch.cat(chunk[1]))
+    with pytest.raises(RuntimeError):  # the worker's retry: the victim fails alone
+        streaming.decode([victim], chunk[1][3])
+    streaming.close(victim)
+    heard = []
+    for i, slot in enumerate(bystanders):  # the retry, then the rest, each alone
+        pieces = [streaming.decode([slot], chunk[k][i])[0] for k in (1, 2)]
+        heard.append(torch.cat([*pieces, streaming.finish([slot])[0]]))
+    assert streaming.active == 0
+
+    for voice, stream_codes, audio in zip(good, codes, heard, strict=False):
+        alone = stream_in_chunks(StreamingDecoder25Hz(decoder, 1), voice, stream_codes, chunk=12)
+        assert audio.numpy().tobytes() == alone.numpy().tobytes()
+
+
+def test_a_failed_finish_closes_no_slot(decoder):
+    streaming = StreamingDecoder25Hz(decoder, max_streams=2)
+    good = streaming.open(random_voice(30))
+    bad = streaming.open(dataclasses.replace(random_voice(31), xvector=torch.ones(10)))
+    streaming.decode([good, bad], torch.cat([random_codes(50, 6), random_codes(51, 6)]))
+    with pytest.raises(RuntimeError):
+        streaming.finish([good, bad])
+    assert streaming.active == 2
+    tail = streaming.finish([good])[0]
+    assert tail.numel() == 6 * streaming.samples_per_frame
 
 
 def test_first_audio_comes_with_the_second_block(decoder):

@@ -30,6 +30,7 @@ async def make_engine(tiny_checkpoint):
 
     async def make(checkpoint: Path | None = None, **kwargs) -> TTSEngine:
         kwargs.setdefault("dtype", "float32")
+        kwargs.setdefault("keep_codes", True)  # the tests compare the codes generated
         engine = TTSEngine.from_pretrained(str(checkpoint or tiny_checkpoint), "cpu", **kwargs)
         await engine.start()
         engines.append(engine)

@@ -5,12 +5,13 @@ decision, not the decoder's)."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from ttsfleet_runtime.engine.codec_worker import ChunkJob, CodecWorker
+from ttsfleet_runtime.engine.codec_worker import ChunkJob, CodecStream, CodecWorker
 from ttsfleet_runtime.engine.frame_decoder import DecodedAudio
 
 SAMPLES_PER_FRAME = 4
@@ -49,24 +50,28 @@ class Listener:
         self.chunks_delivered = chunks_delivered
         self.frames_decoded = self.frames_delivered = 0
         self.got: list = []
+        self.ended = False
 
     def deliver(self, chunk) -> None:
         self.got.append(chunk)
         self.chunks_delivered += 1
 
 
-def stream_seq(chunks_delivered: int):
-    return SimpleNamespace(
+_keys = itertools.count()
+
+
+def stream_seq(chunks_delivered: int) -> CodecStream:
+    return CodecStream(
+        key=next(_keys),
+        request_id="",
         stream=Listener(chunks_delivered),
-        codec_slot=None,
         voice=None,
         t_admitted=0.0,
-        codec_skip_samples=0,
     )
 
 
-def chunk(seq, frames: int) -> ChunkJob:
-    return ChunkJob(seq, np.zeros((frames, RecordingDecoder.code_groups), dtype=np.int64))
+def chunk(request: CodecStream, frames: int) -> ChunkJob:
+    return ChunkJob(request, np.zeros((frames, RecordingDecoder.code_groups), dtype=np.int64))
 
 
 def test_a_first_chunk_is_decoded_before_the_chunks_of_playing_streams():

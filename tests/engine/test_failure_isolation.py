@@ -154,7 +154,8 @@ async def test_a_codec_decode_that_fails_for_one_stream_ends_only_that_stream(ma
     def decode_failing_with_the_victim(n, jobs):
         # The victim's chunks after its first delivered one.
         victim_later = (
-            job.seq.request_id == "victim" and job.seq.stream.chunks_delivered >= 1 for job in jobs
+            job.request.request_id == "victim" and job.request.stream.chunks_delivered >= 1
+            for job in jobs
         )
         if any(victim_later):
             raise RuntimeError("injected codec fault")

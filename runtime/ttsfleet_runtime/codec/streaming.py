@@ -111,7 +111,19 @@ class StreamingCodec:
             return graph.run(slots, codes)
         index = ids_on(slots, self.device)
         with torch.inference_mode():
-            return self._step(index, codes.to(self.device, torch.long))
+            # The step writes the rings in place, layer by layer, over the entries the
+            # next frames evict: a step that raises after some layers (an out-of-memory)
+            # would leave its streams' rings ahead of their packed state, and the codec
+            # worker's retry of each stream alone would read new keys as old ones. So an
+            # eager call keeps its streams' ring rows and puts them back when it raises.
+            # (A captured graph's failure is the device's, not a call's: nothing retries it.)
+            kept = [rows.index_select(0, index) for rows in self._rings.values()]
+            try:
+                return self._step(index, codes.to(self.device, torch.long))
+            except Exception:
+                for rows, before in zip(self._rings.values(), kept, strict=True):
+                    rows.index_copy_(0, index, before)
+                raise
 
     def _step(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         gathered = {dtype: rows.index_select(0, index) for dtype, rows in self._state.items()}

@@ -139,64 +139,76 @@ class StreamingDecoder25Hz:
     # ---------------------------------------------------------------- decode
     def decode(self, slots: list[int], codes: torch.Tensor) -> list[torch.Tensor]:
         """Append codes [B, n] to the streams in `slots`; per stream, the float32 audio
-        that became final (a multiple of a block's samples, possibly empty)."""
+        that became final (a multiple of a block's samples, possibly empty). A call that
+        raises leaves every stream as it was, so its streams may be decoded again (the
+        codec worker retries a failed batch one stream at a time)."""
         self._check(slots)
         if codes.dim() != 2 or codes.shape[0] != len(slots):
             raise ValueError(f"codes must be [{len(slots)}, n], got {tuple(codes.shape)}")
         if codes.numel() and int(codes.min()) < 0:
             raise ValueError("codes must be >= 0")
-        jobs = []
+        staged, jobs = {}, []
         for slot, row in zip(slots, codes.tolist(), strict=True):
-            stream = self._streams[slot]
+            stream = staged[slot] = self._staged(slot)
             stream.codes.extend(row)
             while stream.total_codes >= (stream.next_block + 2) * self.block_codes:
-                jobs.append(self._job(slot, stream.next_block))
+                jobs.append(self._job(slot, stream, stream.next_block))
                 stream.next_block += 1
-        return self._run(slots, jobs)
+        audio = self._run(staged, jobs)
+        self._streams.update(staged)
+        return audio
 
     def finish(self, slots: list[int]) -> list[torch.Tensor]:
         """The rest of each stream's audio (its last blocks, without look-ahead past the
-        end); closes the slots."""
+        end); closes the slots. A call that raises closes none and changes none."""
         self._check(slots)
-        jobs = []
+        staged, jobs = {}, []
         for slot in slots:
-            stream = self._streams[slot]
+            stream = staged[slot] = self._staged(slot)
             total_blocks = -(-stream.total_codes // self.block_codes)
             for block in range(stream.next_block, total_blocks):
-                jobs.append(self._job(slot, block))
+                jobs.append(self._job(slot, stream, block))
             stream.next_block = total_blocks
-        audio = self._run(slots, jobs)
+        audio = self._run(staged, jobs)
         for slot in slots:
             self.close(slot)
         return audio
+
+    def _staged(self, slot: int) -> _Stream:
+        """A copy of the stream's state for a call to advance: the call commits it only
+        once every window of the batch has been made."""
+        stream = self._streams[slot]
+        return dataclasses.replace(stream, codes=list(stream.codes))
 
     def _check(self, slots: list[int]) -> None:
         if len(set(slots)) != len(slots) or not set(slots) <= self._streams.keys():
             raise ValueError(f"slots must be distinct open slots, got {slots}")
 
-    def _job(self, slot: int, block: int) -> _Job:
+    def _job(self, slot: int, stream: _Stream, block: int) -> _Job:
         """Block `block` of the stream as its codes stand: the next block's frames that
         exist (all of them before the end) feed the vocoder's right context."""
-        total_frames = self._streams[slot].total_codes * self.repeats
+        total_frames = stream.total_codes * self.repeats
         start = block * self.block_frames
         frames = min(self.block_frames, total_frames - start)
         following = max(0, total_frames - start - self.block_frames)
         return _Job(slot, block, frames, min(self.vocoder_right, following))
 
     # ---------------------------------------------------------------- the windows
-    def _run(self, slots: list[int], jobs: list[_Job]) -> list[torch.Tensor]:
-        audio: dict[int, list[torch.Tensor]] = {slot: [] for slot in slots}
+    def _run(self, staged: dict[int, _Stream], jobs: list[_Job]) -> list[torch.Tensor]:
+        """Make the jobs' blocks from the `staged` states (slot -> state), which the
+        vocoder's history and the forgetting of old codes advance."""
+        audio: dict[int, list[torch.Tensor]] = {slot: [] for slot in staged}
         if jobs:
             with torch.inference_mode():
-                mels = self._generate(jobs)
-                for job, wave in zip(jobs, self._vocode(jobs, mels), strict=True):
+                mels = self._generate(staged, jobs)
+                for job, wave in zip(jobs, self._vocode(staged, jobs, mels), strict=True):
                     audio[job.slot].append(wave)
-            for slot in slots:
-                self._forget_old_codes(self._streams[slot])
+            for stream in staged.values():
+                self._forget_old_codes(stream)
         empty = torch.zeros(0, dtype=torch.float32, device=self.device)
-        return [torch.cat(audio[slot]) if audio[slot] else empty for slot in slots]
+        return [torch.cat(audio[slot]) if audio[slot] else empty for slot in staged]
 
-    def _generate(self, jobs: list[_Job]) -> torch.Tensor:
+    def _generate(self, staged: dict[int, _Stream], jobs: list[_Job]) -> torch.Tensor:
         """The DiT windows of all jobs, one batch: [J, window_frames, mel_dim]."""
         width, codes_width = self.window_frames, self.window_frames // self.repeats
         count = len(jobs)
@@ -204,7 +216,7 @@ class StreamingDecoder25Hz:
         valid = torch.zeros(count, width, dtype=torch.bool)
         positions = torch.zeros(count, width, dtype=torch.long)
         for i, job in enumerate(jobs):
-            stream = self._streams[job.slot]
+            stream = staged[job.slot]
             first = (job.block - self.left_blocks) * self.block_codes  # absolute code index
             lo, hi = max(first, 0), min(first + codes_width, stream.total_codes)
             codes[i, lo - first : hi - first] = torch.tensor(
@@ -213,8 +225,8 @@ class StreamingDecoder25Hz:
             valid[i, (lo - first) * self.repeats : (hi - first) * self.repeats] = True
             positions[i] = torch.arange(width) + first * self.repeats
         noise = self.noise[positions.clamp(min=0) % NOISE_FRAMES]
-        speaker = torch.stack([self._streams[j.slot].condition.speaker for j in jobs])
-        xvector = torch.stack([self._streams[j.slot].condition.xvector for j in jobs])
+        speaker = torch.stack([staged[j.slot].condition.speaker for j in jobs])
+        xvector = torch.stack([staged[j.slot].condition.xvector for j in jobs])
         return self._sample_windows(
             codes.to(self.device), noise, speaker, xvector, valid.to(self.device)
         )
@@ -225,13 +237,15 @@ class StreamingDecoder25Hz:
             return graph.run(codes, noise, speaker, xvector, valid)
         return self.decoder.dit.sample(codes, noise, speaker, xvector, valid)
 
-    def _vocode(self, jobs: list[_Job], windows: torch.Tensor) -> list[torch.Tensor]:
+    def _vocode(
+        self, staged: dict[int, _Stream], jobs: list[_Job], windows: torch.Tensor
+    ) -> list[torch.Tensor]:
         """Each job's samples: the vocoder on (final mel history, the block, provisional
         look-ahead), batched by window shape, cropped to the block."""
         block_at = self.left_blocks * self.block_frames
         inputs, crops = [], []
         for i, job in enumerate(jobs):
-            stream = self._streams[job.slot]
+            stream = staged[job.slot]
             block = windows[i, block_at : block_at + job.frames]
             ahead = windows[i, block_at + self.block_frames :][: job.lookahead]
             history = stream.mel_history

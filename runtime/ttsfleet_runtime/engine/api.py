@@ -48,6 +48,40 @@ class EngineStopped(EngineError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Bound:
+    """A closed range [low, high], or (low, high] with `low_open`."""
+
+    low: float
+    high: float
+    low_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return above and value <= self.high
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low}, {self.high}]"
+
+
+# Seeds are 32-bit, as the OpenAI-style APIs the server speaks promise; the runner keeps
+# them as int64, and a long text's later pieces derive 31-bit ones from them.
+MAX_SEED = 2**32 - 1
+
+# The one home of the sampling ranges: `SamplingParams.validate` checks them, and the
+# server's request schema (server/speech_request.py) publishes them to clients.
+SAMPLING_BOUNDS: dict[str, Bound] = {
+    "temperature": Bound(0.0, 2.0),
+    "top_k": Bound(0, 1000),  # 0 disables top-k
+    "top_p": Bound(0.0, 1.0, low_open=True),
+    "repetition_penalty": Bound(0.0, 10.0, low_open=True),
+    "subtalker_temperature": Bound(0.0, 2.0),
+    "subtalker_top_k": Bound(0, 1000),
+    "subtalker_top_p": Bound(0.0, 1.0, low_open=True),
+    "seed": Bound(0, MAX_SEED),
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class SamplingParams:
     """Per-request sampling for the talker and the code predictor (sub-talker)."""
 
@@ -69,17 +103,13 @@ class SamplingParams:
     def validate(self) -> None:
         """Raise InvalidRequest naming the first parameter out of range."""
         checks = [
-            (self.temperature >= 0, "temperature", "must be >= 0"),
-            (self.top_k >= 0, "top_k", "must be >= 0 (0 disables top-k)"),
-            (0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
-            (self.repetition_penalty > 0, "repetition_penalty", "must be > 0"),
-            (self.subtalker_temperature >= 0, "subtalker_temperature", "must be >= 0"),
-            (self.subtalker_top_k >= 0, "subtalker_top_k", "must be >= 0"),
-            (0 < self.subtalker_top_p <= 1, "subtalker_top_p", "must be in (0, 1]"),
+            (bound.holds(getattr(self, param)), param, f"must be in {bound}")
+            for param, bound in SAMPLING_BOUNDS.items()
+            if getattr(self, param) is not None  # a seed of None: the engine draws one
+        ]
+        checks += [
             (self.max_frames >= 1, "max_frames", "must be >= 1"),
             (0 <= self.min_frames <= self.max_frames, "min_frames", "must be in [0, max_frames]"),
-            # The runner keeps seeds as int64: a larger one would fail inside a step.
-            (self.seed is None or 0 <= self.seed < 2**63, "seed", "must be in [0, 2**63)"),
         ]
         for ok, param, rule in checks:
             if not ok:

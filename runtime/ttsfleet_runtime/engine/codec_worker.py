@@ -2,9 +2,13 @@
 CUDA stream), so the decode loop never waits for the codec.
 
 The engine thread hands over jobs in order: a chunk of a stream's frames, or
-the end of a stream. The worker owns the decoder's per-stream slots (opened at a
-stream's first chunk with the voice's decoder conditioning, closed at its end)
-and delivers chunks and ends to the callers in the order they were handed over.
+the end of a stream, each naming its stream by a `CodecStream` (what the worker
+reads of a sequence, a snapshot: it never sees or writes the engine's
+`Sequence`). The worker keeps its own state per stream, keyed by the sequence's
+`key` (the decoder's slot, opened at a stream's first chunk with the voice's
+decoder conditioning and closed at its end; the reference audio still to drop;
+whether it failed) and delivers chunks and ends to the callers in the order they
+were handed over.
 It drives the checkpoint's speech tokenizer through `FrameDecoder`
 (frame_decoder.py), so the same worker serves the 12 Hz codec and the 25 Hz
 DiT decoder. Chunks of different streams that are waiting together are decoded
@@ -38,10 +42,13 @@ with other streams' chunks; a remainder shorter than any runs eagerly,
 never padded, as padding would enter the state), and their audio is dropped.
 The first chunk's audio then follows the recording's without a seam.
 
-A failed decode ends only the streams that make it fail: the codec writes a
+A failed decode ends only the streams that make it fail: the codecs write a
 stream's state back only after a successful call, so a failed batched call is
 retried one stream at a time, and a stream that fails alone ends with "error"
-(`on_failure` tells the engine, which frees its batch slot).
+(`on_failure(key)` tells the engine, which finishes the sequence and frees its
+batch slot; until the engine's end arrives the worker drops the stream's chunks). The decode and the
+end of an utterance (`finish`) are retried apart: a retry must never repeat a
+call that succeeded, or a bystander would hear a chunk twice.
 """
 
 from __future__ import annotations
@@ -59,13 +66,36 @@ import torch
 from ..kernels.host_copy import to_host
 from .api import S16_FULL_SCALE, AudioChunk, FinishReason
 from .frame_decoder import DecodedAudio, FrameDecoder
+from .isolation import together_else_alone
 
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class CodecStream:
+    """What the worker reads of one sequence, handed over with each of its jobs."""
+
+    key: int  # the sequence's engine-unique key: the worker's state is keyed by it
+    request_id: str
+    stream: object  # its EngineStream: the worker delivers chunks and ends to it
+    voice: object  # its VoicePrompt: the decoder's conditioning (25 Hz)
+    t_admitted: float | None
+
+
+@dataclasses.dataclass
+class _StreamState:
+    """The worker's own state of one stream (codec thread only)."""
+
+    slot: int | None = None  # the decoder's slot, from its first chunk
+    # Audio of primed reference frames still to drop: a decoder that holds audio back
+    # (25 Hz) makes some of it only with the first chunks.
+    skip_samples: int = 0
+    failed: bool = False  # ended with "error" here: its later chunks are dropped
+
+
 @dataclasses.dataclass
 class ChunkJob:
-    seq: object  # engine Sequence: .stream, .codec_slot, .t_admitted
+    request: CodecStream
     codes: np.ndarray  # [n, groups]
     last: bool = False  # the stream's final chunk: its codec state is not needed after it
     prime: bool = False  # reference codes: decoded into the codec state, audio dropped
@@ -73,7 +103,7 @@ class ChunkJob:
 
 @dataclasses.dataclass
 class EndJob:
-    seq: object
+    request: CodecStream
     reason: FinishReason
 
 
@@ -92,7 +122,7 @@ class CodecWorker:
         codec: FrameDecoder,
         device: str,
         frame_buckets: tuple[int, ...] = (),
-        on_failure: Callable[[object], None] = lambda seq: None,
+        on_failure: Callable[[int], None] = lambda key: None,
         capture_lock: threading.Lock | None = None,
     ):
         self.codec = codec
@@ -107,23 +137,23 @@ class CodecWorker:
         self.sample_rate = codec.timing.sample_rate
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[int, _StreamState] = {}  # by CodecStream.key; codec thread only
         self.busy_s = 0.0  # seconds spent decoding (waits for jobs excluded)
         self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
         self._thread.start()
 
-    def chunk(self, seq, codes: np.ndarray, last: bool = False) -> None:
-        self._jobs.put(ChunkJob(seq, codes, last))
+    def chunk(self, request: CodecStream, codes: np.ndarray, last: bool = False) -> None:
+        self._jobs.put(ChunkJob(request, codes, last))
 
-    def prime(self, seq, codes: np.ndarray) -> None:
-        """Decode a reference recording's codes [n, groups] into `seq`'s codec
+    def prime(self, request: CodecStream, codes: np.ndarray) -> None:
+        """Decode a reference recording's codes [n, groups] into the stream's codec
         state before its first chunk; their audio is dropped, also where the decoder
         makes it only with later calls."""
-        seq.codec_skip_samples = len(codes) * self.codec.timing.samples_per_frame
         for start, stop in prime_pieces(len(codes), self.frame_buckets):
-            self._jobs.put(ChunkJob(seq, codes[start:stop], prime=True))
+            self._jobs.put(ChunkJob(request, codes[start:stop], prime=True))
 
-    def end(self, seq, reason: FinishReason) -> None:
-        self._jobs.put(EndJob(seq, reason))
+    def end(self, request: CodecStream, reason: FinishReason) -> None:
+        self._jobs.put(EndJob(request, reason))
 
     def capture_later(self, graphs: list[tuple[int, int]], captured: Callable[[], None]) -> None:
         """Capture these graphs on the codec thread while it has nothing to decode
@@ -158,7 +188,11 @@ class CodecWorker:
                 # the worker itself, with these jobs in hand.
                 log.exception("codec worker failed; ending the streams it was serving")
                 for job in jobs:
-                    self._fail(job.seq)
+                    if isinstance(job, EndJob):  # the engine has finished it already
+                        self._streams.pop(job.request.key, None)
+                        job.request.stream.end("error")
+                    else:
+                        self._fail(job.request)
             self.busy_s += time.monotonic() - started
             if stop:
                 return
@@ -196,11 +230,11 @@ class CodecWorker:
         wave: list = []
         seen: set[int] = set()
         for job in jobs:
-            if id(job.seq) in seen:
+            if job.request.key in seen:
                 self._run_wave(wave)
                 wave, seen = [], set()
             wave.append(job)
-            seen.add(id(job.seq))
+            seen.add(job.request.key)
         self._run_wave(wave)
 
     def _run_wave(self, wave: list) -> None:
@@ -210,11 +244,11 @@ class CodecWorker:
         by_len: dict[int, list[ChunkJob]] = {}
         for job in wave:
             if isinstance(job, EndJob):
-                if job.seq.codec_slot is not None:
-                    self.codec.close(job.seq.codec_slot)
-                    job.seq.codec_slot = None
-                job.seq.codec_closed = True
-                job.seq.stream.end(job.reason)
+                # The engine's last word on this stream: nothing of it follows.
+                state = self._streams.pop(job.request.key, None)
+                if state is not None and state.slot is not None:
+                    self.codec.close(state.slot)
+                job.request.stream.end(job.reason)
             else:
                 by_len.setdefault(self._decode_length(job), []).append(job)
         for n, chunk_jobs in sorted(by_len.items(), key=_urgency):
@@ -229,40 +263,63 @@ class CodecWorker:
         return n
 
     def _decode(self, n: int, jobs: list[ChunkJob]) -> None:
-        # A chunk handed over while its stream was being cancelled may arrive
-        # after the end: drop it (its slot is closed already).
-        jobs = [j for j in jobs if not getattr(j.seq, "codec_closed", False)]
-        if not jobs:
-            return
-        try:
-            self._decode_together(n, jobs)
-        except Exception:
-            if len(jobs) == 1:
-                log.exception(
-                    "codec decode failed; ending the stream",
-                    extra={"request_id": getattr(jobs[0].seq, "request_id", None)},
-                )
-                self._fail(jobs[0].seq)
-                return
-            log.warning(
-                "batched codec decode failed; decoding its streams one by one", exc_info=True
-            )
-            for job in jobs:
-                self._decode(n, [job])
+        """Decode `jobs` (chunks of `n` frames, one per stream) and deliver their audio.
+        Two steps, each batched and, when the batch raises, retried one stream at a
+        time (`together_else_alone`): the decode, then what the decoder held back for
+        the streams whose last chunk this is. Each step leaves the decoder's state as
+        it was when it raises, and a retry never repeats a step that succeeded, so no
+        bystander's frames are decoded twice."""
+        # A stream that failed here, or one the engine ended at once (a cancel, a
+        # failure elsewhere): its chunks until the engine's end are nobody's audio.
+        jobs = [j for j in jobs if not (self._state(j.request).failed or j.request.stream.ended)]
+        audio: dict[int, _HostAudio] = {}
 
-    def _fail(self, seq) -> None:
-        """End `seq`'s stream with "error" and drop its later chunks."""
-        if seq.codec_slot is not None:
-            self.codec.close(seq.codec_slot)
-            seq.codec_slot = None
-        seq.codec_closed = True
-        seq.stream.end("error")
-        self.on_failure(seq)
+        def decode(some: list[ChunkJob]) -> None:
+            audio.update(zip(map(id, some), self._decode_together(n, some), strict=True))
 
-    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> None:
-        for job in jobs:
-            if job.seq.codec_slot is None:
-                job.seq.codec_slot = self.codec.open(job.seq.voice)
+        def finish(some: list[ChunkJob]) -> None:
+            rest = _on_host(self.codec.finish([self._state(job.request).slot for job in some]))
+            for job, tail in zip(some, rest, strict=True):
+                self._state(job.request).slot = None  # finish closed it
+                if len(tail):
+                    audio[id(job)] = audio[id(job)].then(tail)
+
+        decoded = together_else_alone(jobs, decode, self._decode_failed, "batched codec decode")
+        ending = [job for job in decoded if job.last]
+        finished = together_else_alone(ending, finish, self._decode_failed, "codec finish")
+        failed = {id(job) for job in ending} - {id(job) for job in finished}
+        self._deliver(n, [(j, audio[id(j)]) for j in decoded if id(j) not in failed])
+
+    def _state(self, request: CodecStream) -> _StreamState:
+        state = self._streams.get(request.key)
+        if state is None:  # its first job
+            state = self._streams[request.key] = _StreamState()
+        return state
+
+    def _decode_failed(self, job: ChunkJob, exc: Exception) -> None:
+        log.error(
+            "codec decode failed; ending the stream",
+            exc_info=exc,
+            extra={"request_id": job.request.request_id},
+        )
+        self._fail(job.request)
+
+    def _fail(self, request: CodecStream) -> None:
+        """End the stream with "error", drop its later chunks and tell the engine."""
+        state = self._state(request)
+        if state.slot is not None:
+            self.codec.close(state.slot)
+            state.slot = None
+        state.failed = True
+        request.stream.end("error")
+        self.on_failure(request.key)
+
+    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> list[_HostAudio]:
+        """One decoder call over `jobs`' chunks -> each one's audio on the host."""
+        states = [self._state(job.request) for job in jobs]
+        for job, state in zip(jobs, states, strict=True):
+            if state.slot is None:
+                state.slot = self.codec.open(job.request.voice)
         # Padding repeats a chunk's last frame (any valid codes would do). The codes stay
         # on the host: the decoder moves them where it reads them.
         codes = torch.from_numpy(
@@ -270,26 +327,24 @@ class CodecWorker:
                 [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
             )
         )
-        audio = _on_host(self.codec.decode([j.seq.codec_slot for j in jobs], codes))
-        ending = [i for i, job in enumerate(jobs) if job.last]
-        if ending:  # what the decoder held back (none at 12 Hz); closes their slots
-            rest = _on_host(self.codec.finish([jobs[i].seq.codec_slot for i in ending]))
-            for i, tail in zip(ending, rest, strict=True):
-                jobs[i].seq.codec_slot = None
-                if len(tail):
-                    audio[i] = audio[i].then(tail)
+        return _on_host(self.codec.decode([state.slot for state in states], codes))
+
+    def _deliver(self, n: int, decoded: list[tuple[ChunkJob, _HostAudio]]) -> None:
         now = time.monotonic()
         spf = self.codec.timing.samples_per_frame
-        for job, pcm in zip(jobs, audio, strict=True):
+        for job, pcm in decoded:
             frames = len(job.codes)
             if n > frames:  # a padded last chunk: the padding's audio is cut off
                 pcm = pcm[: frames * spf]
-            if job.seq.codec_skip_samples:  # the reference recording's audio
-                cut = min(job.seq.codec_skip_samples, len(pcm))
-                pcm, job.seq.codec_skip_samples = pcm[cut:], job.seq.codec_skip_samples - cut
+            state = self._state(job.request)
+            if job.prime:  # the reference recording's audio, now or with later calls
+                state.skip_samples += frames * spf
+            if state.skip_samples:
+                cut = min(state.skip_samples, len(pcm))
+                pcm, state.skip_samples = pcm[cut:], state.skip_samples - cut
             if job.prime:
                 continue
-            stream = job.seq.stream
+            stream = job.request.stream
             stream.frames_decoded += frames
             if not len(pcm):
                 continue  # nothing final yet: these frames go with the next chunk
@@ -300,7 +355,7 @@ class CodecWorker:
                     sample_rate=self.sample_rate,
                     index=stream.chunks_delivered,
                     frames=stream.frames_decoded - stream.frames_delivered,
-                    t_admitted=job.seq.t_admitted,
+                    t_admitted=job.request.t_admitted,
                     t_emitted=now,
                 )
             )
@@ -314,7 +369,7 @@ def _urgency(group: tuple[int, list[ChunkJob]]) -> tuple[bool, int]:
     seconds of audio ahead of them. A stream is in one call of a wave, so its own
     chunks keep their order."""
     frames, jobs = group
-    first_audio = any(not job.prime and job.seq.stream.chunks_delivered == 0 for job in jobs)
+    first_audio = any(not job.prime and job.request.stream.chunks_delivered == 0 for job in jobs)
     return (not first_audio, frames)
 
 

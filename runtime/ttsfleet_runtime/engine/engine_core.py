@@ -13,8 +13,13 @@ the order the thread issued it; what the thread must not do meanwhile is read
 the step's results early or reuse host memory a queued copy still reads
 (kernels/host_copy.py).
 
-The async front end (tts_engine.py) only admits, cancels and reads stats,
-under `lock`; everything that touches the device happens here.
+The async front end (tts_engine.py) and the codec worker only send commands
+(commands.py: add, abort, a codec failure) into `inbox`, which this thread
+drains at the top of each iteration; so the scheduler and every `Sequence`
+change on this thread alone, and every status change goes through the
+scheduler (`Scheduler.finish` and friends). `lock` is held while this thread
+changes the scheduler, so that readers on other threads (stats, the queue bound
+at admission) see it whole; nothing else takes it to write.
 
 Failure isolation: one request must never end another. Each per-sequence
 phase (taking its text, its prefill, its codec decode) fails only that
@@ -47,9 +52,11 @@ from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from .api import EngineError, FinishReason, InvalidRequest
-from .codec_worker import CodecWorker
+from .codec_worker import CodecStream, CodecWorker
+from .commands import CodecFailed, Inbox
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
+from .isolation import together_else_alone
 from .kv_blocks import KVBlocks
 from .model_runner import (
     PREFILL_PROMPTS,
@@ -61,7 +68,7 @@ from .model_runner import (
     buckets_before_ready,
     prefill_buckets,
 )
-from .scheduler import Scheduler, StepRules
+from .scheduler import Scheduler, StepRules, failure
 from .sequence import Sequence, Status
 from .startup import StartupClock
 
@@ -159,11 +166,13 @@ class EngineCore:
             first_chunk_frames=first_chunk_frames,
             chunk_frames=chunk_frames,
         )
-        self.lock = threading.RLock()  # scheduler + sequence status
+        # Held by the engine thread while it changes the scheduler; readers elsewhere
+        # take it for a whole view (see the module's docstring).
+        self.lock = threading.RLock()
+        self.inbox = Inbox(self.scheduler, self.lock)  # commands from other threads
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._to_release: list[Sequence] = []  # finished; their batch slots to reset
         self.frames_total = 0
         # Running streams' lead over playback (see `_leads`), for the stats.
         self.min_lead_s: float | None = None
@@ -331,45 +340,49 @@ class EngineCore:
     @property
     def busy(self) -> bool:
         with self.lock:
-            return bool(self.scheduler.running) or bool(self.scheduler.waiting)
+            scheduler = self.scheduler
+            return bool(scheduler.running or scheduler.waiting) or self.inbox.pending
 
     def wake(self) -> None:
         self._wake.set()
 
-    # ------------------------------------------------------------ from any thread
-    def finish_off_thread(
-        self, seq: Sequence, reason: FinishReason, error: EngineError | None = None
-    ) -> None:
-        """Frees the slot now; the engine thread releases device-side state."""
-        with self.lock:
-            if seq.finished:
-                return
-            self._finish(seq, reason, error)
+    # ------------------------------------------------------------ commands (any thread)
+    def add(self, seq: Sequence) -> None:
+        """Send an admitted request to the engine thread, or raise QueueFullError."""
+        self.inbox.add(seq)
         self._wake.set()
 
-    def _finish(
-        self, seq: Sequence, reason: FinishReason, error: EngineError | None = None
-    ) -> None:
-        """Under the lock: take seq out of the scheduler now. Its stream ends
-        after its last chunk (codec worker); a cancelled or failed one at once."""
-        held = time.monotonic() - seq.t_admitted if seq.t_admitted else None
-        self.scheduler.remove(seq, held)
-        seq.status = Status.FINISHED
-        seq.finish_reason = reason
-        seq.error = error
-        self._to_release.append(seq)
-        if reason not in ("eos", "length"):
-            seq.stream.end(reason)
-        if self.codec_worker is not None:
-            self.codec_worker.end(seq, reason)
-        else:
-            seq.stream.end(reason)
+    def abort(self, seq: Sequence | None, reason: FinishReason) -> None:
+        """End `seq` (None: every request) at the top of the engine thread's next
+        iteration: its slot is free for that iteration's plan, its stream ends then."""
+        self.inbox.abort(seq, reason)
+        self._wake.set()
 
-    def _codec_failed(self, seq: Sequence) -> None:
+    def _codec_failed(self, key: int) -> None:
         # Codec worker thread: its audio is lost, so its slot is wasted GPU time.
-        self.finish_off_thread(seq, "error")
+        self.inbox.send(CodecFailed(key))
+        self._wake.set()
 
     # ------------------------------------------------------------ engine thread
+    def _drain_commands(self) -> None:
+        """Apply the commands sent since the last iteration, in order."""
+        if self.inbox.drain():
+            self._hand_over_ends()
+
+    def _hand_over_ends(self) -> None:
+        """Tell the codec worker (and so the streams) of the sequences that ended: after
+        the audio of the chunks handed over before, and a cancelled or failed one's
+        stream at once."""
+        with self.lock:
+            ends = self.scheduler.take_ends()
+        for end in ends:
+            if end.reason not in ("eos", "length"):
+                end.seq.stream.end(end.reason)
+            if self.codec_worker is not None:
+                self.codec_worker.end(_codec_stream(end.seq), end.reason)
+            else:
+                end.seq.stream.end(end.reason)
+
     def _run(self) -> None:
         if self.device.startswith("cuda"):
             # Work on the device the model was loaded to ("cuda" = the current one).
@@ -381,6 +394,7 @@ class EngineCore:
             if in_flight is not None:  # stopped between a launch and its results
                 with torch.inference_mode():
                     self._complete(in_flight, time.monotonic())
+        self._drain_commands()  # the last ones (shutdown)
         self._release_finished()
 
     def _loop(self) -> None:
@@ -396,25 +410,23 @@ class EngineCore:
                 self._in_flight = None  # its rows are among those ended here
                 with self.lock:
                     for seq in list(self.scheduler.running.values()):
-                        self._finish(seq, "error", _failure("the engine failed", exc))
+                        self.scheduler.finish(seq, "error", failure("the engine failed", exc))
+                self._hand_over_ends()
                 did_work = True
             if not did_work and not self._capture_while_idle():
                 self._wake.wait(timeout=0.05)
                 self._wake.clear()
 
     def _release_finished(self) -> None:
+        """Reset the device rows of the slots that finished sequences left, then let
+        the scheduler free their KV blocks."""
         with self.lock:
-            done, self._to_release = self._to_release, []
-        if not done:
+            releases = self.scheduler.take_releases()
+        if releases is None:
             return
-        running = self.scheduler.running
-        free = [seq.slot for seq in done if seq.slot is not None and running.get(seq.slot) is None]
-        self.runner.release(*free)  # one call for all: one index op per state tensor
-        # Their slots' rows now name none of their blocks (released above, or
-        # rewritten for the sequence that took the slot): they may be reused.
+        self.runner.release(*releases.slots)  # one call for all: one index op per state tensor
         with self.lock:
-            for seq in done:
-                self.scheduler.release_kv(seq)
+            self.scheduler.free(releases)
 
     def _sync_block_tables(self) -> None:
         """Mirror the scheduler's block assignments into the runner's table
@@ -440,11 +452,14 @@ class EngineCore:
         the step was waited for are prefilled before that launch, as they would
         be without the overlap: a newcomer never waits a step more for it."""
         t = time.monotonic()
+        self._drain_commands()
         self._release_finished()
         prefilled, t = self._admit(t)
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:
             t = self._complete(in_flight, t)
+            # Commands sent while the step was waited for: a newcomer joins the next step.
+            self._drain_commands()
             self._release_finished()  # blocks of those it ended, for the rows that grow now
             if self._admission_due():
                 more, t = self._admit(t)
@@ -457,6 +472,7 @@ class EngineCore:
             if starved is not None:
                 self._end_kv_starved(starved)
         self._sync_block_tables()  # blocks the step's rows grew into
+        self._hand_over_ends()  # those ended this iteration before a step (text, prefill)
         t = self._spent("plan", t)
         if rows:
             self._in_flight = launched = self._launch_isolating(rows, extent, live)
@@ -495,24 +511,19 @@ class EngineCore:
             outcome = self.scheduler.postprocess(step.rows, codes, nxt, self.rules)
             self.frames_total += outcome.frames
         for chunk in outcome.chunks:
-            if not chunk.seq.finished:
-                self.codec_worker.chunk(chunk.seq, chunk.codes, last=chunk.last)
-        with self.lock:
-            for seq, reason in outcome.finished:
-                if not seq.finished:
-                    self._finish(seq, reason)
-            for seq, exc in outcome.failed:
-                self._end_failed(
-                    seq,
-                    exc,
-                    "bookkeeping after a step failed; ending the request",
-                    "generation failed",
-                )
+            self.codec_worker.chunk(_codec_stream(chunk.seq), chunk.codes, last=chunk.last)
+        for seq, exc in outcome.failed:
+            log.error(
+                "bookkeeping after a step failed; ending the request",
+                exc_info=exc,
+                extra={"request_id": seq.request_id},
+            )
+        self._hand_over_ends()  # after their last chunks
         return self._spent("postprocess", t)
 
     def _end_kv_starved(self, seq: Sequence) -> None:
-        """Under the lock: every running stream waits for a KV block and none can
-        finish to free one; end `seq` (the youngest) so the others go on."""
+        """Every running stream waits for a KV block and none can finish to free
+        one; end `seq` (the youngest) so the others go on."""
         kv = self.scheduler.kv
         message = (
             f"the KV cache is full: all {len(self.scheduler.kv_stalled)} running streams wait "
@@ -524,10 +535,10 @@ class EngineCore:
             "KV cache exhausted; ending the youngest stream",
             extra={"request_id": seq.request_id, "kv_blocks": kv.total, "held": len(seq.kv_blocks)},
         )
-        self._finish(seq, "error", EngineError(message))
+        self.scheduler.finish(seq, "error", EngineError(message))
 
     def _sample_leads(self, now: float) -> float | None:
-        """Under the lock: each playing stream's lead over playback, as its
+        """Each playing stream's lead over playback, as its
         listener hears it: audio delivered - seconds since its first chunk
         (playback starts at the first byte). Records the smallest (an underrun
         when below 0) and returns the least spare time (None: nobody plays):
@@ -552,7 +563,7 @@ class EngineCore:
         return least_spare
 
     def _take_texts(self, seqs: list[Sequence]) -> None:
-        """Under the lock: commit newly arrived text ids and hand the runner the
+        """Commit newly arrived text ids and hand the runner the
         trailing ones, of every sequence in `seqs` in one call (`ModelRunner.set_texts`:
         a call per sequence cost ~8 torch calls each); a failure here ends only the
         sequence that causes it (a failed call is retried one sequence at a time)."""
@@ -561,14 +572,13 @@ class EngineCore:
             try:
                 new = self._commit_text(seq)
             except InvalidText as exc:  # a streamed delta that is not valid Unicode
-                if not seq.finished:
-                    self._finish(seq, "error", InvalidRequest(str(exc), param="text"))
+                self.scheduler.finish(seq, "error", InvalidRequest(str(exc), param="text"))
             except Exception as exc:
                 self._text_failed(seq, exc)
             else:
                 if new:
                     taken.append((seq, new, seq.text_sent))
-        sent = _together_else_alone(
+        sent = together_else_alone(
             taken,
             lambda some: self.runner.set_texts([(seq.slot, new, at) for seq, new, at in some]),
             lambda item, exc: self._text_failed(item[0], exc),
@@ -582,24 +592,23 @@ class EngineCore:
             seq, exc, "taking a request's text failed; ending it", "reading the text failed"
         )
 
-    def _end_failed(self, seq: Sequence, exc: Exception, message: str, failure: str) -> None:
-        """Under the lock: log `message` with `exc`, and end `seq` with "error" (its
-        error says `failure`) unless it has ended already."""
+    def _end_failed(self, seq: Sequence, exc: Exception, message: str, what: str) -> None:
+        """Log `message` with `exc`, and end `seq` with "error" (its error says
+        `what`) unless it has ended already."""
         log.error(message, exc_info=exc, extra={"request_id": seq.request_id})
-        if not seq.finished:
-            self._finish(seq, "error", _failure(failure, exc))
+        self.scheduler.finish(seq, "error", failure(what, exc))
 
     def _commit_text(self, seq: Sequence) -> list[int]:
-        """Under the lock: `seq`'s trailing text ids not handed to the runner yet
-        (none when it has none, or is not running: it may be ended here)."""
-        if seq.text.refresh() and seq.text.error is not None and not seq.finished:
-            self._finish(seq, "error")
+        """`seq`'s trailing text ids not handed to the runner yet (none when it has
+        none, or is not running: it may be ended here)."""
+        if seq.text.refresh() and seq.text.error is not None:
+            self.scheduler.finish(seq, "error")
             return []
         if seq.finished:
             return []
         if len(seq.text.ids) > self.max_text_tokens:
             # Only a streamed text can get here: a whole one is split to fit.
-            self._finish(
+            self.scheduler.finish(
                 seq,
                 "error",
                 InvalidRequest(
@@ -628,20 +637,17 @@ class EngineCore:
         one prompt at a time (each call rewrites its slots' whole state)."""
         prompts: list[tuple[Sequence, Prompt]] = []
         for seq in seqs:
-            if seq.t_admitted is None:
-                seq.t_admitted = time.monotonic()  # it holds a batch slot from here
             if seq.finished:
                 continue
             if not seq.text.ids:  # the text stream ended empty
                 with self.lock:
-                    if not seq.finished:
-                        self._finish(seq, "eos")
+                    self.scheduler.finish(seq, "eos")
                 continue
             try:
                 prompts.append((seq, self._prompt(seq)))
             except Exception as exc:
                 self._prefill_failed(seq, exc)
-        done = _together_else_alone(
+        done = together_else_alone(
             prompts,
             lambda some: self.runner.prefill([prompt for _, prompt in some]),
             lambda item, exc: self._prefill_failed(item[0], exc),
@@ -650,13 +656,11 @@ class EngineCore:
         started = []
         with self.lock:
             for seq, prompt in done:
-                seq.position = prompt.embeds.shape[0]
-                if not seq.finished:
-                    seq.status = Status.RUNNING
-                    seq.awaiting_prefill = False
+                if self.scheduler.prefilled(seq, prompt.embeds.shape[0]):
                     if seq.piece == 0 and seq.voice.ref_codes is not None:
                         # Before its first chunk: the codec continues the recording.
-                        self.codec_worker.prime(seq, seq.voice.ref_codes.numpy())
+                        codes = seq.voice.ref_codes.numpy()
+                        self.codec_worker.prime(_codec_stream(seq), codes)
                     started.append(seq)
             self._take_texts(started)
 
@@ -762,46 +766,13 @@ class EngineCore:
                     "decode step fails with this request; ending it",
                     extra={"request_id": seq.request_id, "error": repr(exc)},
                 )
-                if not seq.finished:
-                    self._finish(seq, "error", _failure("generation failed", exc))
+                self.scheduler.finish(seq, "error", failure("generation failed", exc))
         return StepInFlight(stepped, None, None, codes, nxt)
 
 
-def _together_else_alone(items: list, run, failed, what: str) -> list:
-    """`run(items)` in one call; if that raises, `run([item])` for each item, and
-    `failed(item, exc)` for each that raises alone: one request's fault ends only
-    that request. -> the items that ran."""
-    if not items:
-        return []
-    try:
-        run(items)
-        return items
-    except Exception as exc:
-        if len(items) == 1:
-            failed(items[0], exc)
-            return []
-        log.warning(
-            f"{what} failed; retrying its requests one by one",
-            extra={"requests": len(items), "error": repr(exc)},
-        )
-    done = []
-    for item in items:
-        try:
-            run([item])
-            done.append(item)
-        except Exception as exc_one:
-            failed(item, exc_one)
-    return done
-
-
-def _failure(what: str, exc: BaseException) -> EngineError:
-    """A sequence's error for a failure `exc` of its own: the message keeps
-    `exc`'s (the server names a CUDA OOM by it) and `exc` is its cause."""
-    if isinstance(exc, EngineError):
-        return exc
-    error = EngineError(f"{what}: {type(exc).__name__}: {exc}")
-    error.__cause__ = exc
-    return error
+def _codec_stream(seq: Sequence) -> CodecStream:
+    """What the codec worker reads of `seq` (it never sees the Sequence itself)."""
+    return CodecStream(seq.key, seq.request_id, seq.stream, seq.voice, seq.t_admitted)
 
 
 def _engine_stream(device: str, high_priority: bool):

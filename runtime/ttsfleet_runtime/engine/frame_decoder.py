@@ -109,9 +109,9 @@ class Codec12Hz:
 
     causal = True
 
-    def __init__(self, codec: StreamingCodec, sample_rate: int):
+    def __init__(self, codec: StreamingCodec, timing: FrameTiming):
         self.codec = codec
-        self.timing = FrameTiming(sample_rate, codec.samples_per_frame)
+        self.timing = timing  # read_timing's, from the same folder
         self.code_groups = codec.num_quantizers
 
     def open(self, voice: VoicePrompt) -> int:
@@ -153,11 +153,9 @@ class Codec25Hz:
     causal = False
     code_groups = 1
 
-    def __init__(self, decoder: StreamingDecoder25Hz):
+    def __init__(self, decoder: StreamingDecoder25Hz, timing: FrameTiming):
         self.decoder = decoder
-        self.timing = FrameTiming(
-            decoder.sampling_rate, decoder.samples_per_frame, decoder.block_codes
-        )
+        self.timing = timing  # read_timing's, from the same folder
         self._captured: set[int] = set()  # batch sizes with a graph (any frame count)
 
     def open(self, voice: VoicePrompt) -> int:
@@ -206,7 +204,7 @@ def tokenizer_rate_hz(checkpoint: Path) -> int:
 
 def read_timing(checkpoint: Path) -> FrameTiming:
     """The frame timing of the checkpoint's speech tokenizer, from its config
-    (no weights are read)."""
+    (no weights are read): the one place it is made, for the engine and its decoders."""
     folder = checkpoint / "speech_tokenizer"
     if tokenizer_rate_hz(checkpoint) == 25:
         cfg = read_config(folder)
@@ -230,9 +228,9 @@ def load_frame_decoder(
     from ..codec25 import load_speech_tokenizer_25hz
 
     folder = checkpoint / "speech_tokenizer"
+    timing = read_timing(checkpoint)
     if tokenizer_rate_hz(checkpoint) == 25:
         decoder_25hz = load_speech_tokenizer_25hz(folder, device, dtype)
-        return Codec25Hz(StreamingDecoder25Hz(decoder_25hz, max_streams, device))
+        return Codec25Hz(StreamingDecoder25Hz(decoder_25hz, max_streams, device), timing)
     decoder = load_speech_tokenizer(folder, device, dtype)
-    sample_rate = timing_12hz(folder).sample_rate
-    return Codec12Hz(StreamingCodec(decoder, max_streams, device), sample_rate)
+    return Codec12Hz(StreamingCodec(decoder, max_streams, device), timing)

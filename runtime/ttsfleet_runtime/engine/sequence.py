@@ -4,11 +4,17 @@ frames generated but not yet turned into audio, and its stream to the caller.
 A long text is spoken as pieces (engine/text_pieces.py), one after another in
 the same slot and into the same stream: each piece is prefilled afresh when
 the one before it says EOS, so `frames` counts the whole request and
-`piece_frames` the current piece (the runner's frame counter)."""
+`piece_frames` the current piece (the runner's frame counter).
+
+Who writes what: the front end builds a Sequence and hands it to the engine
+thread (a command); from then on only the engine thread writes it, its status
+only through the scheduler. The codec worker keeps its own state per stream
+(keyed by `key`) and never writes here."""
 
 from __future__ import annotations
 
 import enum
+import itertools
 import threading
 import time
 
@@ -74,6 +80,10 @@ class TextFeed:
         return grew or closed
 
 
+# Engine-unique keys (a request id is the caller's and need not be unique).
+_keys = itertools.count()
+
+
 class Status(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -92,7 +102,10 @@ class Sequence:
         later_pieces: list[str] | None = None,
         *,
         prompt_length: int,
+        keep_codes: bool = False,
+        times_slot: bool = True,
     ):
+        self.key = next(_keys)
         self.request_id = request_id
         self.params = params
         self.seed = seed
@@ -107,7 +120,8 @@ class Sequence:
         self.finish_reason: FinishReason | None = None
         self.error: EngineError | None = None  # why it ended with "error", when known
         self.t_submitted = time.monotonic()
-        self.t_admitted: float | None = None
+        self.t_admitted: float | None = None  # when the scheduler gave it a slot
+        self.times_slot = times_slot  # its time in a slot counts in the retry hints
         self.awaiting_prefill = True  # the current piece is not in its slot yet
         self.position = 0  # next talker position (host copy)
         self.kv_blocks: list[int] = []  # KV blocks it holds (engine/kv_blocks.py)
@@ -117,13 +131,9 @@ class Sequence:
         self.text_final = False  # tts_eos handed to the runner
         self.pending: list[np.ndarray] = []  # frames awaiting the codec
         self.chunks = 0
-        self.codec_slot: int | None = None  # owned by the codec worker
-        self.codec_closed = False
-        # Audio of primed reference frames still to drop (codec worker): a decoder that
-        # holds audio back (25 Hz) makes some of it only with the first chunks.
-        self.codec_skip_samples = 0
         self.text_pump = None  # the asyncio task feeding a streamed text, if any
-        self.all_codes: list[np.ndarray] = []  # every frame, for tests and debugging
+        # Every frame, only where a test or a debugging run asks (`keep_codes`).
+        self.all_codes: list[np.ndarray] | None = [] if keep_codes else None
 
     @property
     def ready_for_prefill(self) -> bool:

@@ -69,6 +69,12 @@ class EngineStream:
             self.seq = None
 
     @property
+    def ended(self) -> bool:
+        """Whether the stream's end was handed over (it may not have reached the
+        caller's loop yet): a chunk delivered after it is never read."""
+        return self._ended
+
+    @property
     def finish_reason(self) -> FinishReason | None:
         return self._finish_reason
 

@@ -2,8 +2,10 @@
 
 Threads: the server's asyncio loop calls `submit`/`cancel`/`stats` here; the
 engine thread (engine_core.py) owns the device and loops prefill -> decode
-step -> codec -> deliver. Chunks reach the caller's loop through its
-`EngineStream`, so GPU work never blocks the event loop.
+step -> codec -> deliver. This side only sends the engine thread commands
+(`EngineCore.add`, `abort`): it never changes the scheduler or a running
+`Sequence`. Chunks reach the caller's loop through its `EngineStream`, so GPU
+work never blocks the event loop.
 
 Admission decides everything that can be known before a request runs, so a
 request that cannot be served is refused here and never reaches a batch:
@@ -82,6 +84,7 @@ class TTSEngine:
         kv_block_size: int = BLOCK_POSITIONS,
         compile_cache_dir: str | Path | None = None,  # Triton's cache kept here
         warm_up: bool | None = None,  # a synthesis before ready; None: on a GPU
+        keep_codes: bool = False,  # keep every frame's codes on the Sequence (tests, debugging)
     ):
         # First, so the start-up phases are measured from the process's start.
         self.startup = StartupClock()
@@ -92,6 +95,7 @@ class TTSEngine:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.piece_tokens = piece_tokens
+        self.keep_codes = keep_codes
         self._draining = False
         self.warm_up = device.startswith("cuda") if warm_up is None else warm_up
         self._ready = False
@@ -228,24 +232,18 @@ class TTSEngine:
             params=SamplingParams(seed=0, max_frames=frames, min_frames=frames),
             request_id="warm-up",
         )
-        slot_seconds = self.core.scheduler.mean_slot_seconds
-        stream = self._submit(request)
+        stream = self._submit(request)  # before ready: not in the retry hints' clock
         async for _ in stream:
             pass
         if stream.finish_reason not in ("eos", "length"):
             raise RuntimeError(f"the warm-up synthesis failed: {stream.error!r}")
-        with self.core.lock:
-            self.core.scheduler.mean_slot_seconds = slot_seconds  # retry hints: users' slots only
 
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         self._draining = True
         deadline = time.monotonic() + drain_timeout_s
         while time.monotonic() < deadline and self.core.busy:
             await asyncio.sleep(0.02)
-        with self.core.lock:
-            left = list(self.core.scheduler.waiting) + list(self.core.scheduler.running.values())
-        for seq in left:
-            self.core.finish_off_thread(seq, "shutdown")
+        self.core.abort(None, "shutdown")  # what is left; applied before the thread stops
         if self._started:
             await asyncio.get_running_loop().run_in_executor(None, self.core.stop)
             self._started = False
@@ -280,8 +278,8 @@ class TTSEngine:
         params = request.params
         params.validate()
         # Refuse under overload before the admission work (tokenising the
-        # voice, instructions and text); admit checks again under the lock.
-        self._admit(self.core.scheduler.check_room)
+        # voice, instructions and text); `add` checks again.
+        self._admit(self.core.inbox.check_room)
         try:
             voice = self.builder.voice(
                 request.voice, request.instructions, request.language, request.cloned_voice
@@ -327,9 +325,12 @@ class TTSEngine:
             stream,
             later_pieces=later,
             prompt_length=prompt_length,
+            keep_codes=self.keep_codes,
+            # Retry hints speak of users' slots: only the warm-up comes before ready.
+            times_slot=self._ready,
         )
         stream.seq = seq
-        self._admit(lambda: self.core.scheduler.admit(seq))
+        self._admit(lambda: self.core.add(seq))
         if not isinstance(request.text, str):
             # Kept on the sequence (a task nobody references may be collected
             # mid-flight) and cancelled when its stream ends: a text source
@@ -340,12 +341,11 @@ class TTSEngine:
         return stream
 
     def _admit(self, step: Callable[[], None]) -> None:
-        """Run a scheduler admission step under the lock; a full queue is QueueFull."""
-        with self.core.lock:
-            try:
-                step()
-            except QueueFullError as e:
-                raise QueueFull(str(e), e.retry_after_s) from e
+        """Run an admission step; a full queue is QueueFull."""
+        try:
+            step()
+        except QueueFullError as e:
+            raise QueueFull(str(e), e.retry_after_s) from e
 
     async def _pump_text(self, seq: Sequence, deltas: AsyncIterator[str]) -> None:
         try:
@@ -360,11 +360,11 @@ class TTSEngine:
         self.core.wake()
 
     def _cancel(self, seq: Sequence) -> None:
-        self.core.finish_off_thread(seq, "cancelled")
+        self.core.abort(seq, "cancelled")
 
     def stats(self) -> EngineStats:
+        waiting, active = self.core.inbox.counts()
         with self.core.lock:
-            waiting, active = len(self.core.scheduler.waiting), len(self.core.scheduler.running)
             kv = self.core.scheduler.kv
             kv_used, kv_total = (kv.used, kv.total) if kv is not None else (0, 0)
         block_bytes = self.core.runner.cache.bytes_per_block if self.core.runner else 0

@@ -19,6 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ..engine.api import SAMPLING_BOUNDS
+
 ResponseFormat = Literal["wav", "pcm", "flac", "mp3", "opus"]
 StreamFormat = Literal["audio", "sse", "file"]
 
@@ -37,19 +39,27 @@ def utf8_text(value: str) -> str:
 Text = Annotated[str, AfterValidator(utf8_text)]
 
 
+def _bounded(param: str):
+    """An optional sampling field with the engine's range for `param`."""
+    bound = SAMPLING_BOUNDS[param]
+    low = {"gt" if bound.low_open else "ge": bound.low}
+    return Field(default=None, le=bound.high, **low)
+
+
 class SamplingFields(BaseModel):
     """The model's sampling knobs, shared by the HTTP body and the WebSocket config."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_k: int | None = Field(default=None, ge=0, le=1000)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    subtalker_temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    subtalker_top_k: int | None = Field(default=None, ge=0, le=1000)
-    subtalker_top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    # The ranges are the engine's (engine/api.py's SAMPLING_BOUNDS, their one home).
+    temperature: float | None = _bounded("temperature")
+    top_k: int | None = _bounded("top_k")
+    top_p: float | None = _bounded("top_p")
+    repetition_penalty: float | None = _bounded("repetition_penalty")
+    subtalker_temperature: float | None = _bounded("subtalker_temperature")
+    subtalker_top_k: int | None = _bounded("subtalker_top_k")
+    subtalker_top_p: float | None = _bounded("subtalker_top_p")
+    seed: int | None = _bounded("seed")
 
     def sampling_overrides(self) -> dict:
         """The sampling fields the client set (the engine's defaults fill the rest)."""

@@ -1,0 +1,133 @@
+"""The commands other threads send the engine thread, and its inbox. No torch.
+
+vLLM v1's split: the front end (tts_engine.py, on the caller's event loop) and the
+codec worker (its own thread) never change the scheduler or a `Sequence`; they
+send a command, and the engine thread applies every command waiting at the top
+of each iteration (`Inbox.drain`), through the scheduler's transitions. So a
+request's status has one owner, on one thread.
+
+What the front end reads meanwhile (the queue bound at admission, stats) is the
+scheduler with the commands on their way applied: an admitted request counts as
+waiting at once, a cancelled one stops counting at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+
+from .api import FinishReason
+from .scheduler import Scheduler
+from .sequence import Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Add:
+    """Queue a request the front end admitted."""
+
+    seq: Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Abort:
+    """End a request now (a cancel; shutdown): `seq`, or every request when None."""
+
+    seq: Sequence | None
+    reason: FinishReason
+
+
+@dataclasses.dataclass(frozen=True)
+class CodecFailed:
+    """The codec worker could not decode the sequence with this key: end it."""
+
+    key: int
+
+
+Command = Add | Abort | CodecFailed
+
+
+class Inbox:
+    """A thread-safe queue of commands for one scheduler. `lock` is held by the engine
+    thread while it changes the scheduler, and by readers for a whole view."""
+
+    def __init__(self, scheduler: Scheduler, lock: threading.RLock):
+        self.scheduler = scheduler
+        self.lock = lock
+        self._queue: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        # Sent and not applied yet, by sequence key (guarded by `lock`).
+        self._adding: dict[int, Sequence] = {}
+        self._aborting: set[int] = set()
+
+    # ------------------------------------------------------------ any thread
+    def check_room(self) -> None:
+        """Raise QueueFullError when the waiting queue is full, counting the requests
+        on their way to it."""
+        with self.lock:
+            self.scheduler.check_room(len(self._adding))
+
+    def add(self, seq: Sequence) -> None:
+        """Send an admitted request, or raise QueueFullError."""
+        with self.lock:
+            self.scheduler.check_room(len(self._adding))
+            self._adding[seq.key] = seq
+        self._queue.put(Add(seq))
+
+    def abort(self, seq: Sequence | None, reason: FinishReason) -> None:
+        """End `seq` (None: every request) when the engine thread next drains."""
+        if seq is not None:
+            with self.lock:
+                if not seq.finished:
+                    self._aborting.add(seq.key)
+        self._queue.put(Abort(seq, reason))
+
+    def send(self, command: CodecFailed) -> None:
+        self._queue.put(command)
+
+    @property
+    def pending(self) -> bool:
+        """Whether an admitted request has not reached the scheduler yet."""
+        with self.lock:
+            return bool(self._adding)
+
+    def counts(self) -> tuple[int, int]:
+        """(requests waiting, requests holding a slot), the commands on their way
+        applied."""
+        with self.lock:
+            scheduler, aborting = self.scheduler, self._aborting
+            waiting = [*scheduler.waiting, *self._adding.values()]
+            return (
+                sum(seq.key not in aborting for seq in waiting),
+                sum(seq.key not in aborting for seq in scheduler.running.values()),
+            )
+
+    # ------------------------------------------------------------ engine thread
+    def drain(self) -> int:
+        """Apply every command sent so far, in order. -> how many."""
+        applied = 0
+        with self.lock:
+            while True:
+                try:
+                    command = self._queue.get_nowait()
+                except queue.Empty:
+                    return applied
+                self._apply(command)
+                applied += 1
+
+    def _apply(self, command: Command) -> None:
+        scheduler = self.scheduler
+        if isinstance(command, Add):
+            del self._adding[command.seq.key]
+            scheduler.add(command.seq)
+        elif isinstance(command, Abort):
+            if command.seq is not None:
+                self._aborting.discard(command.seq.key)
+                seqs = [command.seq]
+            else:
+                seqs = [*scheduler.waiting, *scheduler.running.values()]
+            for seq in seqs:
+                scheduler.finish(seq, command.reason)
+        elif isinstance(command, CodecFailed):
+            seq = scheduler.find(command.key)
+            if seq is not None:
+                scheduler.finish(seq, "error")
