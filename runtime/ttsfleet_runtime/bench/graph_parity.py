@@ -31,6 +31,8 @@ async def codes(ckpt: str, device: str, dtype: str, graphs: bool) -> list[np.nda
         cuda_graphs=graphs,
         max_len=512,
         capture_all_graphs=False,
+        # Every frame's codes stay on the sequence: what this check compares.
+        keep_codes=True,
     )
     await engine.start()
     texts = ["Hello there, how are you?", "A second, slightly longer sentence to speak.", "Third."]
