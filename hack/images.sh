@@ -6,6 +6,7 @@
 #   hack/images.sh build runtime|operator|all   build, or reuse what the inputs already built
 #   hack/images.sh ref NAME                     the image reference, without building
 #   hack/images.sh archive NAME                 path of an OCI archive (ctr -n k8s.io images import)
+#   hack/images.sh check runtime|operator|all   run hack/images/check-NAME.sh inside the image
 #   hack/images.sh clean                        drop every image, layer, base and archive
 #
 # A reference names the content hash of every input (the Dockerfile, the build context
@@ -34,8 +35,10 @@ BASE_MIRRORS=(
   "deb http://deb.debian.org/debian-security bookworm-security main"
 )
 # Kept out of the base and of every package a Dockerfile installs on it.
-BASE_DPKG_EXCLUDES=('/usr/share/doc/*' '/usr/share/man/*' '/usr/share/info/*' '/usr/share/locale/*')
-BASE_RECIPE="mmdebstrap minbase $BASE_SUITE $BASE_PACKAGES ${BASE_MIRRORS[*]} ${BASE_DPKG_EXCLUDES[*]} recommends=no"
+BASE_DPKG_EXCLUDES=('/usr/share/doc/*' '/usr/share/man/*' '/usr/share/info/*' '/usr/share/locale/*' '/usr/lib/python3*/config-*/*.a')
+# /usr merged by a hook, not by the usrmerge package (which pulls in perl: 55 MB).
+BASE_HOOKS=/usr/share/mmdebstrap/hooks/merged-usr
+BASE_RECIPE="mmdebstrap minbase ${BASE_HOOKS##*/} $BASE_SUITE $BASE_PACKAGES ${BASE_MIRRORS[*]} ${BASE_DPKG_EXCLUDES[*]} recommends=no"
 
 log() { echo "==> [images] $*" >&2; }
 fail() { echo "error: [images] $*" >&2; exit 1; }
@@ -130,7 +133,7 @@ ensure_base() {
     local hooks=() pattern
     for pattern in "${BASE_DPKG_EXCLUDES[@]}"; do hooks+=(--dpkgopt="path-exclude=$pattern"); done
     with_progress "base rootfs ($BASE_SUITE, mmdebstrap)" "$cache/logs/base.log" \
-      nice -n 10 mmdebstrap --variant=minbase --include="$BASE_PACKAGES" \
+      nice -n 10 mmdebstrap --variant=minbase --include="$BASE_PACKAGES" --hook-dir="$BASE_HOOKS" \
       --aptopt='APT::Install-Recommends "false"' "${hooks[@]}" \
       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
       "$BASE_SUITE" "${tarball%.tar}.partial.tar" "${BASE_MIRRORS[@]}"
@@ -253,6 +256,27 @@ archive_one() {
   echo "$path"
 }
 
+# Runs hack/images/check-NAME.sh inside the built image, as the image's user.
+check_one() {
+  local name=$1 ref script=/run/ttsfleet-check/check.sh
+  build_one "$name"
+  ref=$(image_ref "$name")
+  log "$name: checking $ref (hack/images/check-$name.sh inside it)"
+  local start=$SECONDS status=0
+  if [[ $builder == docker ]]; then
+    docker run --rm --network host --entrypoint /bin/sh \
+      -v "$root/hack/images/check-$name.sh:$script:ro" "$ref" "$script" >&2 || status=$?
+  else
+    local ctr
+    ctr=$(bah from --pull=never "$ref")
+    bah run --isolation chroot -v "$root/hack/images/check-$name.sh:$script:ro" "$ctr" -- /bin/sh "$script" >&2 \
+      || status=$?
+    bah rm "$ctr" >/dev/null
+  fi
+  ((status == 0)) || fail "$name: the check inside $ref failed"
+  log "$name: checked in $((SECONDS - start)) s"
+}
+
 clean() {
   if [[ $builder == docker ]]; then
     docker images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/ttsfleet/' | xargs -r docker image rm >/dev/null || true
@@ -294,9 +318,12 @@ case ${1:-} in
     [[ ${2:-} == all ]] && fail "archive takes one image name"
     archive_one "$(names "${2:-}")"
     ;;
+  check)
+    for name in $(names "${2:-}"); do check_one "$name"; done
+    ;;
   clean) clean ;;
   *)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

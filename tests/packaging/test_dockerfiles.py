@@ -244,3 +244,16 @@ def test_ref_refuses_an_unknown_image(checkout):
         ["bash", str(checkout / "hack/images.sh"), "ref", "nginx"], capture_output=True, text=True
     )
     assert result.returncode != 0 and "runtime, operator" in result.stderr
+
+
+def test_the_runtime_dependency_trims_are_checked_by_importing_them():
+    # Triton imports every backend its entry points list: removing a whole backend folder
+    # breaks `import triton` (seen); the build must fail then, not the first pod.
+    (deps,) = [
+        s
+        for s in instructions(final_stage("Dockerfile.runtime"))
+        if "pip install" in s and " -r " in s
+    ]
+    removed, check = deps.split("rm -rf", 1)[1], deps.rsplit("&&", 1)[1]
+    assert "import torch, triton" in check
+    assert "triton/backends/amd " not in removed + " "
