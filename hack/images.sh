@@ -238,16 +238,16 @@ archive_one() {
   if [[ ! -f $path ]]; then
     mkdir -p "$cache/archives"
     start=$SECONDS
-    # Uncompressed: export and import skip gzip (minutes for GBs on 2 cores), and the
-    # layers' digests match what containerd already holds, so a re-import unpacks only
-    # the layers that changed.
+    # buildah gzips every layer into the archive (--disable-compression does not take in
+    # 1.28): 160 s for the runtime's 2.9 GB. The digests stay those of the unchanged
+    # layers, so containerd unpacks only the layers a code change made.
     if [[ $builder == docker ]]; then
       with_progress "$name archive (docker save)" "$cache/logs/$name-archive.log" \
         docker save -o "$path.partial" "$ref"
     else
       with_progress "$name archive (oci-archive)" "$cache/logs/$name-archive.log" \
         env TMPDIR="$cache/tmp" nice -n 10 buildah --root "$store" --runroot "$cache/run-$storage_driver" \
-        --storage-driver "$storage_driver" push --quiet --disable-compression --format oci \
+        --storage-driver "$storage_driver" push --quiet --format oci \
         "$ref" "oci-archive:$path.partial:$ref"
     fi
     mv "$path.partial" "$path"

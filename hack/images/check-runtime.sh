@@ -16,7 +16,7 @@ ttsfleet serve --model "$work/tiny" --device cpu --host 127.0.0.1 --port "$port"
   --api-keys-file "$work/keys" --max-audio-seconds 2 >"$work/serve.log" 2>&1 &
 server=$!
 status=0
-python - "$port" <<'PY' || status=$?
+python - "$port" "$server" <<'PY' || status=$?
 import json
 import sys
 import time
@@ -29,6 +29,9 @@ while True:
         urllib.request.urlopen(f"{url}/health/ready", timeout=5)
         break
     except OSError:
+        with open(f"/proc/{sys.argv[2]}/stat") as stat:
+            if stat.read().split(")")[-1].split()[0] in "ZX":
+                sys.exit("the server exited")
         if time.monotonic() > deadline:
             sys.exit("the server was not ready in 240 s")
         time.sleep(1)
