@@ -229,6 +229,9 @@ def test_ref_changes_with_the_dockerfile_the_build_args_and_modes(checkout):
 
 def test_ref_ignores_what_dockerignore_keeps_out(checkout):
     runtime = image_ref(checkout, "runtime")
+    operator = image_ref(checkout, "operator")
+    (checkout / "README.md").write_text("# ttsfleet, the docs changed\n")
+    assert (image_ref(checkout, "runtime"), image_ref(checkout, "operator")) == (runtime, operator)
     cached = checkout / "runtime/ttsfleet_runtime/__pycache__"
     cached.mkdir()
     (cached / "__init__.cpython-311.pyc").write_bytes(b"\0")

@@ -35,7 +35,6 @@ def test_the_projects_context_is_the_code_and_packaging_only(tmp_path):
     ]
     tree(tmp_path, files, (ROOT / ".dockerignore").read_text())
     assert inputs.context_files(tmp_path) == [
-        "README.md",
         "operator/ttsfleet_operator/server/playground/index.html",
         "pyproject.toml",
         "runtime/ttsfleet_runtime/cli.py",
