@@ -398,8 +398,8 @@ def _quantity(value: str) -> float:
 
 class MonitoredFleet:
     """A `gpu.class: cpu` TTSService (samples/cpu-dev.yaml) on the real node in a namespace
-    of its own, reconciled by the session's operator process (watching that namespace only,
-    with `operator_args`), and the Prometheus that scrapes its pods."""
+    of its own, reconciled by the session's operator process (watching that namespace
+    only), and the Prometheus that scrapes its pods."""
 
     def __init__(self, cluster, operator, workdir: Path, prefix: str):
         self.cluster, self.operator, self.workdir = cluster, operator, workdir
@@ -411,9 +411,10 @@ class MonitoredFleet:
         self.claim = self.service["spec"]["model"]["source"]["pvc"]["claimName"]
         self.prometheus: RuntimePrometheus | None = None
 
-    def start(self, spec: dict, operator_args: tuple[str, ...] = ()) -> None:
-        """Namespace, checkpoint volume and Prometheus; then the TTSService with `spec`
-        merged over the sample's, the runtime image built here and imported into the node."""
+    def start(self, spec: dict, analysis: bool = False) -> None:
+        """Namespace, checkpoint volume and Prometheus; the operator watching the namespace
+        (with `analysis`, querying that Prometheus for the canary analysis); then the
+        TTSService with `spec` merged over the sample's and the runtime image built here."""
         checkpoints = write_checkpoint(cache_dir() / "e2e" / "checkpoints").parent
         image = node_image("runtime")
         self.cluster.kubectl("create", "namespace", self.namespace)
@@ -421,7 +422,8 @@ class MonitoredFleet:
         self.prometheus = RuntimePrometheus(
             self.workdir / "prometheus", self.cluster, [self.namespace]
         )
-        self.operator.restart([self.namespace], operator_args)
+        flags = ("--prometheus-url", self.prometheus.url) if analysis else ()
+        self.operator.restart([self.namespace], flags)
         merged = self.service["spec"]
         merged["runtime"]["image"] = image
         merged["runtime"]["imagePullPolicy"] = "Never"
