@@ -44,9 +44,9 @@ def fleet(cluster, operator, tmp_path_factory):
                     "scaleDownStabilizationSeconds": 3600,
                 },
                 # One slot: a second concurrent stream waits, and the queue is the signal.
-                "engine": {"maxBatch": 1, "maxAudioSeconds": 2},
-                # Room on the node's 2 cores for the second pod.
-                "runtime": {"resources": {"cpu": "250m", "memory": "3Gi", "cacheSize": "1Gi"}},
+                "engine": {"maxBatch": 1, "maxAudioSeconds": 1},
+                # Requests only (no CPU limit): room on the node for the second pod.
+                "runtime": {"resources": {"cpu": "500m", "memory": "3Gi", "cacheSize": "1Gi"}},
             }
         )
         wait_for(lambda: len(fleet.ready_pods()) == 1, READY_TIMEOUT, 2, "the first pod Ready")

@@ -90,7 +90,7 @@ def fleet(cluster, operator, candidate, tmp_path_factory):
             {
                 "replicas": 2,
                 "engine": {"maxBatch": 4, "maxAudioSeconds": 1},
-                "runtime": {"resources": {"cpu": "250m", "memory": "3Gi", "cacheSize": "1Gi"}},
+                "runtime": {"resources": {"cpu": "500m", "memory": "3Gi", "cacheSize": "1Gi"}},
                 "canary": {
                     "percent": 50,
                     "candidate": {"image": candidate},
