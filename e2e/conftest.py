@@ -36,6 +36,8 @@ from support.operator_fixtures import (  # noqa: F401
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO_ROOT / "hack" / "cluster.sh"
 BUILD_SH = REPO_ROOT / "hack" / "build-control-plane.sh"
+REAL_NODE_SH = REPO_ROOT / "hack" / "realnode" / "node.sh"
+OCI_IMAGE_PY = REPO_ROOT / "hack" / "realnode" / "oci-image.py"
 
 
 def pinned_versions() -> dict[str, str]:
@@ -155,6 +157,89 @@ def cluster() -> Cluster:
     yield Cluster(name=name, provider=provider, kubeconfig=kubeconfig, kubectl_path=kubectl)
     if not was_running and env.get("TTSFLEET_E2E_KEEP_CLUSTER") != "1":
         _run_cluster_sh("down", env=env)
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """The node with a kubelet (hack/realnode/node.sh), as pods meant for it must ask."""
+
+    name: str
+    key: str  # label key (value "true") and NoSchedule taint key (value "true")
+    ip: str  # the node address, on the bridge the scripts create; pods reach the host here
+    pod_cidr: str
+
+    def pod_spec(self, **spec: Any) -> dict:
+        """A pod spec that lands on this node and nowhere else."""
+        return {
+            "nodeSelector": {self.key: "true"},
+            "tolerations": [
+                {"key": self.key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+            ],
+            **spec,
+        }
+
+
+def real_node_facts() -> dict[str, str]:
+    """REALNODE_* assignments of hack/realnode/node.sh, where the node's names are set."""
+    facts = {}
+    for line in REAL_NODE_SH.read_text().splitlines():
+        m = re.fullmatch(r"(REALNODE_[A-Z_]+)=([^$\s]+)", line.strip())
+        if m:
+            facts[m.group(1)] = m.group(2)
+    return facts
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> RealNode:
+    """The real node `hack/cluster.sh up` starts next to the fake ones (kwok provider)."""
+    if cluster.provider != "kwok":
+        pytest.skip(f"the real node is part of the kwok provider (this cluster: {cluster.provider})")
+    if os.environ.get("TTSFLEET_REAL_NODE") == "0":
+        pytest.skip("TTSFLEET_REAL_NODE=0: the cluster has no real node")
+    facts = real_node_facts()
+    return RealNode(
+        name=facts["REALNODE_NAME"],
+        key=facts["REALNODE_KEY"],
+        ip=facts["REALNODE_IP"],
+        pod_cidr=facts["REALNODE_POD_CIDR"],
+    )
+
+
+def load_image(archive: Path) -> None:
+    """`hack/cluster.sh load-image`: the real node's containerd gets the archive's images."""
+    _run_cluster_sh("load-image", str(archive), env=dict(os.environ))
+
+
+@pytest.fixture(scope="session")
+def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A one-layer image of Debian's busybox-static (a shell, httpd, wget), built here and
+    loaded into the real node: pods use it with imagePullPolicy Never."""
+    busybox = Path("/usr/bin/busybox")
+    applets = subprocess.run(
+        [str(busybox), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    version = subprocess.run([str(busybox)], capture_output=True, text=True).stdout.split()[1]
+    name = f"localhost/ttsfleet-e2e/busybox:{version.lstrip('v')}"
+    archive = tmp_path_factory.mktemp("images") / "busybox.tar"
+    subprocess.run(
+        [
+            "python3",
+            str(OCI_IMAGE_PY),
+            "--name",
+            name,
+            "--out",
+            str(archive),
+            "--file",
+            f"{busybox}:/bin/busybox",
+            *(a for applet in applets for a in ("--link", f"/bin/{applet}:busybox")),
+            "--cmd",
+            "sh",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    load_image(archive)
+    return name
 
 
 @pytest.fixture(scope="session")
