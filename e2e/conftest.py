@@ -40,6 +40,28 @@ REAL_NODE_SH = REPO_ROOT / "hack" / "realnode" / "node.sh"
 OCI_IMAGE_PY = REPO_ROOT / "hack" / "realnode" / "oci-image.py"
 
 
+HOST_TEARDOWN = "host_teardown"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{HOST_TEARDOWN}: brings the whole cluster down and up; runs only when selected "
+        f"(pytest e2e -m {HOST_TEARDOWN}), never beside other e2e tests",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that tear the cluster down run only in a session of their own: other tests'
+    session fixtures (the operator, the chart) would lose their cluster under them."""
+    if HOST_TEARDOWN in (config.option.markexpr or ""):
+        return
+    kept = [i for i in items if i.get_closest_marker(HOST_TEARDOWN) is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 def pinned_versions() -> dict[str, str]:
     """KEY=value pairs of hack/versions.env, the one place versions are pinned."""
     versions = {}
@@ -193,7 +215,9 @@ def real_node_facts() -> dict[str, str]:
 def real_node(cluster: Cluster) -> RealNode:
     """The real node `hack/cluster.sh up` starts next to the fake ones (kwok provider)."""
     if cluster.provider != "kwok":
-        pytest.skip(f"the real node is part of the kwok provider (this cluster: {cluster.provider})")
+        pytest.skip(
+            f"the real node is part of the kwok provider (this cluster: {cluster.provider})"
+        )
     if os.environ.get("TTSFLEET_REAL_NODE") == "0":
         pytest.skip("TTSFLEET_REAL_NODE=0: the cluster has no real node")
     facts = real_node_facts()
@@ -205,13 +229,28 @@ def real_node(cluster: Cluster) -> RealNode:
     )
 
 
-def load_image(archive: Path) -> None:
-    """`hack/cluster.sh load-image`: the real node's containerd gets the archive's images."""
-    _run_cluster_sh("load-image", str(archive), env=dict(os.environ))
+@dataclass(frozen=True)
+class LocalImage:
+    """An image built here, as an OCI archive, and loaded into the real node's containerd."""
+
+    name: str
+    archive: Path
+
+    def load(self) -> str:
+        """`hack/cluster.sh load-image`; returns what it reported."""
+        proc = subprocess.run(
+            [str(CLUSTER_SH), "load-image", str(self.archive)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"hack/cluster.sh load-image failed:\n{proc.stderr}{proc.stdout}")
+        return proc.stderr
 
 
 @pytest.fixture(scope="session")
-def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> str:
+def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> LocalImage:
     """A one-layer image of Debian's busybox-static (a shell, httpd, wget), built here and
     loaded into the real node: pods use it with imagePullPolicy Never."""
     busybox = Path("/usr/bin/busybox")
@@ -219,16 +258,18 @@ def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory)
         [str(busybox), "--list"], capture_output=True, text=True, check=True
     ).stdout.split()
     version = subprocess.run([str(busybox)], capture_output=True, text=True).stdout.split()[1]
-    name = f"localhost/ttsfleet-e2e/busybox:{version.lstrip('v')}"
-    archive = tmp_path_factory.mktemp("images") / "busybox.tar"
+    image = LocalImage(
+        name=f"localhost/ttsfleet-e2e/busybox:{version.lstrip('v')}",
+        archive=tmp_path_factory.mktemp("images") / "busybox.tar",
+    )
     subprocess.run(
         [
             "python3",
             str(OCI_IMAGE_PY),
             "--name",
-            name,
+            image.name,
             "--out",
-            str(archive),
+            str(image.archive),
             "--file",
             f"{busybox}:/bin/busybox",
             *(a for applet in applets for a in ("--link", f"/bin/{applet}:busybox")),
@@ -238,8 +279,8 @@ def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory)
         check=True,
         capture_output=True,
     )
-    load_image(archive)
-    return name
+    image.load()
+    return image
 
 
 @pytest.fixture(scope="session")

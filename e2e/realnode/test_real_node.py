@@ -34,7 +34,11 @@ def _pod(real_node, name: str, image: str, command: list[str], labels: dict | No
 
 
 # A web server that answers with the pod's own name, so a client can tell replicas apart.
-WHOAMI = ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+WHOAMI = [
+    "sh",
+    "-c",
+    "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www",
+]
 
 
 def _ready_pods(cluster, namespace: str, selector: str, count: int) -> list[dict]:
@@ -103,7 +107,12 @@ def test_a_pod_runs_from_a_local_image_and_serves_logs_and_exec(
     cluster, namespace, real_node, busybox_image
 ):
     cluster.apply(
-        _pod(real_node, "hello", busybox_image, ["sh", "-c", "echo hello from $(hostname); sleep 3600"]),
+        _pod(
+            real_node,
+            "hello",
+            busybox_image.name,
+            ["sh", "-c", "echo hello from $(hostname); sleep 3600"],
+        ),
         "-n",
         namespace,
     )
@@ -132,11 +141,11 @@ def test_a_cluster_ip_service_balances_over_two_pods_from_the_host_and_from_a_po
 ):
     for name in ("whoami-a", "whoami-b"):
         cluster.apply(
-            _pod(real_node, name, busybox_image, WHOAMI, labels={"app": "whoami"}),
+            _pod(real_node, name, busybox_image.name, WHOAMI, labels={"app": "whoami"}),
             "-n",
             namespace,
         )
-    cluster.apply(_pod(real_node, "client", busybox_image, ["sleep", "3600"]), "-n", namespace)
+    cluster.apply(_pod(real_node, "client", busybox_image.name, ["sleep", "3600"]), "-n", namespace)
     cluster.apply(
         {
             "apiVersion": "v1",
@@ -195,7 +204,7 @@ def test_the_service_environment_reaches_pods_as_a_kubelet_sets_it(
         "-n",
         namespace,
     )
-    cluster.apply(_pod(real_node, "env", busybox_image, ["sleep", "3600"]), "-n", namespace)
+    cluster.apply(_pod(real_node, "env", busybox_image.name, ["sleep", "3600"]), "-n", namespace)
     _ready_pods(cluster, namespace, "app=env", 1)
     ip = cluster.get("service", "probe", "-n", namespace)["spec"]["clusterIP"]
     env = cluster.kubectl("exec", "-n", namespace, "env", "--", "env").stdout.splitlines()
@@ -204,3 +213,7 @@ def test_the_service_environment_reaches_pods_as_a_kubelet_sets_it(
     assert "PROBE_SERVICE_PORT=81" in env
     resolv = cluster.kubectl("exec", "-n", namespace, "env", "--", "cat", "/etc/resolv.conf")
     assert "nameserver" not in resolv.stdout, json.dumps(resolv.stdout)
+
+
+def test_load_image_leaves_an_image_the_node_holds_alone(busybox_image):
+    assert "already there" in busybox_image.load()

@@ -121,12 +121,14 @@ def write_archive(
         members.append(("blobs/sha256/" + hashlib.sha256(blob).hexdigest(), blob))
     out.parent.mkdir(parents=True, exist_ok=True)
     # Written next to the target and renamed: a reader never sees half an archive.
-    with tempfile.NamedTemporaryFile(dir=out.parent, prefix=out.name, delete=False) as tmp:
-        with tarfile.open(fileobj=tmp, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for d in ("blobs", "blobs/sha256"):
-                tar.addfile(_tar_info(d, type=tarfile.DIRTYPE, mode=0o755))
-            for member, data in members:
-                tar.addfile(_tar_info(member, size=len(data), mode=0o644), io.BytesIO(data))
+    with (
+        tempfile.NamedTemporaryFile(dir=out.parent, prefix=out.name, delete=False) as tmp,
+        tarfile.open(fileobj=tmp, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for d in ("blobs", "blobs/sha256"):
+            tar.addfile(_tar_info(d, type=tarfile.DIRTYPE, mode=0o755))
+        for member, data in members:
+            tar.addfile(_tar_info(member, size=len(data), mode=0o644), io.BytesIO(data))
     os.replace(tmp.name, out)
     return manifest_desc["digest"]
 
