@@ -372,6 +372,8 @@ realnode_wait_ready() {
 realnode_up() {
   local t0
   t0=$(date +%s)
+  [[ "$(id -u)" -eq 0 ]] \
+    || die "step 'real node': needs root (a bridge, iptables, mounts, cgroups); TTSFLEET_REAL_NODE=0 runs the cluster without it"
   "${REALNODE_TEMPLATES}/install-packages.sh" || die "step 'real node packages': hack/realnode/install-packages.sh failed"
   mkdir -p "${REALNODE_DIR}"/{logs,cni,pod-logs} "${REALNODE_IMAGE_STORE}"
   realnode_claim_host
@@ -399,11 +401,13 @@ realnode_up() {
       --node-ip "${REALNODE_IP}" \
       --node-labels "${REALNODE_KEY}=true" \
       --v 1
+  local t_kubelet
+  t_kubelet=$(date +%s)
   realnode_render kube-proxy.yaml "${REALNODE_DIR}/kube-proxy.yaml"
   realnode_ensure kube-proxy "${REALNODE_DIR}/kube-proxy.yaml ${REALNODE_DIR}/pki/kube-proxy.kubeconfig" \
     "${BIN_DIR}/kube-proxy" --config "${REALNODE_DIR}/kube-proxy.yaml" --v 1
   realnode_wait_ready
-  log "real node ${REALNODE_NAME} Ready ($(( $(date +%s) - t0 ))s for the node): address ${REALNODE_IP} on ${REALNODE_BRIDGE}, pods ${REALNODE_POD_CIDR}, taint ${REALNODE_KEY}=true:NoSchedule, label ${REALNODE_KEY}=true"
+  log "real node ${REALNODE_NAME} Ready ($(( $(date +%s) - t_kubelet ))s after kubelet, $(( $(date +%s) - t0 ))s in all): address ${REALNODE_IP} on ${REALNODE_BRIDGE}, pods ${REALNODE_POD_CIDR}, taint ${REALNODE_KEY}=true:NoSchedule, label ${REALNODE_KEY}=true"
 }
 
 # Remove every container (and its task) containerd holds: the images stay, the pods go.
