@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from support.derived_image import derive_image
 from support.polling import wait_for
-from support.real_fleet import CLUSTER_SH, IMAGES_SH, cache_dir
-from support.real_monitoring import MonitoredFleet
+from support.real_fleet import CLUSTER_SH, cache_dir
+from support.real_monitoring import MonitoredFleet, image_archive
 from ttsfleet_operator import labels
 
 # The bad build: the engine stream's first chunk waits this long. Over the analysis's TTFA
@@ -62,10 +61,10 @@ def _run(*cmd: str, timeout: float = 3600) -> str:
 def late_first_audio_image() -> str:
     """The runtime image plus the bad layer, imported into the real node's containerd (after
     the runtime image itself, whose layers it shares)."""
-    base = _run(str(IMAGES_SH), "archive", "runtime")
-    _run(str(CLUSTER_SH), "load-image", base, timeout=1800)
+    base = image_archive("runtime")
+    _run(str(CLUSTER_SH), "load-image", str(base), timeout=1800)
     reference, archive = derive_image(
-        base_archive=Path(base),
+        base_archive=base,
         repository="localhost/ttsfleet/runtime-late-first-audio",
         files={f"{FAULT_DIR}/sitecustomize.py": LATE_FIRST_AUDIO},
         env={"PYTHONPATH": FAULT_DIR},

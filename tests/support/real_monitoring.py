@@ -33,6 +33,7 @@ from support.polling import wait_for
 from support.ports import free_port
 from support.prometheus import Prometheus
 from support.real_fleet import (
+    IMAGES_SH,
     PCM_BYTES_PER_SECOND,
     StreamingLoad,
     api_key,
@@ -256,6 +257,15 @@ class RuntimePrometheus:
     def stop(self) -> None:
         self.discovery.stop()
         self.server.stop()
+
+
+def image_archive(name: str) -> Path:
+    """The OCI archive of the project's image `name`, built if its inputs changed."""
+    proc = subprocess.run(
+        [str(IMAGES_SH), "archive", name], capture_output=True, text=True, timeout=3600, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(proc.stdout.strip())
 
 
 def node_internal_ip(cluster, node: str) -> str:
