@@ -477,17 +477,21 @@ class MonitoredFleet:
         )["items"]
         return {d["metadata"]["name"]: d for d in items}
 
-    def load(self, callers: int) -> StreamingLoad:
-        """Streaming clients through the Service's ClusterIP, each reading every stream to
-        its end (engine.maxAudioSeconds of PCM)."""
+    def endpoint(self) -> tuple[str, str, str]:
+        """(URL, API key, model id) of the Service, as a client reaches it through
+        kube-proxy's rules on this host."""
         url = service_url(self.cluster, self.name, self.namespace)
         key = api_key(self.cluster, self.name, self.namespace)
         models = httpx.get(
             f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30
         )
+        return url, key, models.json()["data"][0]["id"]
+
+    def load(self, callers: int) -> StreamingLoad:
+        """Streaming clients through the Service, each reading every stream to its end
+        (engine.maxAudioSeconds of PCM)."""
         seconds = self.tts()["spec"]["engine"]["maxAudioSeconds"]
-        full_bytes = round(seconds * PCM_BYTES_PER_SECOND)
-        return StreamingLoad(url, key, models.json()["data"][0]["id"], callers, full_bytes)
+        return StreamingLoad(*self.endpoint(), callers, round(seconds * PCM_BYTES_PER_SECOND))
 
     def describe(self) -> str:
         pods = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-o", "wide", check=False)
