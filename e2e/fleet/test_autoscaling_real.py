@@ -11,8 +11,6 @@ Deployment, the kubelet starts the pod, and kube-proxy sends it requests.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from support.polling import wait_for
@@ -103,12 +101,11 @@ def test_load_makes_the_hpa_scale_the_tts_service_and_the_new_pod_serves(fleet, 
     load = fleet.load(CALLERS).start()
     try:
         # The HPA's input, as it reads it: the adapter's answer for the one pod.
-        queued = wait_for(
+        wait_for(
             lambda: adapter.pod_metric(fleet.namespace, metrics.QUEUE_DEPTH).get(first, 0) >= 1,
             120,
             what=f"the custom metrics API to report {first} queueing",
         )
-        assert queued
         wait_for(
             lambda: fleet.tts()["spec"]["replicas"] == MAX_REPLICAS,
             SCALE_TIMEOUT,
@@ -130,15 +127,13 @@ def test_load_makes_the_hpa_scale_the_tts_service_and_the_new_pod_serves(fleet, 
         (deployment,) = fleet.deployments().values()
         assert deployment["spec"]["replicas"] == MAX_REPLICAS
         (new,) = set(fleet.ready_pods()) - {first}
-        served = wait_for(
+        wait_for(
             lambda: fleet.prometheus.query(
                 f'sum({metrics.REQUESTS}{{namespace="{fleet.namespace}",pod="{new}",route=~"/v1/.*"}}) > 0'
             ),
             120,
             what=f"requests through the Service to reach {new}",
         )
-        assert served
-        time.sleep(2)
     except BaseException:
         print(fleet.describe())
         print(adapter.log_tail())
