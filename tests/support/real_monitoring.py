@@ -10,10 +10,11 @@ fleet on the real node for it to watch (the e2e tests of e2e/fleet that need met
   Prometheus's own.
 - prometheus-adapter (hack/prometheus-adapter.sh builds it from its Go module) serves the
   chart's adapter rules as the custom metrics API, an aggregated API server registered by
-  an APIService. It runs on the host and listens on the real node's address; a Service with
-  no selector and an Endpoints object naming that address is what the APIService points at.
-  kube-apiserver (a host process) dials the Service's ClusterIP and kube-proxy's rules on
-  this host carry it to the adapter, as they would carry it to a pod.
+  an APIService. It runs on the host and listens on the real node's address, and the
+  APIService names an ExternalName Service of that address: kube-apiserver (a host process
+  here) dials it directly. A selectorless Service with Endpoints would need kube-proxy's
+  rules to carry the apiserver's own traffic to a ClusterIP; on this host that traffic
+  timed out (the real node's rules are built for pod traffic).
 """
 
 from __future__ import annotations
@@ -321,26 +322,26 @@ class PrometheusAdapter:
         )
 
     def registration(self) -> list[dict]:
-        """The Service, its Endpoints (the adapter on the node's address) and the APIService."""
+        """The Service naming the adapter's address, and the APIService that points at it."""
         return [
             {
                 "apiVersion": "v1",
                 "kind": "Service",
                 "metadata": {"name": self.SERVICE, "namespace": self.namespace},
-                "spec": {"ports": [{"port": 443, "targetPort": self.port, "protocol": "TCP"}]},
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "Endpoints",
-                "metadata": {"name": self.SERVICE, "namespace": self.namespace},
-                "subsets": [{"addresses": [{"ip": self.address}], "ports": [{"port": self.port}]}],
+                # kube-apiserver resolves an ExternalName Service to that name and the
+                # APIService's port and dials it directly: no endpoints, no kube-proxy.
+                "spec": {"type": "ExternalName", "externalName": self.address},
             },
             {
                 "apiVersion": "apiregistration.k8s.io/v1",
                 "kind": "APIService",
                 "metadata": {"name": CUSTOM_METRICS_API_SERVICE},
                 "spec": {
-                    "service": {"name": self.SERVICE, "namespace": self.namespace, "port": 443},
+                    "service": {
+                        "name": self.SERVICE,
+                        "namespace": self.namespace,
+                        "port": self.port,
+                    },
                     "group": CUSTOM_METRICS_GROUP,
                     "version": CUSTOM_METRICS_VERSION,
                     # The adapter's certificate is self-signed at its start.
