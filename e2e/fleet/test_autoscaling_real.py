@@ -18,6 +18,8 @@ from support.real_monitoring import MonitoredFleet, PrometheusAdapter
 from ttsfleet_operator import labels
 from ttsfleet_runtime import metrics
 
+# Pods start, scale and drain as the real kubelet times them: minutes, not the suite's 300 s.
+pytestmark = pytest.mark.timeout(900)
 MAX_REPLICAS = 2
 CALLERS = 4
 READY_TIMEOUT = 420

@@ -25,6 +25,8 @@ from support.real_fleet import CLUSTER_SH, cache_dir
 from support.real_monitoring import MonitoredFleet, image_archive
 from ttsfleet_operator import labels
 
+# Pods start, scale and drain as the real kubelet times them: minutes, not the suite's 300 s.
+pytestmark = pytest.mark.timeout(900)
 # The bad build: the engine stream's first chunk waits this long. Over the analysis's TTFA
 # threshold by more than one histogram bucket (the runtime's buckets: ... 2, 5, 10 s).
 FIRST_AUDIO_DELAY_S = 6.0
