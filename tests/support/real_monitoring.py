@@ -439,7 +439,7 @@ class MonitoredFleet:
         merged["runtime"]["image"] = image
         merged["runtime"]["imagePullPolicy"] = "Never"
         for key, value in spec.items():
-            merged[key] = {**merged[key], **value} if isinstance(value, dict) else value
+            merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
         self.cluster.apply(self.service, "-n", self.namespace)
 
     def stop(self) -> None:
