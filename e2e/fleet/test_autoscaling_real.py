@@ -117,7 +117,9 @@ def test_load_makes_the_hpa_scale_the_tts_service_and_the_new_pod_serves(fleet, 
         # The HPA wrote it, and through /scale: its field manager's entry is the scale subresource's.
         writers = {
             (entry["manager"], entry.get("subresource"))
-            for entry in fleet.tts()["metadata"]["managedFields"]
+            for entry in fleet.cluster.get(
+                "tts", fleet.name, "-n", fleet.namespace, "--show-managed-fields"
+            )["metadata"]["managedFields"]
         }
         assert ("kube-controller-manager", "scale") in writers, writers
         wait_for(
