@@ -44,7 +44,7 @@ def fleet(cluster, operator, tmp_path_factory):
                     "scaleDownStabilizationSeconds": 3600,
                 },
                 # One slot: a second concurrent stream waits, and the queue is the signal.
-                "engine": {"maxBatch": 1, "maxAudioSeconds": 1},
+                "engine": {"maxBatch": 1, "maxAudioSeconds": 0.8},
                 # Requests only (no CPU limit): room on the node for the second pod.
                 "runtime": {"resources": {"cpu": "500m", "memory": "3Gi", "cacheSize": "1Gi"}},
             }

@@ -90,7 +90,7 @@ def fleet(cluster, operator, candidate, tmp_path_factory):
         fleet.start(
             {
                 "replicas": 2,
-                "engine": {"maxBatch": 4, "maxAudioSeconds": 1},
+                "engine": {"maxBatch": 4, "maxAudioSeconds": 0.8},
                 "runtime": {"resources": {"cpu": "500m", "memory": "3Gi", "cacheSize": "1Gi"}},
                 "canary": {
                     "percent": 50,

@@ -490,7 +490,8 @@ class MonitoredFleet:
 
     def load(self, callers: int) -> StreamingLoad:
         """Streaming clients through the Service, each reading every stream to its end
-        (engine.maxAudioSeconds of PCM)."""
+        (engine.maxAudioSeconds of PCM: a whole number of 80 ms frames, e.g. 0.8 s; the
+        engine ends an utterance on a frame, so 1 s would stream 13 frames, 1.04 s)."""
         seconds = self.tts()["spec"]["engine"]["maxAudioSeconds"]
         return StreamingLoad(*self.endpoint(), callers, round(seconds * PCM_BYTES_PER_SECOND))
 
