@@ -36,6 +36,30 @@ from support.operator_fixtures import (  # noqa: F401
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO_ROOT / "hack" / "cluster.sh"
 BUILD_SH = REPO_ROOT / "hack" / "build-control-plane.sh"
+REAL_NODE_SH = REPO_ROOT / "hack" / "realnode" / "node.sh"
+OCI_IMAGE_PY = REPO_ROOT / "hack" / "realnode" / "oci-image.py"
+
+
+HOST_TEARDOWN = "host_teardown"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{HOST_TEARDOWN}: brings the whole cluster down and up; runs only when selected "
+        f"(pytest e2e -m {HOST_TEARDOWN}), never beside other e2e tests",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that tear the cluster down run only in a session of their own: other tests'
+    session fixtures (the operator, the chart) would lose their cluster under them."""
+    if HOST_TEARDOWN in (config.option.markexpr or ""):
+        return
+    kept = [i for i in items if i.get_closest_marker(HOST_TEARDOWN) is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
 
 
 def pinned_versions() -> dict[str, str]:
@@ -155,6 +179,108 @@ def cluster() -> Cluster:
     yield Cluster(name=name, provider=provider, kubeconfig=kubeconfig, kubectl_path=kubectl)
     if not was_running and env.get("TTSFLEET_E2E_KEEP_CLUSTER") != "1":
         _run_cluster_sh("down", env=env)
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """The node with a kubelet (hack/realnode/node.sh), as pods meant for it must ask."""
+
+    name: str
+    key: str  # label key (value "true") and NoSchedule taint key (value "true")
+    ip: str  # the node address, on the bridge the scripts create; pods reach the host here
+    pod_cidr: str
+
+    def pod_spec(self, **spec: Any) -> dict:
+        """A pod spec that lands on this node and nowhere else."""
+        return {
+            "nodeSelector": {self.key: "true"},
+            "tolerations": [
+                {"key": self.key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+            ],
+            **spec,
+        }
+
+
+def real_node_facts() -> dict[str, str]:
+    """REALNODE_* assignments of hack/realnode/node.sh, where the node's names are set."""
+    facts = {}
+    for line in REAL_NODE_SH.read_text().splitlines():
+        m = re.fullmatch(r"(REALNODE_[A-Z_]+)=([^$\s]+)", line.strip())
+        if m:
+            facts[m.group(1)] = m.group(2)
+    return facts
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> RealNode:
+    """The real node `hack/cluster.sh up` starts next to the fake ones (kwok provider)."""
+    if cluster.provider != "kwok":
+        pytest.skip(
+            f"the real node is part of the kwok provider (this cluster: {cluster.provider})"
+        )
+    if os.environ.get("TTSFLEET_REAL_NODE") == "0":
+        pytest.skip("TTSFLEET_REAL_NODE=0: the cluster has no real node")
+    facts = real_node_facts()
+    return RealNode(
+        name=facts["REALNODE_NAME"],
+        key=facts["REALNODE_KEY"],
+        ip=facts["REALNODE_IP"],
+        pod_cidr=facts["REALNODE_POD_CIDR"],
+    )
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """An image built here, as an OCI archive, and loaded into the real node's containerd."""
+
+    name: str
+    archive: Path
+
+    def load(self) -> str:
+        """`hack/cluster.sh load-image`; returns what it reported."""
+        proc = subprocess.run(
+            [str(CLUSTER_SH), "load-image", str(self.archive)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"hack/cluster.sh load-image failed:\n{proc.stderr}{proc.stdout}")
+        return proc.stderr
+
+
+@pytest.fixture(scope="session")
+def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> LocalImage:
+    """A one-layer image of Debian's busybox-static (a shell, httpd, wget), built here and
+    loaded into the real node: pods use it with imagePullPolicy Never."""
+    busybox = Path("/usr/bin/busybox")
+    applets = subprocess.run(
+        [str(busybox), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    version = subprocess.run([str(busybox)], capture_output=True, text=True).stdout.split()[1]
+    image = LocalImage(
+        name=f"localhost/ttsfleet-e2e/busybox:{version.lstrip('v')}",
+        archive=tmp_path_factory.mktemp("images") / "busybox.tar",
+    )
+    subprocess.run(
+        [
+            "python3",
+            str(OCI_IMAGE_PY),
+            "--name",
+            image.name,
+            "--out",
+            str(image.archive),
+            "--file",
+            f"{busybox}:/bin/busybox",
+            *(a for applet in applets for a in ("--link", f"/bin/{applet}:busybox")),
+            "--cmd",
+            "sh",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    image.load()
+    return image
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,17 @@ source "${HACK_DIR}/versions.env"
 
 usage() {
   cat <<EOF
-Usage: hack/cluster.sh up|down|kubeconfig|status|--help
+Usage: hack/cluster.sh up|down [--purge]|load-image ARCHIVE|kubeconfig|status|--help
 
   up          start (or reuse) the cluster, wait until the API server is healthy, create
-              the fake GPU node pools (e2e/cluster/nodes*.yaml), install crds/*.yaml, and write
-              the kubeconfig. Idempotent: a running cluster is reused as is (a kwok one
-              made from another e2e/cluster/kwokctl.yaml is recreated).
-  down        delete the cluster and stop every process it started
+              the fake GPU node pools (e2e/cluster/nodes*.yaml), start the real node (kwok
+              provider), install crds/*.yaml, and write the kubeconfig. Idempotent: a running
+              cluster and node are reused as they are (a kwok cluster made from another
+              e2e/cluster/kwokctl.yaml is recreated).
+  down        delete the cluster, stop every process it started and undo every host change
+              of the real node; --purge also removes the real node's image store
+  load-image  import an OCI image archive into the real node's containerd (a no-op when
+              it holds the archive's images already); pods use it with imagePullPolicy Never
   kubeconfig  print the kubeconfig path (export KUBECONFIG=\$(hack/cluster.sh kubeconfig))
   status      say whether the cluster runs and is healthy; exit 1 if not
 
@@ -28,6 +32,7 @@ Environment:
   TTSFLEET_CLUSTER_NAME      cluster name (default ttsfleet)
   TTSFLEET_CACHE             cache root (default \$HOME/.cache/ttsfleet)
   TTSFLEET_KIND_NODE_IMAGE   kind only: node image (default: kind ${KIND_VERSION}'s own)
+  TTSFLEET_REAL_NODE         kwok only: 0 = no real node (default 1; needs root)
 
 kwok provider: 'kwokctl create cluster --runtime binary' with the binaries that
 hack/build-control-plane.sh built (Kubernetes ${KUBE_VERSION}, etcd ${ETCD_VERSION},
@@ -37,19 +42,39 @@ kwok's default node/pod "fast" stages make fake nodes Ready and their pods Runni
 Files: kubeconfig  \${TTSFLEET_CACHE}/clusters/<name>/kubeconfig
        kwok state  \${TTSFLEET_CACHE}/kwok/clusters/<name>/ (component logs in logs/)
 Node pools, labels and taints: e2e/cluster/nodes.yaml (keys listed at its top).
+
+The real node (kwok provider): node ${REALNODE_NAME}, kubelet + kube-proxy ${KUBE_VERSION} with
+containerd, runc and the CNI bridge from Debian packages (installed when missing). It carries
+the taint ${REALNODE_KEY}=true:NoSchedule and the label ${REALNODE_KEY}=true: a pod meant for
+it tolerates the one and selects the other. Its address ${REALNODE_IP} (bridge ${REALNODE_BRIDGE})
+is also how its pods reach the host; pods get ${REALNODE_POD_CIDR} and reach nothing beyond
+the bridge and the host. Images come only from 'load-image'.
+Files: \${TTSFLEET_CACHE}/clusters/<name>/node/ (configs, kubelet root; logs in logs/),
+       ${REALNODE_HOST_DIR}/ (containerd state), \${TTSFLEET_CACHE}/realnode/ (image store).
 EOF
 }
-
-CMD="${1:-}"
-case "${CMD}" in
-  up|down|kubeconfig|status) ;;
-  -h|--help|help) usage; exit 0 ;;
-  *) usage >&2; exit 2 ;;
-esac
 
 CACHE="${TTSFLEET_CACHE:-${HOME}/.cache/ttsfleet}"
 NAME="${TTSFLEET_CLUSTER_NAME:-ttsfleet}"
 CLUSTER_DIR="${CACHE}/clusters/${NAME}"
+# shellcheck source=hack/realnode/node.sh
+source "${HACK_DIR}/realnode/node.sh"
+
+CMD="${1:-}"
+PURGE=0
+case "${CMD}" in
+  up|kubeconfig|status) (( $# == 1 )) || { usage >&2; exit 2; } ;;
+  down)
+    case "${2:-}" in
+      "") ;;
+      --purge) PURGE=1 ;;
+      *) usage >&2; exit 2 ;;
+    esac
+    ;;
+  load-image) (( $# == 2 )) || { usage >&2; exit 2; } ;;
+  -h|--help|help) usage; exit 0 ;;
+  *) usage >&2; exit 2 ;;
+esac
 KUBECONFIG_OUT="${CLUSTER_DIR}/kubeconfig"
 PROVIDER_FILE="${CLUSTER_DIR}/provider"
 BIN_DIR="$("${HACK_DIR}/build-control-plane.sh" --print-bin-dir)"
@@ -361,8 +386,8 @@ wait_default_serviceaccount() {
   done
 }
 
-# One 'up' or 'down' at a time per cluster (parallel test sessions share it).
-if [[ "${CMD}" == up || "${CMD}" == down ]]; then
+# One 'up', 'down' or 'load-image' at a time per cluster (parallel test sessions share it).
+if [[ "${CMD}" == up || "${CMD}" == down || "${CMD}" == load-image ]]; then
   mkdir -p "${CACHE}/clusters"
   exec 8>"${CACHE}/clusters/.${NAME}.lock"
   if ! flock -n 8; then
@@ -382,6 +407,13 @@ case "${CMD}" in
     echo "${PROVIDER}" >"${PROVIDER_FILE}"
     wait_healthy 120 || die "step 'API server healthy': /readyz did not answer ok in 120s (kubeconfig ${KUBECONFIG_OUT})"
     apply_nodes
+    if [[ "${PROVIDER}" == kwok && "${TTSFLEET_REAL_NODE:-1}" != 0 ]]; then
+      realnode_up
+    elif [[ "${PROVIDER}" == kwok && -d "${REALNODE_DIR}" ]]; then
+      log "TTSFLEET_REAL_NODE=0: stopping the real node"
+      realnode_down 0
+      kc delete node "${REALNODE_NAME}" --ignore-not-found >/dev/null
+    fi
     install_crds
     wait_default_serviceaccount
     log "cluster '${NAME}' (${PROVIDER}) is up: $(kc version -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p' | tail -1), $(kc get nodes --no-headers 2>/dev/null | wc -l) nodes"
@@ -389,11 +421,16 @@ case "${CMD}" in
     ;;
   down)
     case "${PROVIDER}" in
-      kwok) kwok_down ;;
+      # The node first: its kubelet must not outlive the API server it reports to.
+      kwok) realnode_down "${PURGE}"; kwok_down ;;
       kind) kind_down ;;
       existing) log "provider existing: leaving the cluster alone" ;;
     esac
     rm -rf "${CLUSTER_DIR}"
+    ;;
+  load-image)
+    [[ "${PROVIDER}" == kwok ]] || die "load-image: only the kwok provider's real node is supported (provider ${PROVIDER}; kind has 'kind load image-archive')"
+    realnode_load_image "$2"
     ;;
   kubeconfig)
     echo "${KUBECONFIG_OUT}"
@@ -402,6 +439,10 @@ case "${CMD}" in
     if healthy; then
       echo "cluster '${NAME}' (${PROVIDER}): healthy; kubeconfig ${KUBECONFIG_OUT}"
       kc get nodes -L nvidia.com/gpu.product,karpenter.sh/capacity-type,topology.kubernetes.io/zone 2>/dev/null || true
+      if [[ "${PROVIDER}" == kwok && -d "${REALNODE_DIR}" ]]; then
+        echo "real node ${REALNODE_NAME}:"
+        realnode_status
+      fi
     else
       echo "cluster '${NAME}' (${PROVIDER}): not running"
       exit 1

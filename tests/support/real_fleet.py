@@ -174,8 +174,13 @@ def install_operator_pod(
 
 
 def api_key(cluster, service: str, namespace: str) -> str:
+    """The first key of the Secret the pods check: its lines are `KEY` or `TENANT: KEY`
+    (the operator writes `default: KEY`), read as the runtime reads them."""
+    from ttsfleet_runtime.server.auth import parse_key_line
+
     secret = cluster.get("secret", f"{service}-api-keys", "-n", namespace)
-    return base64.b64decode(secret["data"]["keys"]).decode().split()[0]
+    first = base64.b64decode(secret["data"]["keys"]).decode().splitlines()[0]
+    return parse_key_line(first)[1]
 
 
 def service_url(cluster, service: str, namespace: str) -> str:
