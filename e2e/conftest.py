@@ -272,7 +272,12 @@ def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory)
             str(image.archive),
             "--file",
             f"{busybox}:/bin/busybox",
-            *(a for applet in applets for a in ("--link", f"/bin/{applet}:busybox")),
+            *(
+                a
+                for applet in applets
+                if applet != "busybox"  # the binary itself, not a link to it
+                for a in ("--link", f"/bin/{applet}:busybox")
+            ),
             "--cmd",
             "sh",
         ],

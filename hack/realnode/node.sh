@@ -19,8 +19,10 @@
 # ${REALNODE_IMAGE_STORE} (containerd's root: the imported images, kept unless --purge).
 
 REALNODE_NAME=ttsfleet-real-0
-# The label and the taint that keep every other pod off this node (one key for both).
-REALNODE_KEY=ttsfleet.io/real-node
+# The label and the taint that keep every other pod off this node (one key for both): the
+# operator's CPU serving key (operator/ttsfleet_operator/gpu_classes.py CPU_SERVING_KEY), so
+# TTSServices of gpu.class cpu land here.
+REALNODE_KEY=ttsfleet.io/cpu-serving
 REALNODE_BRIDGE=ttsfleet0
 REALNODE_IP=10.244.0.1
 # Apart from kwok's fake pod IPs (10.0.0.0/24) and the Service range (10.96.0.0/16).
