@@ -228,7 +228,8 @@ realnode_network_down() {
 # ---------------------------------------------------------------------------
 # The image's manifest digest named in an OCI archive's index.json (ref name -> digest).
 realnode_archive_refs() { # archive -> lines "name digest"
-  tar -xOf "$1" index.json 2>/dev/null | python3 -c '
+  # Members are named index.json or ./index.json, as the tool that wrote it chose.
+  { tar -xOf "$1" index.json 2>/dev/null || tar -xOf "$1" ./index.json 2>/dev/null; } | python3 -c '
 import json, sys
 for m in json.load(sys.stdin).get("manifests", []):
     a = m.get("annotations", {})
@@ -357,6 +358,21 @@ realnode_render() { # template out
   mv -f "$2.tmp" "$2"
 }
 
+# A kubelet applies its labels and taints only when it registers its Node. A node registered
+# with other ones (an older node.sh) is deleted, its kubelet stopped, so that the kubelet
+# started next registers it anew; its pods go with it.
+realnode_reregister_if_changed() {
+  local labels taints
+  labels="$(kc get node "${REALNODE_NAME}" -o jsonpath="{.metadata.labels['${REALNODE_KEY//./\\.}']}" 2>/dev/null)" || return 0
+  taints="$(kc get node "${REALNODE_NAME}" -o jsonpath='{range .spec.taints[*]}{.key}={.value}:{.effect}{" "}{end}' 2>/dev/null)" || return 0
+  if [[ "${labels}" == true && " ${taints}" == *" ${REALNODE_KEY}=true:NoSchedule "* ]]; then
+    return 0
+  fi
+  log "node ${REALNODE_NAME} was registered without label and taint ${REALNODE_KEY}=true; registering it anew"
+  realnode_stop kubelet
+  kc delete node "${REALNODE_NAME}" --wait=true >/dev/null
+}
+
 realnode_wait_ready() {
   local deadline=$(( $(date +%s) + 120 )) ready taints
   while :; do
@@ -393,6 +409,7 @@ realnode_up() {
   realnode_pause_image
 
   realnode_credentials
+  realnode_reregister_if_changed
   realnode_render kubelet.yaml "${REALNODE_DIR}/kubelet.yaml"
   realnode_ensure kubelet "${REALNODE_DIR}/kubelet.yaml ${REALNODE_DIR}/pki/kubelet.kubeconfig" \
     "${BIN_DIR}/kubelet" \
