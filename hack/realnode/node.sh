@@ -488,12 +488,17 @@ realnode_down() { # [purge]
   log "stopping the real node ${REALNODE_NAME}"
   realnode_stop kubelet
   realnode_stop kube-proxy
-  if [[ -S "${REALNODE_CONTAINERD_SOCK}" ]]; then realnode_remove_containers; fi
+  if [[ -S "${REALNODE_CONTAINERD_SOCK}" ]]; then
+    realnode_remove_containers
+    log "removed the node's containers (images kept)"
+  fi
   realnode_stop containerd
   realnode_shims_down
+  log "stopped kubelet, kube-proxy, containerd and its shims"
   realnode_cgroups_down
   realnode_mounts_down
   realnode_network_down
+  log "removed the node's iptables chains, routes and bridge"
   realnode_restore_host
   rm -rf "${REALNODE_DIR:?}" "${REALNODE_HOST_DIR:?}"
   if [[ "${purge}" == 1 ]]; then
