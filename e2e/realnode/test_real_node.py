@@ -5,8 +5,11 @@ there or takes it over."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
+import socket
+import ssl
 import urllib.request
 
 import pytest
@@ -108,13 +111,13 @@ def test_kwok_does_not_manage_the_real_node(cluster, real_node):
 
 
 def test_a_pod_runs_from_a_local_image_and_serves_logs_and_exec(
-    cluster, namespace, real_node, busybox_image
+    cluster, namespace, real_node, toolbox_image
 ):
     cluster.apply(
         _pod(
             real_node,
             "hello",
-            busybox_image.name,
+            toolbox_image.name,
             ["sh", "-c", "echo hello from $(hostname); sleep 3600"],
         ),
         "-n",
@@ -149,15 +152,15 @@ def test_a_pod_runs_from_a_local_image_and_serves_logs_and_exec(
 
 
 def test_a_cluster_ip_service_balances_over_two_pods_from_the_host_and_from_a_pod(
-    cluster, namespace, real_node, busybox_image
+    cluster, namespace, real_node, toolbox_image
 ):
     for name in ("whoami-a", "whoami-b"):
         cluster.apply(
-            _pod(real_node, name, busybox_image.name, WHOAMI, labels={"app": "whoami"}),
+            _pod(real_node, name, toolbox_image.name, WHOAMI, labels={"app": "whoami"}),
             "-n",
             namespace,
         )
-    cluster.apply(_pod(real_node, "client", busybox_image.name, ["sleep", "3600"]), "-n", namespace)
+    cluster.apply(_pod(real_node, "client", toolbox_image.name, ["sleep", "3600"]), "-n", namespace)
     cluster.apply(
         {
             "apiVersion": "v1",
@@ -205,7 +208,7 @@ def test_a_cluster_ip_service_balances_over_two_pods_from_the_host_and_from_a_po
 
 
 def test_the_service_environment_reaches_pods_as_a_kubelet_sets_it(
-    cluster, namespace, real_node, busybox_image
+    cluster, namespace, real_node, toolbox_image
 ):
     cluster.apply(
         {
@@ -217,7 +220,7 @@ def test_the_service_environment_reaches_pods_as_a_kubelet_sets_it(
         "-n",
         namespace,
     )
-    cluster.apply(_pod(real_node, "env", busybox_image.name, ["sleep", "3600"]), "-n", namespace)
+    cluster.apply(_pod(real_node, "env", toolbox_image.name, ["sleep", "3600"]), "-n", namespace)
     _ready_pods(cluster, namespace, "app=env", 1)
     ip = cluster.get("service", "probe", "-n", namespace)["spec"]["clusterIP"]
     env = cluster.kubectl("exec", "-n", namespace, "env", "--", "env").stdout.splitlines()
@@ -232,5 +235,45 @@ def test_the_service_environment_reaches_pods_as_a_kubelet_sets_it(
     assert all(ipaddress.ip_address(s).is_loopback for s in servers), json.dumps(resolv.stdout)
 
 
-def test_load_image_leaves_an_image_the_node_holds_alone(busybox_image):
-    assert "already there" in busybox_image.load()
+def test_load_image_leaves_an_image_the_node_holds_alone(toolbox_image):
+    assert "already there" in toolbox_image.load()
+
+
+def test_pods_reach_the_api_server_as_in_cluster_clients_do(
+    cluster, namespace, real_node, toolbox_image
+):
+    cluster.apply(_pod(real_node, "client", toolbox_image.name, ["sleep", "3600"]), "-n", namespace)
+    _ready_pods(cluster, namespace, "app=client", 1)
+    # The kubernetes Service, by the variables every pod gets: the connection reaches the
+    # API server, whose certificate verifies against the pod's CA for the Service's address.
+    verify = cluster.kubectl(
+        "exec",
+        "-n",
+        namespace,
+        "client",
+        "--",
+        "sh",
+        "-c",
+        "openssl s_client -connect $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+        " -verify_ip $KUBERNETES_SERVICE_HOST -verify_return_error"
+        " -CAfile /var/run/secrets/kubernetes.io/serviceaccount/ca.crt </dev/null",
+    )
+    assert "Verify return code: 0 (ok)" in verify.stdout
+
+
+def test_the_api_server_certificate_names_the_address_in_cluster_clients_use(cluster, real_node):
+    # What a verifying client (the operator's, in a pod) checks: the serving certificate,
+    # signed by the cluster CA, names the kubernetes Service's ClusterIP.
+    server = cluster.kubectl(
+        "config", "view", "--minify", "--raw", "-o", "jsonpath={.clusters[0].cluster}"
+    ).stdout
+    port = int(json.loads(server)["server"].rsplit(":", 1)[1])
+    ca = base64.b64decode(json.loads(server)["certificate-authority-data"]).decode()
+    service_ip = cluster.get("service", "kubernetes", "-n", "default")["spec"]["clusterIP"]
+    context = ssl.create_default_context(cadata=ca)
+    # Through the forwarder on the node address, where the Service's endpoint points.
+    with (
+        socket.create_connection((real_node.ip, port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=service_ip) as tls,
+    ):
+        assert tls.version()

@@ -84,12 +84,14 @@ realnode_stop() { # component [grace seconds]
   pid="$(realnode_pid "${name}")"
   rm -f "${REALNODE_DIR}/${name}.pid" "${REALNODE_DIR}/${name}.stamp"
   [[ -n "${pid}" ]] || return 0
-  kill "${pid}" 2>/dev/null || true
+  # Its whole process group (setsid made it the leader): the forwarder's per-connection
+  # children too. containerd's shims have groups of their own and outlive it by design.
+  kill -- "-${pid}" 2>/dev/null || kill "${pid}" 2>/dev/null || true
   local deadline=$(( $(date +%s) + grace ))
   while [[ -d "/proc/${pid}" ]] && (( $(date +%s) < deadline )); do sleep 0.2; done
   if [[ -d "/proc/${pid}" ]]; then
     log "${name} (pid ${pid}) ignored SIGTERM for ${grace}s; killing it"
-    kill -9 "${pid}" 2>/dev/null || true
+    kill -9 -- "-${pid}" 2>/dev/null || kill -9 "${pid}" 2>/dev/null || true
   fi
 }
 
@@ -99,7 +101,7 @@ realnode_ensure() { # component "files..." cmd...
   local name="$1" files="$2" want
   shift 2
   # shellcheck disable=SC2086
-  want="$( { printf '%s\n' "$@"; cat ${files}; } | sha256sum | cut -c1-16)"
+  want="$( { printf '%s\n' "$@"; cat ${files} </dev/null; } | sha256sum | cut -c1-16)"
   if [[ -n "$(realnode_pid "${name}")" && "$(cat "${REALNODE_DIR}/${name}.stamp" 2>/dev/null)" == "${want}" ]]; then
     return 0
   fi
@@ -373,6 +375,24 @@ realnode_reregister_if_changed() {
   kc delete node "${REALNODE_NAME}" --wait=true >/dev/null
 }
 
+# In-cluster clients (the operator as a pod) reach the API server at the kubernetes Service,
+# whose endpoint is the advertised address, the node's, on the API server's port
+# (e2e/cluster/kwokctl.yaml). The API server listens on loopback only: a forwarder on the
+# node address passes those connections on, so nothing listens on a host interface.
+realnode_apiserver_proxy() {
+  local port endpoint
+  port="$(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}' | sed -E 's#^https://127\.0\.0\.1:([0-9]+)$#\1#')"
+  [[ "${port}" =~ ^[0-9]+$ ]] || die "step 'API server for pods': the kubeconfig's server is not https://127.0.0.1:PORT"
+  endpoint="$(kc get endpointslices -n default -l kubernetes.io/service-name=kubernetes \
+    -o jsonpath='{.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}')"
+  [[ "${endpoint}" == "${REALNODE_IP}:${port}" ]] \
+    || die "step 'API server for pods': the kubernetes Service points at ${endpoint}, not ${REALNODE_IP}:${port} (kube-apiserver's advertise-address in e2e/cluster/kwokctl.yaml must be REALNODE_IP)"
+  # exec -a: the forwarder's command line names it, as realnode_pid checks.
+  realnode_ensure apiserver-proxy "" \
+    bash -c 'exec -a "$0" socat "$@"' "${REALNODE_DIR}/apiserver-proxy" \
+      "TCP-LISTEN:${port},bind=${REALNODE_IP},fork,reuseaddr" "TCP:127.0.0.1:${port}"
+}
+
 realnode_wait_ready() {
   local deadline=$(( $(date +%s) + 120 )) ready taints
   while :; do
@@ -425,6 +445,7 @@ realnode_up() {
   realnode_render kube-proxy.yaml "${REALNODE_DIR}/kube-proxy.yaml"
   realnode_ensure kube-proxy "${REALNODE_DIR}/kube-proxy.yaml ${REALNODE_DIR}/pki/kube-proxy.kubeconfig" \
     "${BIN_DIR}/kube-proxy" --config "${REALNODE_DIR}/kube-proxy.yaml" --v 1
+  realnode_apiserver_proxy
   realnode_wait_ready
   log "real node ${REALNODE_NAME} Ready ($(( $(date +%s) - t_kubelet ))s after kubelet, $(( $(date +%s) - t0 ))s in all): address ${REALNODE_IP} on ${REALNODE_BRIDGE}, pods ${REALNODE_POD_CIDR}, taint ${REALNODE_KEY}=true:NoSchedule, label ${REALNODE_KEY}=true"
 }
@@ -488,6 +509,7 @@ realnode_down() { # [purge]
   log "stopping the real node ${REALNODE_NAME}"
   realnode_stop kubelet
   realnode_stop kube-proxy
+  realnode_stop apiserver-proxy
   if [[ -S "${REALNODE_CONTAINERD_SOCK}" ]]; then
     realnode_remove_containers
     log "removed the node's containers (images kept)"
@@ -510,7 +532,7 @@ realnode_down() { # [purge]
 
 realnode_status() {
   local c
-  for c in containerd kubelet kube-proxy; do
+  for c in containerd kubelet kube-proxy apiserver-proxy; do
     printf '  %-10s %s\n' "${c}" "$(p="$(realnode_pid "${c}")"; [[ -n "${p}" ]] && echo "running (pid ${p})" || echo "not running")"
   done
 }
