@@ -129,10 +129,12 @@ realnode_claim_host() {
   local key p
   {
     for key in "${REALNODE_SYSCTLS[@]}"; do
-      [[ -r "/proc/sys/${key}" ]] && printf 'sysctl %s %s\n' "${key}" "$(tr '\t' ' ' <"/proc/sys/${key}")"
+      if [[ -r "/proc/sys/${key}" ]]; then
+        printf 'sysctl %s %s\n' "${key}" "$(tr '\t' ' ' <"/proc/sys/${key}")"
+      fi
     done
     for p in "${REALNODE_HOST_PATHS[@]}"; do
-      [[ -e "${p}" ]] && printf 'existed %s\n' "${p}"
+      if [[ -e "${p}" ]]; then printf 'existed %s\n' "${p}"; fi
     done
   } >"${record}.tmp"
   mv -f "${record}.tmp" "${record}"
