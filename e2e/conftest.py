@@ -249,19 +249,28 @@ class LocalImage:
         return proc.stderr
 
 
+def _shared_libraries(binary: str) -> list[str]:
+    """The files the dynamic loader maps for `binary` (ldd), loader included."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    return sorted(set(re.findall(r"(/\S+\.so[.\d]*)", out)))
+
+
 @pytest.fixture(scope="session")
-def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> LocalImage:
-    """A one-layer image of Debian's busybox-static (a shell, httpd, wget), built here and
-    loaded into the real node: pods use it with imagePullPolicy Never."""
-    busybox = Path("/usr/bin/busybox")
+def toolbox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory) -> LocalImage:
+    """A one-layer image of this host's files: Debian's busybox-static (a shell, httpd,
+    wget) and openssl with its libraries (a TLS client that verifies, as busybox's cannot).
+    Built here and loaded into the real node: pods use it with imagePullPolicy Never."""
+    busybox = "/usr/bin/busybox"
     applets = subprocess.run(
-        [str(busybox), "--list"], capture_output=True, text=True, check=True
+        [busybox, "--list"], capture_output=True, text=True, check=True
     ).stdout.split()
-    version = subprocess.run([str(busybox)], capture_output=True, text=True).stdout.split()[1]
+    version = subprocess.run([busybox], capture_output=True, text=True).stdout.split()[1]
     image = LocalImage(
-        name=f"localhost/ttsfleet-e2e/busybox:{version.lstrip('v')}",
-        archive=tmp_path_factory.mktemp("images") / "busybox.tar",
+        name=f"localhost/ttsfleet-e2e/toolbox:busybox-{version.lstrip('v')}",
+        archive=tmp_path_factory.mktemp("images") / "toolbox.tar",
     )
+    files = [f"{busybox}:/bin/busybox", "/usr/bin/openssl:/usr/bin/openssl"]
+    files += [f"{lib}:{lib}" for lib in _shared_libraries("/usr/bin/openssl")]
     subprocess.run(
         [
             "python3",
@@ -270,9 +279,13 @@ def busybox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory)
             image.name,
             "--out",
             str(image.archive),
-            "--file",
-            f"{busybox}:/bin/busybox",
-            *(a for applet in applets for a in ("--link", f"/bin/{applet}:busybox")),
+            *(a for f in files for a in ("--file", f)),
+            *(
+                a
+                for applet in applets
+                if applet != "busybox"  # the binary itself, not a link to it
+                for a in ("--link", f"/bin/{applet}:busybox")
+            ),
             "--cmd",
             "sh",
         ],

@@ -19,8 +19,10 @@
 # ${REALNODE_IMAGE_STORE} (containerd's root: the imported images, kept unless --purge).
 
 REALNODE_NAME=ttsfleet-real-0
-# The label and the taint that keep every other pod off this node (one key for both).
-REALNODE_KEY=ttsfleet.io/real-node
+# The label and the taint that keep every other pod off this node (one key for both): the
+# operator's CPU serving key (operator/ttsfleet_operator/gpu_classes.py CPU_SERVING_KEY), so
+# TTSServices of gpu.class cpu land here.
+REALNODE_KEY=ttsfleet.io/cpu-serving
 REALNODE_BRIDGE=ttsfleet0
 REALNODE_IP=10.244.0.1
 # Apart from kwok's fake pod IPs (10.0.0.0/24) and the Service range (10.96.0.0/16).
@@ -82,12 +84,14 @@ realnode_stop() { # component [grace seconds]
   pid="$(realnode_pid "${name}")"
   rm -f "${REALNODE_DIR}/${name}.pid" "${REALNODE_DIR}/${name}.stamp"
   [[ -n "${pid}" ]] || return 0
-  kill "${pid}" 2>/dev/null || true
+  # Its whole process group (setsid made it the leader): the forwarder's per-connection
+  # children too. containerd's shims have groups of their own and outlive it by design.
+  kill -- "-${pid}" 2>/dev/null || kill "${pid}" 2>/dev/null || true
   local deadline=$(( $(date +%s) + grace ))
   while [[ -d "/proc/${pid}" ]] && (( $(date +%s) < deadline )); do sleep 0.2; done
   if [[ -d "/proc/${pid}" ]]; then
     log "${name} (pid ${pid}) ignored SIGTERM for ${grace}s; killing it"
-    kill -9 "${pid}" 2>/dev/null || true
+    kill -9 -- "-${pid}" 2>/dev/null || kill -9 "${pid}" 2>/dev/null || true
   fi
 }
 
@@ -97,7 +101,7 @@ realnode_ensure() { # component "files..." cmd...
   local name="$1" files="$2" want
   shift 2
   # shellcheck disable=SC2086
-  want="$( { printf '%s\n' "$@"; cat ${files}; } | sha256sum | cut -c1-16)"
+  want="$( { printf '%s\n' "$@"; cat ${files} </dev/null; } | sha256sum | cut -c1-16)"
   if [[ -n "$(realnode_pid "${name}")" && "$(cat "${REALNODE_DIR}/${name}.stamp" 2>/dev/null)" == "${want}" ]]; then
     return 0
   fi
@@ -125,10 +129,12 @@ realnode_claim_host() {
   local key p
   {
     for key in "${REALNODE_SYSCTLS[@]}"; do
-      [[ -r "/proc/sys/${key}" ]] && printf 'sysctl %s %s\n' "${key}" "$(tr '\t' ' ' <"/proc/sys/${key}")"
+      if [[ -r "/proc/sys/${key}" ]]; then
+        printf 'sysctl %s %s\n' "${key}" "$(tr '\t' ' ' <"/proc/sys/${key}")"
+      fi
     done
     for p in "${REALNODE_HOST_PATHS[@]}"; do
-      [[ -e "${p}" ]] && printf 'existed %s\n' "${p}"
+      if [[ -e "${p}" ]]; then printf 'existed %s\n' "${p}"; fi
     done
   } >"${record}.tmp"
   mv -f "${record}.tmp" "${record}"
@@ -226,7 +232,8 @@ realnode_network_down() {
 # ---------------------------------------------------------------------------
 # The image's manifest digest named in an OCI archive's index.json (ref name -> digest).
 realnode_archive_refs() { # archive -> lines "name digest"
-  tar -xOf "$1" index.json 2>/dev/null | python3 -c '
+  # Members are named index.json or ./index.json, as the tool that wrote it chose.
+  { tar -xOf "$1" index.json 2>/dev/null || tar -xOf "$1" ./index.json 2>/dev/null; } | python3 -c '
 import json, sys
 for m in json.load(sys.stdin).get("manifests", []):
     a = m.get("annotations", {})
@@ -355,6 +362,39 @@ realnode_render() { # template out
   mv -f "$2.tmp" "$2"
 }
 
+# A kubelet applies its labels and taints only when it registers its Node. A node registered
+# with other ones (an older node.sh) is deleted, its kubelet stopped, so that the kubelet
+# started next registers it anew; its pods go with it.
+realnode_reregister_if_changed() {
+  local labels taints
+  labels="$(kc get node "${REALNODE_NAME}" -o jsonpath="{.metadata.labels['${REALNODE_KEY//./\\.}']}" 2>/dev/null)" || return 0
+  taints="$(kc get node "${REALNODE_NAME}" -o jsonpath='{range .spec.taints[*]}{.key}={.value}:{.effect}{" "}{end}' 2>/dev/null)" || return 0
+  if [[ "${labels}" == true && " ${taints}" == *" ${REALNODE_KEY}=true:NoSchedule "* ]]; then
+    return 0
+  fi
+  log "node ${REALNODE_NAME} was registered without label and taint ${REALNODE_KEY}=true; registering it anew"
+  realnode_stop kubelet
+  kc delete node "${REALNODE_NAME}" --wait=true >/dev/null
+}
+
+# In-cluster clients (the operator as a pod) reach the API server at the kubernetes Service,
+# whose endpoint is the advertised address, the node's, on the API server's port
+# (e2e/cluster/kwokctl.yaml). The API server listens on loopback only: a forwarder on the
+# node address passes those connections on, so nothing listens on a host interface.
+realnode_apiserver_proxy() {
+  local port endpoint
+  port="$(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}' | sed -E 's#^https://127\.0\.0\.1:([0-9]+)$#\1#')"
+  [[ "${port}" =~ ^[0-9]+$ ]] || die "step 'API server for pods': the kubeconfig's server is not https://127.0.0.1:PORT"
+  endpoint="$(kc get endpointslices -n default -l kubernetes.io/service-name=kubernetes \
+    -o jsonpath='{.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}')"
+  [[ "${endpoint}" == "${REALNODE_IP}:${port}" ]] \
+    || die "step 'API server for pods': the kubernetes Service points at ${endpoint}, not ${REALNODE_IP}:${port} (kube-apiserver's advertise-address in e2e/cluster/kwokctl.yaml must be REALNODE_IP)"
+  # exec -a: the forwarder's command line names it, as realnode_pid checks.
+  realnode_ensure apiserver-proxy "" \
+    bash -c 'exec -a "$0" socat "$@"' "${REALNODE_DIR}/apiserver-proxy" \
+      "TCP-LISTEN:${port},bind=${REALNODE_IP},fork,reuseaddr" "TCP:127.0.0.1:${port}"
+}
+
 realnode_wait_ready() {
   local deadline=$(( $(date +%s) + 120 )) ready taints
   while :; do
@@ -391,6 +431,7 @@ realnode_up() {
   realnode_pause_image
 
   realnode_credentials
+  realnode_reregister_if_changed
   realnode_render kubelet.yaml "${REALNODE_DIR}/kubelet.yaml"
   realnode_ensure kubelet "${REALNODE_DIR}/kubelet.yaml ${REALNODE_DIR}/pki/kubelet.kubeconfig" \
     "${BIN_DIR}/kubelet" \
@@ -406,6 +447,7 @@ realnode_up() {
   realnode_render kube-proxy.yaml "${REALNODE_DIR}/kube-proxy.yaml"
   realnode_ensure kube-proxy "${REALNODE_DIR}/kube-proxy.yaml ${REALNODE_DIR}/pki/kube-proxy.kubeconfig" \
     "${BIN_DIR}/kube-proxy" --config "${REALNODE_DIR}/kube-proxy.yaml" --v 1
+  realnode_apiserver_proxy
   realnode_wait_ready
   log "real node ${REALNODE_NAME} Ready ($(( $(date +%s) - t_kubelet ))s after kubelet, $(( $(date +%s) - t0 ))s in all): address ${REALNODE_IP} on ${REALNODE_BRIDGE}, pods ${REALNODE_POD_CIDR}, taint ${REALNODE_KEY}=true:NoSchedule, label ${REALNODE_KEY}=true"
 }
@@ -469,12 +511,18 @@ realnode_down() { # [purge]
   log "stopping the real node ${REALNODE_NAME}"
   realnode_stop kubelet
   realnode_stop kube-proxy
-  if [[ -S "${REALNODE_CONTAINERD_SOCK}" ]]; then realnode_remove_containers; fi
+  realnode_stop apiserver-proxy
+  if [[ -S "${REALNODE_CONTAINERD_SOCK}" ]]; then
+    realnode_remove_containers
+    log "removed the node's containers (images kept)"
+  fi
   realnode_stop containerd
   realnode_shims_down
+  log "stopped kubelet, kube-proxy, containerd and its shims"
   realnode_cgroups_down
   realnode_mounts_down
   realnode_network_down
+  log "removed the node's iptables chains, routes and bridge"
   realnode_restore_host
   rm -rf "${REALNODE_DIR:?}" "${REALNODE_HOST_DIR:?}"
   if [[ "${purge}" == 1 ]]; then
@@ -486,7 +534,7 @@ realnode_down() { # [purge]
 
 realnode_status() {
   local c
-  for c in containerd kubelet kube-proxy; do
+  for c in containerd kubelet kube-proxy apiserver-proxy; do
     printf '  %-10s %s\n' "${c}" "$(p="$(realnode_pid "${c}")"; [[ -n "${p}" ]] && echo "running (pid ${p})" || echo "not running")"
   done
 }

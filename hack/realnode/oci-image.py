@@ -44,6 +44,8 @@ def build_layer(files: list[tuple[Path, str]], links: list[tuple[str, str]]) -> 
     for src, dest in files:
         entries[dest.strip("/")] = ("file", src)
     for dest, target in links:
+        if dest.strip("/") in entries:
+            raise SystemExit(f"oci-image: {dest} given twice (a file and a link, or two links)")
         entries[dest.strip("/")] = ("link", target)
     dirs = {str(p) for name in entries for p in Path(name).parents if str(p) != "."}
     buf = io.BytesIO()
