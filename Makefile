@@ -58,10 +58,16 @@ unit: venv tools ## fast tests: no cluster, no GPU
 	@echo "==> unit tests (tests/)"
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) tests
 
+.PHONY: prometheus-adapter
+prometheus-adapter: ## build (or reuse) prometheus-adapter from its Go module, for the real HPA e2e
+	hack/prometheus-adapter.sh >/dev/null
+
 .PHONY: e2e
-e2e: venv tools control-plane images ## tests against a real control plane (kwok) and a real node
+e2e: venv tools control-plane images prometheus-adapter ## tests against a real control plane (kwok) and a real node
 	@echo "==> e2e tests (e2e/) against a real control plane and a real node"
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) e2e
+	@echo "==> the real node's teardown leaves the host as it found it (takes the cluster down and up)"
+	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) e2e -m host_teardown
 
 .PHONY: lint
 lint: venv ## ruff (format check + lint) and import-linter's layer contracts; hack/lint-fix.sh fixes what it can
