@@ -71,6 +71,36 @@ print(len(mods))
     assert int(result.stdout) > 0
 
 
+def test_the_operator_cli_starts_with_only_the_operator_extra_installed():
+    """The operator image runs `ttsfleet operator run`, whose CLI builds every parser at
+    start, the runtime's commands included: none may import what only the runtime's
+    extras install (httpx, fastapi, torch...). Found by the operator pod on the real node."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    allowed = closure(project["dependencies"] + project["optional-dependencies"]["operator"])
+    allowed.add("ttsfleet")
+    absent = sorted(
+        module
+        for module, dists in metadata.packages_distributions().items()
+        if not any(canonical(d) in allowed for d in dists)
+    )
+    assert "httpx" in absent and "kopf" not in absent  # the split did reach both sides
+    probe = f"""
+import sys
+ABSENT = set({absent!r})
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ABSENT:
+            raise ImportError('not in the operator image: ' + name)
+sys.meta_path.insert(0, Absent())
+from ttsfleet_operator.cli import build_parser
+args = build_parser().parse_args(["operator", "run", "--all-namespaces"])
+print(args.command)
+"""
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "operator"
+
+
 def test_the_runtime_installs_and_serves_without_the_operator(tmp_path):
     """As Dockerfile.runtime builds it: pyproject.toml, README.md and runtime/ only."""
     source = tmp_path / "src"

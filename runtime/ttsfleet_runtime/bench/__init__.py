@@ -5,8 +5,11 @@
     ttsfleet-runtime bench startup ...        process start -> ready, cold and warm (`startup.py`)
     ttsfleet-runtime bench summarise ...      bench/results/summary.json from the raw runs
 
-(`python -m ttsfleet_runtime bench ...` is the same.) Each module has `add_arguments(ap)`,
-which imports nothing heavy (the CLI builds every parser at start), and `run(args) -> int`.
+(`python -m ttsfleet_runtime bench ...` is the same.) Each module has `add_arguments(ap)`
+and `run(args) -> int`. The CLIs build every parser at start, the operator's too, in an
+image that has only the operator's dependencies: a benchmark module imports the standard
+library alone at the top, and what it runs with (httpx, torch, the load test) where it
+runs (tests/packaging/test_extras.py).
 They reach the runtime only through its public names; nothing in the runtime imports this
 package (import-linter contracts in pyproject.toml). docs/benchmarks.md says which run is
 behind each published figure.

@@ -32,17 +32,6 @@ import time
 import traceback
 from pathlib import Path
 
-from ttsfleet_runtime.loadtest.command import write_result
-from ttsfleet_runtime.loadtest.runner import LoadConfig, run_load
-from ttsfleet_runtime.loadtest.serve_process import (
-    Server,
-    report_head,
-    report_saver,
-    wait_background,
-)
-from ttsfleet_runtime.loadtest.texts import builtin_texts
-from ttsfleet_runtime.loadtest.timings import Thresholds
-
 from .common import Budget, checkpoint_path
 
 
@@ -69,6 +58,12 @@ def without_samples(result: dict) -> dict:
 
 def rates_section(size: str, args, folder: Path, ckpt: str, end: float) -> dict:
     """The climb; it starts no rate that would end later than `end` (monotonic clock)."""
+    from ttsfleet_runtime.loadtest.command import write_result
+    from ttsfleet_runtime.loadtest.runner import LoadConfig, run_load
+    from ttsfleet_runtime.loadtest.serve_process import Server, wait_background
+    from ttsfleet_runtime.loadtest.texts import builtin_texts
+    from ttsfleet_runtime.loadtest.timings import Thresholds
+
     server = Server(args, ckpt, folder / "serve-rates.log", args.max_batch, args.utterance_s)
     try:
         ready_s = server.wait_ready(min(args.ready_timeout_s, args.budget.left_s()))
@@ -106,6 +101,10 @@ def rates_section(size: str, args, folder: Path, ckpt: str, end: float) -> dict:
 
 def burst_section(size: str, args, folder: Path, ckpt: str) -> dict:
     """The largest of --burst that starts and runs; the ones that did not, with why."""
+    from ttsfleet_runtime.loadtest.runner import LoadConfig, run_load
+    from ttsfleet_runtime.loadtest.serve_process import Server
+    from ttsfleet_runtime.loadtest.texts import builtin_texts
+
     tried = []
     for streams in args.burst:
         if args.budget.left_s() < args.burst_seconds + 60:
@@ -231,6 +230,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ttsfleet_runtime.loadtest.serve_process import report_head, report_saver
+
     options = argparse.Namespace(**vars(args))
     options.rates = [float(r) for r in args.rates.split(",")]
     options.burst = [int(n) for n in args.burst.split(",")]

@@ -34,16 +34,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-
 from ttsfleet_runtime import metrics
-from ttsfleet_runtime.loadtest.serve_process import (
-    Server,
-    report_head,
-    report_saver,
-    startup_phases,
-    wait_background,
-)
 
 from .common import Budget, ready_checkpoint
 
@@ -60,6 +51,8 @@ def release_device_memory() -> None:
 
 def first_request(base: str, text: str = "The first request after start.") -> dict:
     """One short streamed synthesis right after ready: ms to its first audio byte."""
+    import httpx
+
     model = httpx.get(base + "/v1/models", timeout=10).json()["data"][0]
     body = {
         "model": model["id"],
@@ -109,6 +102,10 @@ def burst(base: str, streams: int) -> dict:
 
 
 def one_start(size: str, start: str, args, folder: Path, ckpt: str, cache: Path) -> dict:
+    import httpx
+
+    from ttsfleet_runtime.loadtest.serve_process import Server, startup_phases, wait_background
+
     serve_args = argparse.Namespace(
         port=args.port,
         device=args.device,
@@ -221,6 +218,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ttsfleet_runtime.loadtest.serve_process import report_head, report_saver
+
     report = report_head("startup", args)  # the options as given
     # The run's context: the options, and its clock and budget.
     args = argparse.Namespace(**vars(args), budget=Budget(args.budget_s))
