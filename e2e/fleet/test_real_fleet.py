@@ -40,6 +40,9 @@ from support.real_fleet import (
     write_checkpoint,
 )
 
+# Pods start, roll and drain for real: a module's setup alone can take minutes.
+pytestmark = pytest.mark.timeout(900)
+
 SAMPLE = "cpu-dev.yaml"
 OPERATOR_RELEASE = "ttsfleet-node"
 REPLICAS = 2
@@ -272,6 +275,7 @@ def test_a_rollout_under_streaming_load_cuts_no_stream(fleet):
         time.sleep(5)
     finally:
         load.stop()
+    print(f"rollout under streaming load: {load.summary()}")
     during = [r for r in load.results if r.status == 200]
     assert len(during) >= 10, f"too little traffic to judge the rollout: {load.summary()}"
     assert not load.cut(), load.summary()
