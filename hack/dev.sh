@@ -100,7 +100,9 @@ speak() {
   name="$(cat "${SERVICE_FILE}" 2>/dev/null)" || die "no dev fleet: run 'make dev' first"
   ip="$(kc get svc "${name}" -n "${NAMESPACE}" -o jsonpath='{.spec.clusterIP}')"
   port="$(kc get svc "${name}" -n "${NAMESPACE}" -o jsonpath='{.spec.ports[0].port}')"
-  key="$(kc get secret "${name}-api-keys" -n "${NAMESPACE}" -o jsonpath='{.data.keys}' | base64 -d | head -1)"
+  # The Secret's lines are `KEY` or `TENANT: KEY` (the operator writes `default: KEY`).
+  key="$(kc get secret "${name}-api-keys" -n "${NAMESPACE}" -o jsonpath='{.data.keys}' | base64 -d \
+    | awk 'NF && $1 !~ /^#/ {print $NF; exit}')"
   model="$(curl -sf --max-time 30 -H "Authorization: Bearer ${key}" "http://${ip}:${port}/v1/models" \
     | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -1)"
   [[ -n "${model}" ]] || die "no model from http://${ip}:${port}/v1/models (kubectl get pods -n ${NAMESPACE})"
