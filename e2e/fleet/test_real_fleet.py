@@ -26,6 +26,7 @@ from openai import OpenAI
 from websockets.sync.client import connect
 
 from support.operator_fixtures import load_sample
+from support.polling import wait_for
 from support.real_fleet import (
     PCM_BYTES_PER_SECOND,
     SAMPLE_RATE,
@@ -49,17 +50,6 @@ REPLICAS = 2
 # What samples/cpu-dev.yaml caps each utterance at (random weights never end one).
 MAX_AUDIO_SECONDS = 4
 READY_TIMEOUT = 420
-
-
-def wait(condition, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class Fleet:
@@ -155,19 +145,19 @@ def fleet(cluster, operator):
         # Room on a 2-core node for a rollout's surge pod next to both replicas.
         spec["runtime"]["resources"]["cpu"] = "250m"
         cluster.apply(service, "-n", namespace)
-        wait(
+        wait_for(
             lambda: len(fleet.ready_pods()) == REPLICAS and fleet.settled(),
             READY_TIMEOUT,
-            f"{REPLICAS} runtime pods Ready",
+            what=f"{REPLICAS} runtime pods Ready",
             interval=2,
         )
-        wait(
+        wait_for(
             lambda: any(
                 c["type"] == "Ready" and c["status"] == "True"
                 for c in fleet.tts().get("status", {}).get("conditions", [])
             ),
             60,
-            "TTSService Ready",
+            what="TTSService Ready",
         )
     except BaseException:
         print(fleet.describe())
@@ -263,13 +253,13 @@ def test_a_rollout_under_streaming_load_cuts_no_stream(fleet):
             "patch", "tts", fleet.name, "-n", fleet.namespace, "--type", "merge",
             "-p", json.dumps({"spec": {"engine": {"firstChunkFrames": 3}}}),
         )  # fmt: skip
-        wait(
+        wait_for(
             lambda: (
                 fleet.settled()
                 and not before & {pod["metadata"]["name"] for pod in fleet.runtime_pods()}
             ),
             READY_TIMEOUT,
-            "every pod replaced by the new revision",
+            what="every pod replaced by the new revision",
             interval=2,
         )
         time.sleep(5)
@@ -285,7 +275,7 @@ def test_a_rollout_under_streaming_load_cuts_no_stream(fleet):
 def test_an_eviction_with_streams_in_flight_loses_none(fleet):
     from kubernetes import client as k8s
 
-    wait(fleet.settled, READY_TIMEOUT, "the fleet settled")
+    wait_for(fleet.settled, READY_TIMEOUT, what="the fleet settled")
     load = StreamingLoad(fleet.url, fleet.key, fleet.model(), 3, pcm_bytes_per_stream()).start()
     try:
         time.sleep(5)
@@ -296,13 +286,13 @@ def test_an_eviction_with_streams_in_flight_loses_none(fleet):
             fleet.namespace,
             k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=victim, namespace=fleet.namespace)),
         )
-        wait(
+        wait_for(
             lambda: (
                 fleet.settled()
                 and victim not in {pod["metadata"]["name"] for pod in fleet.runtime_pods()}
             ),
             READY_TIMEOUT,
-            f"{victim} evicted and replaced",
+            what=f"{victim} evicted and replaced",
             interval=2,
         )
     finally:
