@@ -78,10 +78,15 @@ class Prometheus:
         return self.query(expr, at=min(float(s["value"][1]) for s in stamps))
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.log.close()
+        stop_process(self.process, self.log)
+
+
+def stop_process(process: subprocess.Popen, log) -> None:
+    """SIGTERM, SIGKILL after 20 s; then the process's log file is closed."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+    log.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from support.operator_fixtures import CHART, helm_path
+from support.runtime import write_tiny_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGES_SH = REPO_ROOT / "hack" / "images.sh"
@@ -63,25 +64,13 @@ def real_node_name(cluster) -> str:
 
 
 def write_checkpoint(root: Path) -> Path:
-    """The tiny random checkpoint under root/CHECKPOINT_NAME, written once (seed 0) and
+    """The tiny random checkpoint under root/CHECKPOINT_NAME, written once and
     readable by the pods' non-root user."""
     folder = root / CHECKPOINT_NAME
     done = root / f".{CHECKPOINT_NAME}.written"
     if not done.exists():
         root.mkdir(parents=True, exist_ok=True)
-        _run(
-            "ttsfleet-runtime",
-            "checkpoint",
-            "--random",
-            "--size",
-            "tiny",
-            "--variant",
-            "CustomVoice",
-            "--seed",
-            "0",
-            "--out",
-            str(folder),
-        )
+        write_tiny_checkpoint(folder)
         done.touch()
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -32,7 +32,7 @@ import yaml
 from support.operator_fixtures import CHART, helm_path, load_sample
 from support.polling import wait_for
 from support.ports import free_port
-from support.prometheus import Prometheus
+from support.prometheus import Prometheus, stop_process
 from support.real_fleet import (
     IMAGES_SH,
     PCM_BYTES_PER_SECOND,
@@ -390,13 +390,7 @@ class PrometheusAdapter:
         self.cluster.kubectl(
             "delete", "apiservice", CUSTOM_METRICS_API_SERVICE, "--ignore-not-found", check=False
         )
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.log.close()
+        stop_process(self.process, self.log)
 
 
 def _quantity(value: str) -> float:
