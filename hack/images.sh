@@ -17,6 +17,8 @@
 # TTSFLEET_IMAGE_BUILDER=buildah|docker overrides the choice; TTSFLEET_IMAGE_STORAGE=overlay|vfs
 # picks buildah's storage driver (overlay: see README.md, "Images").
 set -euo pipefail
+# shellcheck source=hack/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${TTSFLEET_CACHE:-$HOME/.cache/ttsfleet}/images
@@ -62,12 +64,7 @@ ensure_tools() {
   command -v buildah >/dev/null || missing+=(buildah)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   ((${#missing[@]} == 0)) && return
-  log "installing ${missing[*]} with apt-get (Debian packages; once)"
-  local start=$SECONDS
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2 \
-    || { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2; } \
-    || fail "apt-get install ${missing[*]} failed"
-  log "installed ${missing[*]} in $((SECONDS - start)) s"
+  apt_install images "${missing[@]}" || exit 1
 }
 
 base_ref() { echo "localhost/ttsfleet/base-python:$(printf '%s' "$BASE_RECIPE" | sha12)"; }

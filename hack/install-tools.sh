@@ -6,8 +6,11 @@
 #   redis-server  Debian's redis-server, the shared voice store the voice tests start
 #   sox       Debian's sox, which the reference 25 Hz tokenizer runs (through pysox) to
 #             normalise a cloned voice's loudness in the parity tests
+# The Debian packages first (a minute), then helm (minutes, once).
 # Idempotent: present tools are kept. Fails with the step that broke.
 set -euo pipefail
+# shellcheck source=hack/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 HELM_VERSION=v3.22.0   # helm.sh/helm/v3; the chart is apiVersion v2, valid for helm 3 and 4
 
@@ -16,6 +19,16 @@ bin=$cache/tools/bin
 mkdir -p "$bin"
 step() { echo "==> [tools] $*"; }
 fail() { echo "error: [tools] $*" >&2; exit 1; }
+
+want=()
+command -v promtool >/dev/null || want+=(prometheus)
+command -v chromium >/dev/null || want+=(chromium)
+command -v redis-server >/dev/null || want+=(redis-server)
+command -v sox >/dev/null || want+=(sox)
+if ((${#want[@]})); then apt_install tools "${want[@]}" || exit 1; fi
+for tool in promtool prometheus chromium redis-server sox; do
+  ln -sf "$(command -v "$tool")" "$bin/$tool"
+done
 
 if [[ ! -x $bin/helm ]] || ! "$bin/helm" version --short 2>/dev/null | grep -q "^${HELM_VERSION}"; then
   step "building helm $HELM_VERSION from its Go module (a few minutes, once)"
@@ -28,22 +41,4 @@ if [[ ! -x $bin/helm ]] || ! "$bin/helm" version --short 2>/dev/null | grep -q "
   step "helm built in $((SECONDS - start)) s: $("$bin/helm" version --short)"
 fi
 
-apt_install() {
-  local sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  step "apt-get install $*"
-  $sudo apt-get update -qq || fail "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
-    || fail "apt-get install $* failed"
-}
-
-want=()
-command -v promtool >/dev/null || want+=(prometheus)
-command -v chromium >/dev/null || want+=(chromium)
-command -v redis-server >/dev/null || want+=(redis-server)
-command -v sox >/dev/null || want+=(sox)
-if ((${#want[@]})); then apt_install "${want[@]}"; fi
-for tool in promtool prometheus chromium redis-server sox; do
-  ln -sf "$(command -v "$tool")" "$bin/$tool"
-done
 step "ready: $(ls "$bin" | tr '\n' ' ')"

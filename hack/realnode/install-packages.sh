@@ -7,6 +7,8 @@
 # runc, not crun: Debian's crun refuses hybrid cgroups ("cgroups in hybrid mode not
 # supported"), the layout of the CI machines (cgroup v1 controllers + a cgroup2 'unified').
 set -euo pipefail
+# shellcheck source=hack/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"
 
 # Debian's CNI plugins live under /usr/lib/cni; other distributions use /opt/cni/bin.
 CNI_BIN_DIR=/usr/lib/cni
@@ -27,9 +29,4 @@ compgen -G "/usr/lib/*/libc.a" >/dev/null || missing+=(libc6-dev)
 if (( ${#missing[@]} == 0 )); then
   exit 0
 fi
-sudo=""
-[[ "$(id -u)" -eq 0 ]] || sudo=sudo
-echo "==> [realnode] apt-get install ${missing[*]}" >&2
-${sudo} apt-get update -qq || { echo "error: [realnode] apt-get update failed" >&2; exit 1; }
-DEBIAN_FRONTEND=noninteractive ${sudo} apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-  || { echo "error: [realnode] apt-get install ${missing[*]} failed" >&2; exit 1; }
+apt_install realnode "${missing[@]}"
