@@ -90,10 +90,10 @@ e2e-builds: control-plane images prometheus-adapter ## everything e2e builds (ma
 .PHONY: test
 test: ## everything CI runs: lint, unit, e2e; the e2e builds run in the background beside lint and unit
 	@echo "==> e2e builds start in the background, niced (log: $(E2E_BUILDS_LOG))"
-	mkdir -p "$(dir $(E2E_BUILDS_LOG))"; \
+	@mkdir -p "$(dir $(E2E_BUILDS_LOG))"; \
 	  setsid nice -n 19 $(MAKE) --no-print-directory e2e-builds >"$(E2E_BUILDS_LOG)" 2>&1 & builds=$$!; \
 	  trap 'kill -- -$$builds 2>/dev/null' EXIT; \
-	  $(MAKE) --no-print-directory -j2 -Oline venv tools; \
+	  $(MAKE) --no-print-directory -j2 venv tools; \
 	  $(MAKE) --no-print-directory lint unit; \
 	  echo "==> waiting for the e2e builds"; \
 	  wait $$builds || { echo "error: the e2e builds failed; the end of $(E2E_BUILDS_LOG):" >&2; \
@@ -111,7 +111,10 @@ generate: venv ## rewrite every generated file: CRD (both copies), field docs, d
 
 SAMPLE ?= samples/cpu-dev.yaml
 .PHONY: dev
-dev: venv tools cluster-up ## the main job: local cluster, operator pod from the chart, a fleet that speaks (SAMPLE=...)
+dev: ## the main job: local cluster, operator pod from the chart, a fleet that speaks (SAMPLE=...)
+	@echo "==> building what the local fleet runs, side by side (a fresh machine: most of an hour)"
+	$(MAKE) --no-print-directory -j4 venv tools control-plane images
+	$(MAKE) --no-print-directory cluster-up
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" hack/dev.sh $(SAMPLE)
 
 .PHONY: dev-down
