@@ -157,7 +157,13 @@ def test_operator_image_installs_no_runtime_extra():
 
 # hack/images.sh: the reference names a hash of the inputs, computed without building.
 
-SCRIPT_FILES = ["hack/images.sh", "hack/apt.sh", "hack/images/inputs.py", ".dockerignore", *DOCKERFILES]
+SCRIPT_FILES = [
+    "hack/images.sh",
+    "hack/apt.sh",
+    "hack/images/inputs.py",
+    ".dockerignore",
+    *DOCKERFILES,
+]
 
 
 @pytest.fixture
