@@ -86,12 +86,15 @@ e2e-builds: control-plane images prometheus-adapter ## everything e2e builds (ma
 	hack/images.sh archive operator >/dev/null
 
 # lint and the unit tests use one core most of the time: the e2e builds take the other,
-# niced so the tests keep theirs. A failed lint or unit run stops the builds at once.
+# niced so the tests keep theirs. The builds get a process group of their own (set -m),
+# so a failed lint or unit run stops all of them at once; not a session of their own
+# (setsid): Linux's autogroup would then schedule them as a peer of the tests and the
+# nice level would count for nothing.
 .PHONY: test
 test: ## everything CI runs: lint, unit, e2e; the e2e builds run in the background beside lint and unit
 	@echo "==> e2e builds start in the background, niced (log: $(E2E_BUILDS_LOG))"
 	@mkdir -p "$(dir $(E2E_BUILDS_LOG))"; \
-	  setsid nice -n 19 $(MAKE) --no-print-directory e2e-builds >"$(E2E_BUILDS_LOG)" 2>&1 & builds=$$!; \
+	  set -m; nice -n 19 $(MAKE) --no-print-directory e2e-builds >"$(E2E_BUILDS_LOG)" 2>&1 & builds=$$!; set +m; \
 	  trap 'kill -- -$$builds 2>/dev/null' EXIT; \
 	  $(MAKE) --no-print-directory -j2 venv tools; \
 	  $(MAKE) --no-print-directory lint unit; \
