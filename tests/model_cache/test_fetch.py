@@ -6,6 +6,7 @@ with the codes the operator's fill Job fails at once on (ttsfleet_runtime.model_
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -43,7 +44,10 @@ def test_a_fill_downloads_verifies_and_writes_the_marker_last(tmp_path):
         assert (tmp_path / CHECKPOINT_DIR / path).read_bytes() == data
     assert read_marker(tmp_path) == marker
     assert (marker.repo, marker.revision, marker.commit) == (REPO, "main", FakeRepo.commit)
-    assert marker.files == {path: len(data) for path, data in FILES.items()}
+    # What the marker vouches for: every file's size and hash, as the hub lists them.
+    assert {path: (f.size, f.sha256) for path, f in marker.files.items()} == {
+        path: (len(data), hashlib.sha256(data).hexdigest()) for path, data in FILES.items()
+    }
     # The pods' writable part, made by the fill's user (theirs), empty.
     compile_cache = tmp_path / COMPILE_CACHE_DIR
     assert compile_cache.is_dir() and not any(compile_cache.iterdir())
