@@ -1,0 +1,69 @@
+"""A repository id or revision the hub could not hold is refused before anything is
+asked of the hub or written to the volume: one sentence, and the exit code the fill
+Job's podFailurePolicy fails at once on (a retry would only fail again)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from support.fake_hub import FakeHub, FakeRepo
+from ttsfleet_runtime.model_cache import FAILURE_BY_CODE, PERMANENT_FAILURES
+
+REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+INVALID_REFERENCE = next(f for f in PERMANENT_FAILURES if f.reason == "InvalidReference")
+
+
+def fetch(tmp_path, *args: str):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    with FakeHub({REPO: FakeRepo(files={"config.json": b"{}"})}) as hub:
+        environ.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"))
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ttsfleet_runtime",
+                "fetch",
+                *args,
+                "--out",
+                str(tmp_path / "v"),
+            ],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return done, hub.requests
+
+
+@pytest.mark.parametrize(
+    "repo", ["../../etc", "owner/../../x", "owner/name/extra", "/abs/path", "owner/na me", "x--y"]
+)
+def test_an_invalid_repository_id_is_refused_in_a_sentence_with_the_permanent_code(tmp_path, repo):
+    done, requests = fetch(tmp_path, repo)
+    assert done.returncode == INVALID_REFERENCE.exit_code
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"fetch failed: InvalidReference: {repo!r} is not a hub repository id: give "
+        "owner/name, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+    )
+    assert requests == []
+    assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.parametrize("revision", ["../main", "main/../../x", "a b", "v1..2"])
+def test_an_invalid_revision_is_refused_the_same_way(tmp_path, revision):
+    done, requests = fetch(tmp_path, REPO, "--revision", revision)
+    assert done.returncode == INVALID_REFERENCE.exit_code
+    assert f"{revision!r} is not a hub revision" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert requests == []
+
+
+def test_every_permanent_failure_has_its_own_code():
+    assert len(FAILURE_BY_CODE) == len(PERMANENT_FAILURES)
+    # 0 is success, 1 Python's own failure (worth a retry), 2 argparse's usage error.
+    assert all(code > 2 for code in FAILURE_BY_CODE)
