@@ -165,8 +165,9 @@ def verify(fill_fd: int, files: list[RemoteFile]) -> tuple[dict[str, VerifiedFil
             problems.append(f"{remote.path}: missing")
             continue
         try:
-            size = os.fstat(fd).st_size
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            status = os.fstat(fd)
+            size = status.st_size
+            if not stat.S_ISREG(status.st_mode):
                 problems.append(f"{remote.path}: not a regular file")
             elif size != remote.size:
                 problems.append(f"{remote.path}: {size} bytes, {remote.size} expected")
@@ -305,7 +306,8 @@ def fill(
         if good is not None and good.holds(repo, commit) and _holds_the_hubs_files(good, files):
             progress(f"{root} holds {repo}@{commit} already")
             return good
-        os.close(_own_directory(root, root_fd, COMPILE_CACHE_DIR))
+        # Mode as a plain mkdir makes it (the umask decides): the pods write it.
+        os.close(_own_directory(root, root_fd, COMPILE_CACHE_DIR, mode=0o777))
         fills_fd = _own_directory(root, root_fd, FILLS_DIR)
         try:
             for name in _remove_leftovers(root_fd, fills_fd, good.directory if good else None):
