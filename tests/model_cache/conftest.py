@@ -3,6 +3,9 @@ one repository whose commit and files each test picks."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,5 +43,26 @@ def fill_from() -> Callable[..., tuple[Marker, list[str]]]:
                 if r.startswith("GET") and "/resolve/" in r
             ]
             return marker, [path.split("/", 1)[1] for path in downloaded]
+
+    return run
+
+
+@pytest.fixture
+def fetch_command() -> Callable[..., subprocess.CompletedProcess]:
+    """`fetch_command(out, endpoint, *args, token=None)`: `ttsfleet-runtime fetch ARGS --out
+    OUT` in its own process, as the fill Job runs it, against the hub at `endpoint`."""
+
+    def run(out: Path, endpoint: str, *args: str, token: str | None = None):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        environ.update(HF_ENDPOINT=endpoint, HF_HOME=str(out.parent / "hf-home"))
+        if token:
+            environ["HF_TOKEN"] = token
+        return subprocess.run(
+            [sys.executable, "-m", "ttsfleet_runtime", "fetch", *args, "--out", str(out)],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     return run

@@ -4,10 +4,6 @@ Job's podFailurePolicy fails at once on (a retry would only fail again)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from support.fake_hub import FakeHub, FakeRepo
@@ -17,33 +13,24 @@ REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 INVALID_REFERENCE = next(f for f in PERMANENT_FAILURES if f.reason == "InvalidReference")
 
 
-def fetch(tmp_path, *args: str):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    with FakeHub({REPO: FakeRepo(files={"config.json": b"{}"})}) as hub:
-        environ.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"))
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ttsfleet_runtime",
-                "fetch",
-                *args,
-                "--out",
-                str(tmp_path / "v"),
-            ],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        return done, hub.requests
+@pytest.fixture
+def fetch(tmp_path, fetch_command):
+    """`fetch(*args)` against a hub serving REPO; -> (the command's result, hub requests)."""
+
+    def run(*args: str):
+        with FakeHub({REPO: FakeRepo(files={"config.json": b"{}"})}) as hub:
+            return fetch_command(tmp_path / "v", hub.endpoint, *args), hub.requests
+
+    return run
 
 
 @pytest.mark.parametrize(
     "repo", ["../../etc", "owner/../../x", "owner/name/extra", "/abs/path", "owner/na me", "x--y"]
 )
-def test_an_invalid_repository_id_is_refused_in_a_sentence_with_the_permanent_code(tmp_path, repo):
-    done, requests = fetch(tmp_path, repo)
+def test_an_invalid_repository_id_is_refused_in_a_sentence_with_the_permanent_code(
+    tmp_path, fetch, repo
+):
+    done, requests = fetch(repo)
     assert done.returncode == INVALID_REFERENCE.exit_code
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
@@ -55,8 +42,8 @@ def test_an_invalid_repository_id_is_refused_in_a_sentence_with_the_permanent_co
 
 
 @pytest.mark.parametrize("revision", ["../main", "main/../../x", "a b", "v1..2"])
-def test_an_invalid_revision_is_refused_the_same_way(tmp_path, revision):
-    done, requests = fetch(tmp_path, REPO, "--revision", revision)
+def test_an_invalid_revision_is_refused_the_same_way(fetch, revision):
+    done, requests = fetch(REPO, "--revision", revision)
     assert done.returncode == INVALID_REFERENCE.exit_code
     assert f"{revision!r} is not a hub revision" in done.stderr
     assert "Traceback" not in done.stderr

@@ -6,8 +6,6 @@ sentence), and a link inside a filled checkpoint makes the volume read as not fi
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -83,21 +81,14 @@ def test_a_link_planted_where_the_fill_makes_a_directory_fails_the_fill(
     assert not (volume / MARKER_FILE).exists()
 
 
-def test_the_command_says_so_in_a_sentence_and_exits_with_the_permanent_code(tmp_path, elsewhere):
+def test_the_command_says_so_in_a_sentence_and_exits_with_the_permanent_code(
+    tmp_path, elsewhere, fetch_command
+):
     volume = tmp_path / "volume"
     volume.mkdir()
     (volume / COMPILE_CACHE_DIR).symlink_to(elsewhere)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     with FakeHub({"Qwen/Qwen3-TTS-12Hz-0.6B-Base": FakeRepo(files=dict(FILES))}) as hub:
-        environ.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp_path / "hf-home"))
-        done = subprocess.run(
-            [sys.executable, "-m", "ttsfleet_runtime", "fetch", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"]
-            + ["--out", str(volume)],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = fetch_command(volume, hub.endpoint, "Qwen/Qwen3-TTS-12Hz-0.6B-Base")
     assert done.returncode == UNSAFE_VOLUME
     assert "Traceback" not in done.stderr
     assert f"fetch failed: UnsafeVolume: {volume / COMPILE_CACHE_DIR} is a symbolic link" in (
