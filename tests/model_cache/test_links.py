@@ -126,3 +126,15 @@ def test_a_checkpoint_link_pointing_elsewhere_than_the_markers_folder_is_refused
     (volume / CHECKPOINT_DIR).symlink_to(elsewhere)
     with pytest.raises(CacheError, match=f"{CHECKPOINT_DIR} is not the link to {FILLS_DIR}/"):
         check_cache(volume)
+
+
+def test_removing_what_earlier_fills_left_follows_no_link(tmp_path, fill_from, elsewhere):
+    """The fill deletes leftovers under fills/: links there, or inside a leftover folder,
+    are removed themselves, never what they point at."""
+    volume = tmp_path / "volume"
+    (volume / FILLS_DIR / "leftover").mkdir(parents=True)
+    (volume / FILLS_DIR / "leftover" / "inside").symlink_to(elsewhere)
+    (volume / FILLS_DIR / "planted").symlink_to(elsewhere)
+    marker, _ = fill_from(volume, FILES)
+    assert untouched(elsewhere)
+    assert os.listdir(volume / FILLS_DIR) == [marker.directory]
