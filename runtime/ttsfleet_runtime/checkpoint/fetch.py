@@ -132,16 +132,17 @@ class HuggingFaceHub:
         )
 
 
-def _digests(fd: int, size: int) -> tuple[str, str]:
-    """(sha256, git blob id) of the open file `fd` of `size` bytes, in one pass."""
+def _digests(fd: int, size: int, git_blob_id: bool) -> tuple[str, str | None]:
+    """(sha256, git blob id when asked) of the open file `fd` of `size` bytes, in one pass."""
     sha256 = hashlib.sha256()
-    blob = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    blob = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False) if git_blob_id else None
     offset = 0
     while chunk := os.pread(fd, HASH_CHUNK_BYTES, offset):
         sha256.update(chunk)
-        blob.update(chunk)
+        if blob is not None:
+            blob.update(chunk)
         offset += len(chunk)
-    return sha256.hexdigest(), blob.hexdigest()
+    return sha256.hexdigest(), blob.hexdigest() if blob is not None else None
 
 
 def _links_under(dir_fd: int) -> list[str]:
@@ -172,7 +173,7 @@ def verify(fill_fd: int, files: list[RemoteFile]) -> tuple[dict[str, VerifiedFil
             elif size != remote.size:
                 problems.append(f"{remote.path}: {size} bytes, {remote.size} expected")
             else:
-                sha256, git_blob_id = _digests(fd, size)
+                sha256, git_blob_id = _digests(fd, size, remote.git_blob_id is not None)
                 if remote.sha256 is not None and sha256 != remote.sha256:
                     problems.append(f"{remote.path}: sha256 differs")
                 elif remote.git_blob_id is not None and git_blob_id != remote.git_blob_id:
