@@ -49,12 +49,13 @@ def load_api_keys(settings: ServerSettings) -> ApiKeys:
 
 def check_model(settings: ServerSettings) -> None:
     """Refuse, before any weight is read, a local checkpoint that cannot load or a model
-    cache whose files differ from what its fill verified (CacheError names the file)."""
+    cache whose files differ from what its fill verified (CacheError names the file), and
+    a --model path that is no directory (which would be taken for a hub id)."""
     path = Path(settings.model)
     if path.is_dir() or path.is_symlink():  # a model cache's checkpoint is the fill's link
         check_checkpoint(path, full=settings.verify_model == "full")
     elif path.is_absolute() or settings.model.startswith("."):
-        raise CacheError(f"--model {settings.model} is not a directory: point it at a checkpoint")
+        raise ConfigError(f"--model {settings.model} is not a directory: point it at a checkpoint")
 
 
 def build_engine(settings: ServerSettings):
@@ -170,7 +171,7 @@ def run(settings: ServerSettings) -> int:
         return 2
     try:
         check_model(settings)
-    except CacheError as exc:
+    except (ConfigError, CacheError) as exc:
         log.error(str(exc))
         return 2
     from .. import metrics
