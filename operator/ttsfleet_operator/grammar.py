@@ -14,6 +14,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from ttsfleet_runtime import model_cache
+
 # Kubernetes (apimachinery validation): a DNS-1123 label, a DNS-1123 subdomain and a
 # DNS-1035 label (a label that starts with a letter, as Service names must).
 _LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -41,16 +43,11 @@ IMAGE_REFERENCE = (
 )
 IMAGE_REFERENCE_MAX = 512
 
-# A hub repository id `owner/name`: letters, digits and `_`, runs joined by single
-# `.` or `-` (the hub refuses `..` and `--`); so never `..`, never a path.
-_HUB_PART = "[A-Za-z0-9_]+([.-][A-Za-z0-9_]+)*"
-HUB_REPO_ID = f"^{_HUB_PART}/{_HUB_PART}$"
-HUB_REPO_ID_MAX = 200
-# A hub revision: a commit, tag or branch (`main`, `v1.0`, `refs/pr/1`); `/`-separated
-# components that start with a letter, digit or `_` and never hold `..`.
-_REVISION_COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*"
-HUB_REVISION = f"^{_REVISION_COMPONENT}(/{_REVISION_COMPONENT})*$"
-HUB_REVISION_MAX = 64
+# Hub repository ids and revisions: the runtime's `fetch` refuses the same strings.
+HUB_REPO_ID = model_cache.HUB_REPO_ID
+HUB_REPO_ID_MAX = model_cache.HUB_REPO_ID_MAX
+HUB_REVISION = model_cache.HUB_REVISION
+HUB_REVISION_MAX = model_cache.HUB_REVISION_MAX
 
 # An absolute directory inside a volume: `/`-separated names of safe characters, no
 # empty components. `..` components are refused by a CEL rule (with its own message).

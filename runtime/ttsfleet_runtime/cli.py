@@ -146,18 +146,28 @@ def _checkpoint(args: argparse.Namespace) -> int:
 
 
 def _add_fetch(subparsers) -> None:
+    from .model_cache import PERMANENT_FAILURES  # the standard library only
+
+    exit_codes = "; ".join(f"{f.exit_code} {f.message}" for f in PERMANENT_FAILURES)
     p = subparsers.add_parser(
         "fetch",
         help="fill a model cache volume: download a hub revision, verify it, write the marker",
-        description="Download REPO at --revision into OUT/checkpoint, check every file against the "
-        "hub's sizes and hashes, then write OUT/ttsfleet-model.json. A volume whose marker names "
-        "the same repository and commit is left as it is. The token comes from HF_TOKEN. Exit "
-        "codes: 0 filled; 3 token refused; 4 no such repository or revision; 5 verification "
-        "failed; others: worth retrying.",
+        description="Download REPO at --revision into a fresh folder under OUT/fills, check "
+        "every file against the hub's sizes and hashes, then link OUT/checkpoint to it and "
+        "write OUT/ttsfleet-model.json. A volume whose marker names the same repository and "
+        "commit, its files intact, is left as it is. The token comes from HF_TOKEN. Exit "
+        f"codes: 0 filled; {exit_codes}; others: worth retrying.",
     )
     p.add_argument("repo", help="hub repository id, owner/name")
     p.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
     p.add_argument("--out", type=Path, required=True, help="where the cache volume is mounted")
+    p.add_argument(
+        "--verify-model",
+        choices=["sample", "full"],
+        default="sample",
+        help="how a volume filled already is checked before it is left as it is: sizes and "
+        "the first and last MiB of each file (default), or every byte",
+    )
     p.set_defaults(handler=_fetch)
 
 
@@ -169,7 +179,13 @@ def _fetch(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        fill(args.out, args.repo, args.revision, HuggingFaceHub(os.environ.get("HF_TOKEN")))
+        fill(
+            args.out,
+            args.repo,
+            args.revision,
+            HuggingFaceHub(os.environ.get("HF_TOKEN")),
+            full_check=args.verify_model == "full",
+        )
     except FetchError as error:
         print(f"fetch failed: {error}", file=sys.stderr)
         return error.exit_code

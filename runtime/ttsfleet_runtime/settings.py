@@ -80,6 +80,14 @@ class ServerSettings:
     model_revision: str | None = setting(
         None, "hub branch, tag or commit (when --model is a hub id)"
     )
+    # A model cache's files are checked against its marker at start (model_cache.check_cache):
+    # sizes and each file's ends by default (a read of 2 MiB a file), every byte on demand.
+    verify_model: str = setting(
+        "sample",
+        "how a model cache's files are checked against its marker at start: sizes and the "
+        "first and last MiB of each file, or every byte's sha256",
+        choices=("sample", "full"),
+    )
     # The speech tokenizer rate the pod's TTSService names (spec.model.tokenizerRateHz):
     # a checkpoint of another rate is refused at start, not served at the wrong one.
     tokenizer_rate_hz: int | None = setting(

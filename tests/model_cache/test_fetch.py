@@ -6,10 +6,8 @@ with the codes the operator's fill Job fails at once on (ttsfleet_runtime.model_
 
 from __future__ import annotations
 
+import hashlib
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -43,7 +41,10 @@ def test_a_fill_downloads_verifies_and_writes_the_marker_last(tmp_path):
         assert (tmp_path / CHECKPOINT_DIR / path).read_bytes() == data
     assert read_marker(tmp_path) == marker
     assert (marker.repo, marker.revision, marker.commit) == (REPO, "main", FakeRepo.commit)
-    assert marker.files == {path: len(data) for path, data in FILES.items()}
+    # What the marker vouches for: every file's size and hash, as the hub lists them.
+    assert {path: (f.size, f.sha256) for path, f in marker.files.items()} == {
+        path: (len(data), hashlib.sha256(data).hexdigest()) for path, data in FILES.items()
+    }
     # The pods' writable part, made by the fill's user (theirs), empty.
     compile_cache = tmp_path / COMPILE_CACHE_DIR
     assert compile_cache.is_dir() and not any(compile_cache.iterdir())
@@ -89,21 +90,7 @@ def test_what_a_retry_cannot_fix_exits_with_its_own_code(
     assert not (tmp_path / MARKER_FILE).exists()
 
 
-def fetch_command(out: Path, endpoint: str, *args: str, token: str | None = None):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    environ.update(HF_ENDPOINT=endpoint, HF_HOME=str(out.parent / "hf-home"))
-    if token:
-        environ["HF_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "ttsfleet_runtime", "fetch", *args, "--out", str(out)],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def test_the_command_fills_with_the_token_from_the_environment(tmp_path):
+def test_the_command_fills_with_the_token_from_the_environment(tmp_path, fetch_command):
     with hub_with(token=TOKEN) as hub:
         done = fetch_command(tmp_path / "cache", hub.endpoint, REPO, token=TOKEN)
     assert done.returncode == 0, done.stderr
@@ -111,7 +98,7 @@ def test_the_command_fills_with_the_token_from_the_environment(tmp_path):
     assert TOKEN not in done.stdout + done.stderr
 
 
-def test_the_command_exits_4_for_a_missing_revision_and_says_so(tmp_path):
+def test_the_command_exits_4_for_a_missing_revision_and_says_so(tmp_path, fetch_command):
     with hub_with() as hub:
         done = fetch_command(tmp_path / "cache", hub.endpoint, REPO, "--revision", "v9")
     assert done.returncode == 4

@@ -10,6 +10,7 @@ e2e/test_model_cache.py runs the same story against a real API server.
 from __future__ import annotations
 
 import copy
+import subprocess
 
 import pytest
 from pydantic import ValidationError
@@ -21,7 +22,12 @@ from ttsfleet_operator.gpu_classes import MEASURED_STARTUP_SECONDS
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.render.deployment import STARTUP_PROBE_PERIOD_SECONDS
 from ttsfleet_operator.render.model_cache import cache_claim_name
-from ttsfleet_runtime.model_cache import CHECKPOINT_DIR, COMPILE_CACHE_DIR, PERMANENT_FAILURES
+from ttsfleet_runtime.model_cache import (
+    CHECKPOINT_DIR,
+    COMPILE_CACHE_DIR,
+    FILLS_DIR,
+    PERMANENT_FAILURES,
+)
 
 CACHE = {"enabled": True}
 MODEL = {"size": "0.6B", "variant": "Base", "revision": "v1", "cache": CACHE}
@@ -130,6 +136,10 @@ def test_permanent_fill_failures_fail_the_job_at_once(make_service):
     rules = job["spec"]["podFailurePolicy"]["rules"]
     fail = next(rule for rule in rules if rule["action"] == "FailJob")
     assert fail["onExitCodes"]["values"] == [f.exit_code for f in PERMANENT_FAILURES]
+    # Among them a malformed repository id or revision, and a link planted in the volume.
+    by_reason = {f.reason: f.exit_code for f in PERMANENT_FAILURES}
+    for reason in ("HubUnauthorized", "RevisionNotFound", "InvalidReference", "UnsafeVolume"):
+        assert by_reason[reason] in fail["onExitCodes"]["values"], reason
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
@@ -486,6 +496,28 @@ def test_prewarm_reads_the_cache_on_every_node_of_the_gpu_class(make_service):
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert not all(pod_labels.get(k) == v for k, v in labels.pod_selector("demo").items())
     assert kinds(render_fleet(make_service(model=MODEL)), "DaemonSet") == []
+
+
+def test_prewarm_reads_the_files_behind_the_fills_link(make_service, tmp_path):
+    """The checkpoint is the fill's link to its folder (ttsfleet_runtime.model_cache): the
+    rendered script, run on such a volume, reads every file behind it."""
+    volume = tmp_path / "volume"
+    (volume / FILLS_DIR / "abc" / "speech_tokenizer").mkdir(parents=True)
+    (volume / FILLS_DIR / "abc" / "config.json").write_bytes(b"config")
+    (volume / FILLS_DIR / "abc" / "speech_tokenizer" / "model.safetensors").write_bytes(b"w")
+    (volume / CHECKPOINT_DIR).symlink_to(f"{FILLS_DIR}/abc")
+    service = make_service(model={**MODEL, "cache": PREWARM})
+    (daemonset,) = kinds(render_fleet(service), "DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    shell, flag, script = container["command"]
+    (mount,) = container["volumeMounts"]
+    here = (
+        script.replace(mount["mountPath"], str(volume))
+        .replace("/dev/null", str(tmp_path / "read"))
+        .replace("exec sleep infinity", "true")
+    )
+    subprocess.run([shell, flag, here], check=True, capture_output=True, timeout=30)
+    assert sorted((tmp_path / "read").read_bytes()) == sorted(b"configw")
 
 
 def test_prewarm_needs_a_volume_every_node_can_mount(make_service):

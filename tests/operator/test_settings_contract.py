@@ -136,6 +136,7 @@ def test_flag_and_variable_names_are_the_published_ones():
     assert {entry.env: entry.flag for entry in SETTINGS.values()} == {
         "TTSFLEET_MODEL": "--model",
         "TTSFLEET_MODEL_REVISION": "--model-revision",
+        "TTSFLEET_VERIFY_MODEL": "--verify-model",
         "TTSFLEET_TOKENIZER_RATE_HZ": "--tokenizer-rate-hz",
         "TTSFLEET_DEVICE": "--device",
         "TTSFLEET_HOST": "--host",

@@ -22,8 +22,10 @@ from ttsfleet_runtime import model_cache
 
 COMPONENT = "model-prewarm"
 # Read every file of the checkpoint once, then stay (a DaemonSet's pods run for good).
+# `-H`: the checkpoint is the fill's link to its folder (model_cache); find follows that
+# one link, named on its command line, and none inside.
 WARM_SCRIPT = (
-    f"find {PVC_MOUNT}/{model_cache.CHECKPOINT_DIR} -type f -exec cat {{}} + > /dev/null"
+    f"find -H {PVC_MOUNT}/{model_cache.CHECKPOINT_DIR} -type f -exec cat {{}} + > /dev/null"
     " && echo 'checkpoint read into the page cache' && exec sleep infinity"
 )
 

@@ -12,7 +12,9 @@ import asyncio
 import logging
 import signal
 import time
+from pathlib import Path
 
+from ..model_cache import CacheError, check_checkpoint
 from ..settings import ServerSettings
 from .app import create_app
 from .auth import ApiKeys, KeysFileError
@@ -43,6 +45,17 @@ def load_api_keys(settings: ServerSettings) -> ApiKeys:
             "or turn auth off explicitly with --auth disabled (TTSFLEET_AUTH=disabled)"
         )
     return keys
+
+
+def check_model(settings: ServerSettings) -> None:
+    """Refuse, before any weight is read, a local checkpoint that cannot load or a model
+    cache whose files differ from what its fill verified (CacheError names the file), and
+    a --model path that is no directory (which would be taken for a hub id)."""
+    path = Path(settings.model)
+    if path.is_dir() or path.is_symlink():  # a model cache's checkpoint is the fill's link
+        check_checkpoint(path, full=settings.verify_model == "full")
+    elif path.is_absolute() or settings.model.startswith("."):
+        raise ConfigError(f"--model {settings.model} is not a directory: point it at a checkpoint")
 
 
 def build_engine(settings: ServerSettings):
@@ -154,6 +167,11 @@ def run(settings: ServerSettings) -> int:
     try:
         api_keys = load_api_keys(settings)
     except ConfigError as exc:
+        log.error(str(exc))
+        return 2
+    try:
+        check_model(settings)
+    except (ConfigError, CacheError) as exc:
         log.error(str(exc))
         return 2
     from .. import metrics
