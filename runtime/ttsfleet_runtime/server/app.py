@@ -84,7 +84,17 @@ def create_app(
     drain = Drain()
     store = voice_routes.open_store(settings, api_keys)
     runtime_metrics = metric_names.RuntimeMetrics(engine.stats, lambda: runtime.ready(), gpu=gpu)
-    voices = None if store is None else VoiceLibrary(store, engine, runtime_metrics)
+    voices = (
+        None
+        if store is None
+        else VoiceLibrary(
+            store,
+            engine,
+            runtime_metrics,
+            timeout_s=settings.voice_store_timeout_s,
+            stale_s=settings.voice_cache_stale_s,
+        )
+    )
     runtime = Runtime(
         engine=engine,
         settings=settings,
@@ -134,7 +144,7 @@ def create_app(
         yield
         if housekeeping is not None:
             housekeeping.cancel()
-            voices.store.close()
+            voices.close()
         await runtime.stop_engine(settings.drain_timeout_s)
         interpreter.restore()
         log.info("engine stopped")
