@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import subprocess
 
+import httpx
 import pytest
 
-from support.live_server import API_KEY, LiveServer, metric_value
+from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.stand_in_engine import StandInEngine
 from support.voice_uploads import recording, upload
 from ttsfleet_runtime import metrics
@@ -76,3 +77,25 @@ def test_redis_at_its_memory_limit_is_full_not_unreachable(redis_url, redis_serv
     finally:
         client.config_set("maxmemory", 0)
         store.close()
+
+
+def test_an_unhandled_error_is_answered_500_and_logged_once(tmp_path, caplog):
+    """A voices directory that vanished under the server (a file in its place): no
+    sentence fits that, so it is a 500, and one log line carries the traceback."""
+    import logging
+    import shutil
+
+    voices = tmp_path / "voices"
+    settings = clone_settings(voices_dir=voices)
+    with LiveServer(
+        StandInEngine(variant="Base", frames=10), settings, ApiKeys((API_KEY,))
+    ) as server:
+        shutil.rmtree(voices)
+        voices.write_text("not a directory")
+        caplog.set_level(logging.INFO)
+        refused = httpx.get(server.base_url + "/v1/audio/voices", headers=auth(API_KEY))
+        assert refused.status_code == 500
+        assert refused.json()["error"]["code"] == "internal"
+        assert "Traceback" not in refused.text
+    tracebacks = [r for r in caplog.records if r.exc_info is not None]
+    assert [r.getMessage() for r in tracebacks] == ["unhandled error"]
