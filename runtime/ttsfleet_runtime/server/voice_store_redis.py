@@ -128,8 +128,9 @@ class RedisVoiceStore(VoiceStore):
         *,
         timeout_s: float = 5.0,
     ) -> RedisVoiceStore:
-        """`timeout_s` bounds each socket operation: a thread of a call the server
-        gave up on (voice_library.StoreLanes) is free again soon after."""
+        """`timeout_s` is the server's bound on a call (voice_library.StoreLanes); the
+        socket's is a second longer, so a caller hears that bound, and a thread of a
+        call the server gave up on is free again soon after."""
         import redis
 
         if urllib.parse.urlsplit(url).scheme not in SCHEMES:
@@ -137,8 +138,8 @@ class RedisVoiceStore(VoiceStore):
         try:
             client = redis.Redis.from_url(
                 url,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
+                socket_timeout=timeout_s + 1.0,
+                socket_connect_timeout=timeout_s + 1.0,
                 health_check_interval=30,
             )
         except ValueError:
