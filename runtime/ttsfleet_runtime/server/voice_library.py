@@ -17,13 +17,13 @@ still exist, so an announcement lost in a reconnect costs at most that long.
 A cached voice is never served past its expiry. Every `SWEEP_S` the store
 erases expired voices (audio, prompt, consent record, index entries).
 While the store cannot be reached no erasure is heard, so a cached voice is
-spoken at most `stale_s` (--voice-cache-stale-s) after the last reconciliation
+spoken at most `stale_s` (--voice-cache-stale) after the last reconciliation
 that reached the store; past that the cache is bypassed, and the store's
 answer (a 503 while it is away) decides.
 
 Every store call runs in a bounded pool of threads of its own lane (`StoreLanes`:
 speech lookups, the voice routes, housekeeping), never in asyncio's default
-pool, and is awaited at most `timeout_s` (--voice-store-timeout-s): a frozen
+pool, and is awaited at most `timeout_s` (--voice-store-timeout): a frozen
 store costs a caller a bounded wait and a 503 + Retry-After, and cannot starve
 one-shot cloning, reference decoding or another lane's callers.
 """

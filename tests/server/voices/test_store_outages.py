@@ -1,7 +1,7 @@
 """A voice store that freezes or goes away degrades the server cleanly: store calls
 wait in bounded lanes of their own, so unrelated work (one-shot cloning) is served
 while they hang; each call ends in a bounded 503 + Retry-After; and cached voices are
-spoken at most --voice-cache-stale-s after the store was last reached. A real
+spoken at most --voice-cache-stale after the store was last reached. A real
 redis-server, frozen with SIGSTOP or stopped."""
 
 from __future__ import annotations
