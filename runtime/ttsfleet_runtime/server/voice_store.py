@@ -468,7 +468,16 @@ class VoiceStore(abc.ABC):
         erased = []
         for voice_id in self.expired_ids(self.clock()):
             # By the index, not the profile: a broken profile must not stop the sweep.
-            erased.append(self._erase(voice_id, self._indexed_owner(voice_id)))
+            try:
+                erased.append(self._erase(voice_id, self._indexed_owner(voice_id)))
+            except errors.ApiError:
+                raise  # the store itself is away: the next sweep starts over
+            except Exception as exc:  # one voice that cannot be erased must not stop the rest
+                log.warning(
+                    "could not erase an expired voice; the next sweep retries",
+                    extra={"voice_id": voice_id, "error": f"{type(exc).__name__}: {exc}"},
+                )
+                continue
             self._announce_erased(voice_id)
         return erased
 

@@ -25,7 +25,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -276,24 +275,26 @@ def _folder_bytes(folder: int) -> int:
     return total
 
 
-def _remove_entry(root: int, name: str) -> None:
-    """Remove `name` under `root`: a folder with everything in it, or a link or file
-    planted in a folder's place (the entry itself, never its target)."""
+def _remove_entry(parent: int, name: str) -> None:
+    """Remove `name` under `parent`: a folder with everything in it, or a link or file
+    planted in a folder's place (the entry itself, never its target). A folder's
+    profile goes last, so a removal that fails half-way (EBUSY, EIO) leaves a voice
+    that still says whose it is and when it expires: the next erasure or sweep retries."""
     try:
-        mode = os.stat(name, dir_fd=root, follow_symlinks=False).st_mode
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISDIR(mode):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=root)
+            os.unlink(name, dir_fd=parent)
         return
-
-    def gone_already(function, path, exc_info) -> None:
-        if not isinstance(exc_info[1], FileNotFoundError):
-            raise exc_info[1]
-
-    # rmtree with a dir_fd works on descriptors and unlinks links inside, never following.
-    shutil.rmtree(name, dir_fd=root, onerror=gone_already)
+    try:
+        with _opened_folder(parent, name) as folder:
+            for entry in sorted(os.listdir(folder), key=lambda n: n == PROFILE_FILE):
+                _remove_entry(folder, entry)
+        os.rmdir(name, dir_fd=parent)
+    except FileNotFoundError:
+        return  # removed meanwhile by another erasure
 
 
 @contextlib.contextmanager

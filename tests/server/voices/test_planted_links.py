@@ -116,3 +116,31 @@ def test_a_profile_that_is_a_link_is_not_read(store, outside):
     assert store.list("tenant-b") == [] and store.list("tenant-a") == []
     with pytest.raises(errors.ApiError):
         store.get(voice.id, "tenant-b")
+
+
+def test_a_voice_that_cannot_be_erased_does_not_stop_the_sweep(tmp_path):
+    """A mount point inside a voice folder (EBUSY on its removal): the sweeper logs it,
+    erases every other expired voice, and retries it on its next pass."""
+    from support.voice_uploads import DAY
+
+    from .conftest import Clock
+
+    clock = Clock()
+    store = LocalVoiceStore(tmp_path / "voices", retention_s=DAY, clock=clock)
+    stuck, other = add(store), add(store, owner="tenant-b")
+    mount_point = store.root / stuck.id / "mounted"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (it needs root): {mounted.stderr.strip()}")
+    try:
+        clock.advance(2 * DAY)
+        assert [e.voice_id for e in store.erase_expired()] == [other.id]
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+    assert [e.voice_id for e in store.erase_expired()] == [stuck.id]
+    assert list(store.root.iterdir()) == []
