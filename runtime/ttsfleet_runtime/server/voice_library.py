@@ -59,8 +59,10 @@ LANE_THREADS = {"lookup": 4, "routes": 4, "housekeeping": 1}
 
 
 class StoreLanes:
-    """Bounded thread pools for blocking store calls, one per lane, each call
-    awaited at most `timeout_s` (see the module docstring)."""
+    """Bounded thread pools for blocking store calls, one per lane, each call of a
+    request awaited at most `timeout_s` (see the module docstring). Housekeeping
+    waits for its calls however long a sweep of many voices takes: no request waits
+    on it, and each of its store operations has the store's own socket timeout."""
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
@@ -72,6 +74,8 @@ class StoreLanes:
     async def call(self, lane: str, fn: Callable, *args, **kwargs):
         loop = asyncio.get_running_loop()
         pending = loop.run_in_executor(self._pools[lane], functools.partial(fn, *args, **kwargs))
+        if lane == "housekeeping":
+            return await pending
         try:
             return await asyncio.wait_for(pending, self.timeout_s)
         except TimeoutError:
