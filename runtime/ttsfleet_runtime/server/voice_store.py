@@ -294,9 +294,10 @@ class VoiceStore(abc.ABC):
         # Logged once per record and reason (a broken record is met on every listing);
         # counted every time, so a rate shows how often tenants meet it.
         with self._listeners_lock:
-            first = (broken.voice_id, broken.reason) not in self._logged_skips
-            if first and len(self._logged_skips) < _LOGGED_SKIPS_MAX:
-                self._logged_skips.add((broken.voice_id, broken.reason))
+            key = (broken.voice_id, broken.reason)
+            first = key not in self._logged_skips and len(self._logged_skips) < _LOGGED_SKIPS_MAX
+            if first:
+                self._logged_skips.add(key)
             listeners = list(self._skip_listeners)
         if first:
             log.warning(
