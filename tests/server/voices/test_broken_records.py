@@ -176,3 +176,20 @@ def test_a_part_that_does_not_load_is_a_404_not_a_500(redis_url, redis_server, f
             assert response.status_code == 404, response.text
         skipped = metric_value(server.base_url, metrics.VOICE_RECORDS_SKIPPED, {"reason": field})
         assert skipped == 1
+
+
+def test_a_broken_record_is_counted_each_time_and_logged_once(redis_url, redis_server, caplog):
+    import logging
+
+    store = RedisVoiceStore.from_url(redis_url)
+    voice = add(store)
+    plant_junk(redis_server.client(), "tenant-a", voice.profile())
+    heard = []
+    store.on_record_skipped(heard.append)
+    caplog.set_level(logging.WARNING)
+    assert store.list("tenant-a") == store.list("tenant-a") == [voice]
+    # Three junk profiles, a key of another type, a member that is no id: each listing.
+    assert sorted(heard) == sorted(["profile", "profile", "profile", "wrong_type", "index"] * 2)
+    logged = [r for r in caplog.records if r.getMessage().startswith("skipped an unreadable")]
+    assert len(logged) == 5
+    store.close()
