@@ -106,12 +106,12 @@ class LocalVoiceStore(VoiceStore):
                 with _directory_lock(root):
                     self._check_quota(self.list(voice.owner), adding_bytes=voice.stored_bytes)
                     os.rename(staging, voice.id, src_dir_fd=root, dst_dir_fd=root)
-                os.fsync(root)
             except BaseException as exc:
                 _remove_entry(root, staging)
                 if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
                     raise storage_full("no space left on its disk") from None
                 raise
+            os.fsync(root)  # the voice is in place: nothing after this may claim it is not
 
     def _ids(self, owner: str | None) -> list[str]:
         with _opened_root(self.root) as root:
