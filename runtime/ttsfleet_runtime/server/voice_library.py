@@ -18,8 +18,9 @@ A cached voice is never served past its expiry. Every `SWEEP_S` the store
 erases expired voices (audio, prompt, consent record, index entries).
 While the store cannot be reached no erasure is heard, so a cached voice is
 spoken at most `stale_s` (--voice-cache-stale) after the last reconciliation
-that reached the store; past that the cache is bypassed, and the store's
-answer (a 503 while it is away) decides.
+that reached the store (reconciliations run at least three times within it);
+past that the cache is bypassed, and the store's answer (a 503 while it is
+away) decides.
 
 Every store call runs in a bounded pool of threads of its own lane (`StoreLanes`:
 speech lookups, the voice routes, housekeeping), never in asyncio's default
@@ -171,7 +172,9 @@ class VoiceLibrary:
         self.engine = engine
         self.metrics = metrics
         self.cache = PromptCache(cache_size)
-        self.reconcile_s = reconcile_s
+        # Reconciling three times within the stale bound keeps a reachable store's
+        # cache current even when one reconciliation is slow or fails.
+        self.reconcile_s = min(reconcile_s, stale_s / 3)
         self.sweep_s = sweep_s
         self.stale_s = stale_s
         self.lanes = StoreLanes(timeout_s)

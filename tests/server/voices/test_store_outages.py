@@ -20,6 +20,7 @@ from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.polling import wait_for
 from support.redis_server import RedisServer
 from support.stand_in_engine import StandInEngine
+from support.voice_uploads import recording, upload
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.metrics import RuntimeMetrics
 from ttsfleet_runtime.server import errors
@@ -140,3 +141,24 @@ def test_cached_voices_are_spoken_at_most_stale_s_without_the_store(own_redis):
         speak_cached(voice.id)
     assert (refused.value.status, refused.value.code) == (503, "voice_store_unavailable")
     lib.close()
+
+
+def test_a_pod_stops_speaking_cached_voices_when_the_store_stays_away(own_redis):
+    settings = clone_settings(
+        voice_store_url=own_redis.url, voice_cache_stale_s=1, voice_store_timeout_s=0.5
+    )
+    with LiveServer(
+        StandInEngine(variant="Base", frames=10), settings, ApiKeys((API_KEY,))
+    ) as server:
+        voice_id = upload(server.base_url, recording(), API_KEY).json()["id"]
+        assert speak(server, voice=voice_id).status_code == 200  # and now cached
+        own_redis.stop()  # an erasure through another pod could no longer be heard
+
+        def refused() -> bool:
+            response = speak(server, voice=voice_id)
+            assert response.status_code in (200, 503), response.text
+            return response.status_code == 503
+
+        wait_for(refused, 20, interval=0.1, what="the cached voice to be refused")
+        error = speak(server, voice=voice_id).json()["error"]
+        assert error["code"] == "voice_store_unavailable"
