@@ -296,6 +296,13 @@ def _voices_delete(args: argparse.Namespace) -> int:
     except ApiError as exc:  # the shared store unreachable
         print(exc.message, file=sys.stderr)
         return 2
+    except OSError as exc:  # the directory: permissions, a disk error
+        print(
+            f"cannot erase in the {store.describe()}: {exc.strerror or exc}; "
+            "check the directory's owner and permissions",
+            file=sys.stderr,
+        )
+        return 2
     finally:
         store.close()
     for item in erased:

@@ -32,7 +32,8 @@ What each metric means, exactly:
   CLIENT_FAULT_ERRORS (what the client sent or did: bad input, text the
   engine finds too long, bad key, limits, a client that left) and
   CAPACITY_ERRORS (load, lifecycle and the voice store: queue_full, draining,
-  engine_stopped, voice_store_unavailable).
+  engine_stopped, voice_store_unavailable, insufficient_storage: a full voices
+  disk or Redis at its memory limit).
   The canary analysis and the error-ratio alert count the server's faults
   only, so no client can push a canary into rollback.
 - ttsfleet_audio_seconds_total (counter): seconds of audio sent to clients.
@@ -67,6 +68,11 @@ What each metric means, exactly:
 - ttsfleet_voice_cache_lookups_total (counter, label result = hit | miss):
   stored voices resolved for speech from the pod's prompt cache, or read from
   the voice store (a miss).
+- ttsfleet_voice_records_skipped_total (counter, label reason): stored voice
+  records a read skipped because they cannot be a voice (voice_store.py
+  SKIP_REASONS: profile, wrong_type, index, prompt, consent, link), counted each
+  time one is met (a broken record is met on every listing of its tenant); the
+  log names each one once. Erase them with `ttsfleet voices delete --id`.
 - ttsfleet_startup_seconds (gauge, label phase): where this process's start
   went, one of STARTUP_PHASES below; the phases up to warm_up follow each
   other and add up to phase="total" (process start -> ready). Set once each
@@ -105,6 +111,7 @@ UNDERRUN_STEPS = "ttsfleet_underrun_steps_total"  # steps with a playing stream 
 PREFILL_DEFERRED = "ttsfleet_prefill_deferred_total"  # prefills held back for running streams
 ENGINE_BUSY = "ttsfleet_engine_busy_seconds_total"  # label: phase; engine threads' busy time
 VOICE_CACHE_LOOKUPS = "ttsfleet_voice_cache_lookups_total"  # label: result (hit, miss)
+VOICE_RECORDS_SKIPPED = "ttsfleet_voice_records_skipped_total"  # label: reason
 AUTH_KEYS_RELOAD_ERRORS = (
     "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 )
@@ -135,7 +142,13 @@ CLIENT_FAULT_ERRORS = (
     "client_disconnect",
 )
 # Error types of load and lifecycle: retry later or elsewhere.
-CAPACITY_ERRORS = ("queue_full", "draining", "engine_stopped", "voice_store_unavailable")
+CAPACITY_ERRORS = (
+    "queue_full",
+    "draining",
+    "engine_stopped",
+    "voice_store_unavailable",
+    "insufficient_storage",  # the voice store is full (disk, or Redis' maxmemory)
+)
 
 # The phases of a start (engine/startup.py), in order: each lasts from the end of
 # the one before. `bench startup` reads these names; its cold starts (an empty compile
@@ -218,6 +231,12 @@ class RuntimeMetrics:
             _strip_total(VOICE_CACHE_LOOKUPS),
             "Stored voices resolved for speech, by cache result",
             ["result"],
+            registry=r,
+        )
+        self.voice_records_skipped = Counter(
+            _strip_total(VOICE_RECORDS_SKIPPED),
+            "Stored voice records skipped as unreadable, by reason",
+            ["reason"],
             registry=r,
         )
         self.build_info = Gauge(

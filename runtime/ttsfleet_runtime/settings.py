@@ -138,6 +138,19 @@ class ServerSettings:
     max_voice_bytes_per_tenant: int = setting(
         32 * 1024 * 1024, "bytes of voice files one tenant may keep", minimum=0
     )
+    # Every voice store call is bounded: past this a request gets 503 + Retry-After
+    # instead of waiting on a frozen store (and Redis' socket timeout is the same).
+    voice_store_timeout_s: float = setting(
+        5.0, "seconds one voice store call may take before 503", minimum=0.1, maximum=60
+    )
+    # While the store cannot be reached, erasures made through other pods go unheard:
+    # a pod speaks cached voices at most this long after it last reached the store.
+    voice_cache_stale_s: float = setting(
+        30.0,
+        "seconds a pod speaks cached voices without reaching the voice store",
+        minimum=1,
+        maximum=3600,
+    )
     # Engine sizing, passed through to the engine. The TTSService CRD takes its
     # spec.engine defaults and bounds from these entries: what a pod gets by default
     # and what `serve` gets by default are the same. The talker's KV cache is paged: a

@@ -151,6 +151,8 @@ def test_flag_and_variable_names_are_the_published_ones():
         "TTSFLEET_ANONYMOUS_VOICES": "--anonymous-voices",
         "TTSFLEET_MAX_VOICES_PER_TENANT": "--max-voices-per-tenant",
         "TTSFLEET_MAX_VOICE_BYTES_PER_TENANT": "--max-voice-bytes-per-tenant",
+        "TTSFLEET_VOICE_STORE_TIMEOUT": "--voice-store-timeout",
+        "TTSFLEET_VOICE_CACHE_STALE": "--voice-cache-stale",
         "TTSFLEET_MAX_BATCH": "--max-batch",
         "TTSFLEET_MAX_LEN": "--max-len",
         "TTSFLEET_KV_CACHE_MEMORY": "--kv-cache-memory",

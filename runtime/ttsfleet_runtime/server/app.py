@@ -76,6 +76,34 @@ def validation_error(exc: RequestValidationError) -> errors.ApiError:
     return errors.invalid_request(message, param=param)
 
 
+class UnhandledErrors:
+    """Answers an exception no route handled, before its response started, with the
+    500 every error has, logged once. (Starlette's catch-all handler re-raises after
+    answering, so the server logged each one a second time.)"""
+
+    def __init__(self, app, answer):
+        self.app = app
+        self.answer = answer
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watched_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except Exception as exc:
+            if started:
+                raise  # the guard around us ends the cut response and counts it
+            response = await self.answer(Request(scope), exc)
+            await response(scope, receive, send)
+
+
 def create_app(
     engine: api.Engine, settings: ServerSettings, api_keys: ApiKeys, *, gpu=None
 ) -> FastAPI:
@@ -84,7 +112,17 @@ def create_app(
     drain = Drain()
     store = voice_routes.open_store(settings, api_keys)
     runtime_metrics = metric_names.RuntimeMetrics(engine.stats, lambda: runtime.ready(), gpu=gpu)
-    voices = None if store is None else VoiceLibrary(store, engine, runtime_metrics)
+    voices = (
+        None
+        if store is None
+        else VoiceLibrary(
+            store,
+            engine,
+            runtime_metrics,
+            timeout_s=settings.voice_store_timeout_s,
+            stale_s=settings.voice_cache_stale_s,
+        )
+    )
     runtime = Runtime(
         engine=engine,
         settings=settings,
@@ -134,7 +172,7 @@ def create_app(
         yield
         if housekeeping is not None:
             housekeeping.cancel()
-            voices.store.close()
+            voices.close()
         await runtime.stop_engine(settings.drain_timeout_s)
         interpreter.restore()
         log.info("engine stopped")
@@ -174,7 +212,6 @@ def create_app(
         response.headers.update(exc.headers or {})
         return response
 
-    @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
         log.error(
             "unhandled error",
@@ -183,6 +220,8 @@ def create_app(
         )
         return await api_error(request, errors.internal())
 
+    # Inside the guard, so the guard still sees errors after a response started.
+    app.add_middleware(UnhandledErrors, answer=unexpected)
     app.add_middleware(
         HttpGuard,
         settings=settings,

@@ -21,7 +21,6 @@ is started with `--anonymous-voices on`, which says so loudly in its log.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 
@@ -113,7 +112,7 @@ async def list_voices(request: Request) -> dict:
         for speaker in info.speakers
     ]
     if runtime.voices is not None:
-        stored = await asyncio.to_thread(runtime.voices.store.list, _caller(request))
+        stored = await runtime.voices.list(_caller(request))
         data += [voice.public() for voice in stored]
     return {"object": "list", "data": data}
 
@@ -152,7 +151,7 @@ async def create_voice(
             f"model {runtime.engine.info.name} cannot clone voices; upload to a Base model",
             param="audio",
         )
-    await asyncio.to_thread(library.store.check_quota, _caller(request))
+    await library.check_quota(_caller(request))
     data = await audio.read()
     if len(data) > settings.max_voice_upload_bytes:
         raise errors.body_too_large(settings.max_voice_upload_bytes)
@@ -174,7 +173,7 @@ async def create_voice(
     "/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="Erase an uploaded voice"
 )
 async def delete_voice(voice_id: str, request: Request) -> dict:
-    await asyncio.to_thread(_library(request).store.delete, voice_id, _caller(request))
+    await _library(request).delete(voice_id, _caller(request))
     log.info("voice erased", extra={"request_id": request.state.request_id, "voice_id": voice_id})
     return {"id": voice_id, "object": "voice", "deleted": True}
 
@@ -183,7 +182,7 @@ async def delete_voice(voice_id: str, request: Request) -> dict:
     "/v1/audio/voices/{voice_id}", responses=VOICE_RESPONSES, summary="One of your uploaded voices"
 )
 async def get_voice(voice_id: str, request: Request) -> dict:
-    voice = await asyncio.to_thread(_library(request).store.get, voice_id, _caller(request))
+    voice = await _library(request).get(voice_id, _caller(request))
     return voice.public()
 
 
@@ -194,7 +193,7 @@ async def get_voice(voice_id: str, request: Request) -> dict:
 )
 async def export_voice(voice_id: str, request: Request) -> dict:
     """One JSON document (the audio as base64 WAV): what a data-access request gets."""
-    exported = await asyncio.to_thread(_library(request).store.export, voice_id, _caller(request))
+    exported = await _library(request).export(voice_id, _caller(request))
     voice = exported.voice
     log.info("voice exported", extra={"request_id": request.state.request_id, "voice_id": voice_id})
     return {

@@ -15,6 +15,13 @@ neither listed nor spoken, and `erase_expired` (the server's sweeper) erases it.
 Stores are blocking: the server calls them from worker threads. Listeners added
 with `on_erased` hear every erased voice id, for Redis also those erased through
 other pods, so caches can forget them.
+
+What a store reads back is checked like what arrives at the API: a record that
+cannot be a voice (junk or missing profile fields, a key of the wrong type, an
+index member that is no id) is a `BrokenRecord`. It is skipped wherever voices
+are listed or swept, logged once and heard by `on_record_skipped` listeners (the
+server counts it), never spoken, and still erasable: by its owner when the
+store's index names one, and always by the admin.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ import dataclasses
 import datetime
 import hashlib
 import io
+import logging
+import math
+import re
 import secrets
 import threading
 import time
@@ -34,7 +44,22 @@ import numpy as np
 from ..settings import ServerSettings
 from . import errors
 
+log = logging.getLogger(__name__)
+
 SECONDS_PER_DAY = 86_400
+# Why a record was skipped (the label of ttsfleet_voice_records_skipped_total).
+SKIP_REASONS = ("profile", "wrong_type", "index", "prompt", "consent", "link")
+_LOGGED_SKIPS_MAX = 1024  # skips logged once each; beyond this, counted only
+
+
+class BrokenRecord(Exception):
+    """A stored record that cannot be read as a voice (see the module docstring)."""
+
+    def __init__(self, voice_id: str, reason: str, detail: str):
+        assert reason in SKIP_REASONS, reason
+        super().__init__(f"voice record {voice_id!r} is unreadable ({reason}): {detail}")
+        self.voice_id = voice_id
+        self.reason = reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +94,42 @@ class Voice:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_profile(cls, profile: dict) -> Voice:
+    def from_profile(cls, profile: object, voice_id: str) -> Voice:
+        """The profile a store read back, checked field by field (BrokenRecord if not
+        a voice's): a store's bytes are trusted no more than a request's."""
+        if not isinstance(profile, dict):
+            raise BrokenRecord(voice_id, "profile", "not a JSON object")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in profile]
+        if missing:
+            raise BrokenRecord(voice_id, "profile", f"missing {', '.join(missing)}")
+        for name, check in _PROFILE_FIELDS.items():
+            if not check(profile[name]):
+                raise BrokenRecord(voice_id, "profile", f"{name} has the wrong type or range")
+        if profile["id"] != voice_id:
+            raise BrokenRecord(voice_id, "profile", "its id is another voice's")
         return cls(**{f.name: profile[f.name] for f in dataclasses.fields(cls)})
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_PROFILE_FIELDS = {
+    "id": lambda v: isinstance(v, str),
+    "name": lambda v: isinstance(v, str),
+    "transcript": lambda v: isinstance(v, str),
+    "language": lambda v: isinstance(v, str),
+    "owner": lambda v: isinstance(v, str) and v != "",
+    "created_at": _number,
+    "expires_at": lambda v: v is None or _number(v),
+    "duration_s": lambda v: _number(v) and v >= 0,
+    "sample_rate": lambda v: _count(v) and v > 0,
+    "stored_bytes": _count,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,12 +175,32 @@ def quota_exceeded(message: str) -> errors.ApiError:
     return errors.ApiError(409, message, code="voice_quota_exceeded", param="audio")
 
 
+def storage_full(why: str) -> errors.ApiError:
+    """The store has no room (a full disk, Redis at its memory limit): load on the
+    store, not a fault of this server's code, so it is counted apart from those."""
+    return errors.ApiError(
+        507,
+        f"the voice store is full ({why}), so this voice was not stored; "
+        "delete voices you no longer need or retry later",
+        code="insufficient_storage",
+        type="server_error",
+    )
+
+
 def unknown_voice(voice_id: str) -> errors.ApiError:
     return errors.not_found(f"no voice {voice_id!r}")
 
 
 def new_voice_id() -> str:
     return "voice_" + secrets.token_hex(8)
+
+
+_VOICE_ID = re.compile(r"^voice_[0-9a-f]{16}$")
+
+
+def is_voice_id(name: str) -> bool:
+    """True for what `new_voice_id` makes: safe as a folder name and a key suffix."""
+    return _VOICE_ID.match(name) is not None
 
 
 class VoiceStore(abc.ABC):
@@ -141,7 +220,9 @@ class VoiceStore(abc.ABC):
         self.retention_s = retention_s
         self.clock = clock
         self._listeners: list[Callable[[str], None]] = []
+        self._skip_listeners: list[Callable[[str], None]] = []
         self._listeners_lock = threading.Lock()
+        self._logged_skips: set[tuple[str, str]] = set()
 
     # What each store implements.
 
@@ -155,7 +236,12 @@ class VoiceStore(abc.ABC):
 
     @abc.abstractmethod
     def _load(self, voice_id: str) -> Voice | None:
-        """The voice's profile, expired or not; None when nothing is stored."""
+        """The voice's profile, expired or not; None when nothing is stored;
+        BrokenRecord when something is stored that is not a voice."""
+
+    @abc.abstractmethod
+    def _indexed_owner(self, voice_id: str) -> str | None:
+        """Whose the voice is by the store's index alone (its profile may be broken)."""
 
     @abc.abstractmethod
     def _read(self, voice_id: str, *parts: str) -> dict[str, bytes] | None:
@@ -198,6 +284,36 @@ class VoiceStore(abc.ABC):
             listeners = list(self._listeners)
         for listener in listeners:
             listener(voice_id)
+
+    def on_record_skipped(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(reason)` for every broken record a read skips (SKIP_REASONS)."""
+        with self._listeners_lock:
+            self._skip_listeners.append(listener)
+
+    def report_broken(self, broken: BrokenRecord) -> None:
+        # Logged once per record and reason (a broken record is met on every listing);
+        # counted every time, so a rate shows how often tenants meet it.
+        with self._listeners_lock:
+            key = (broken.voice_id, broken.reason)
+            first = key not in self._logged_skips and len(self._logged_skips) < _LOGGED_SKIPS_MAX
+            if first:
+                self._logged_skips.add(key)
+            listeners = list(self._skip_listeners)
+        if first:
+            log.warning(
+                "skipped an unreadable voice record; erase it with `ttsfleet voices delete --id`",
+                extra={"voice_id": broken.voice_id, "reason": broken.reason, "error": str(broken)},
+            )
+        for listener in listeners:
+            listener(broken.reason)
+
+    def _load_readable(self, voice_id: str) -> Voice | None:
+        """`_load`, with a broken record skipped (reported, then treated as absent)."""
+        try:
+            return self._load(voice_id)
+        except BrokenRecord as broken:
+            self.report_broken(broken)
+            return None
 
     def create(
         self,
@@ -277,7 +393,9 @@ class VoiceStore(abc.ABC):
 
     def list(self, owner: str | None) -> list[Voice]:
         """The owner's unexpired voices, oldest first (every owner's for None)."""
-        voices = [v for i in self._ids(owner) if (v := self._load(i)) and not self.expired(v)]
+        voices = [
+            v for i in self._ids(owner) if (v := self._load_readable(i)) and not self.expired(v)
+        ]
         return sorted(voices, key=lambda v: (v.created_at, v.id))
 
     def expired_ids(self, now: float) -> list[str]:
@@ -285,7 +403,7 @@ class VoiceStore(abc.ABC):
         return [
             i
             for i in self._ids(None)
-            if (v := self._load(i)) and v.expires_at is not None and v.expires_at <= now
+            if (v := self._load_readable(i)) and v.expires_at is not None and v.expires_at <= now
         ]
 
     def expired(self, voice: Voice) -> bool:
@@ -293,7 +411,7 @@ class VoiceStore(abc.ABC):
 
     def get(self, voice_id: str, owner: str | None) -> Voice:
         """The caller's voice, or 404: other callers' and expired voices do not exist."""
-        voice = self._load(voice_id)
+        voice = self._load_readable(voice_id)
         if voice is None or self.expired(voice) or (owner is not None and voice.owner != owner):
             raise unknown_voice(voice_id)
         return voice
@@ -314,14 +432,27 @@ class VoiceStore(abc.ABC):
         parts = self._read(voice_id, "audio", "consent")
         if parts is None:
             raise unknown_voice(voice_id)
-        return VoiceExport(voice, parts["audio"], json.loads(parts["consent"]))
+        try:
+            consent = json.loads(parts["consent"])
+        except ValueError:  # not JSON, or not UTF-8
+            consent = None
+        if not isinstance(consent, dict):
+            self.report_broken(BrokenRecord(voice_id, "consent", "not a JSON object"))
+            raise unknown_voice(voice_id)
+        return VoiceExport(voice, parts["audio"], consent)
 
     def delete(self, voice_id: str, owner: str | None) -> Erased:
-        """Erase one voice (any owner's for None); 404 when the caller has none such."""
-        voice = self._load(voice_id)
-        if voice is None or (owner is not None and voice.owner != owner):
+        """Erase one voice (any owner's for None); 404 when the caller has none such.
+        A broken record is erased too: by the owner the index names, or by the admin."""
+        try:
+            voice = self._load(voice_id)
+            stored, stored_owner = voice is not None, voice.owner if voice else None
+        except BrokenRecord as broken:
+            self.report_broken(broken)
+            stored, stored_owner = True, self._indexed_owner(voice_id)
+        if not stored or (owner is not None and stored_owner != owner):
             raise unknown_voice(voice_id)
-        erased = self._erase(voice_id, voice.owner)
+        erased = self._erase(voice_id, stored_owner)
         self._announce_erased(voice_id)
         return erased
 
@@ -337,8 +468,17 @@ class VoiceStore(abc.ABC):
         """Erase every voice past its expiry (the sweeper's pass)."""
         erased = []
         for voice_id in self.expired_ids(self.clock()):
-            voice = self._load(voice_id)
-            erased.append(self._erase(voice_id, voice.owner if voice else None))
+            # By the index, not the profile: a broken profile must not stop the sweep.
+            try:
+                erased.append(self._erase(voice_id, self._indexed_owner(voice_id)))
+            except errors.ApiError:
+                raise  # the store itself is away: the next sweep starts over
+            except Exception as exc:  # one voice that cannot be erased must not stop the rest
+                log.warning(
+                    "could not erase an expired voice; the next sweep retries",
+                    extra={"voice_id": voice_id, "error": f"{type(exc).__name__}: {exc}"},
+                )
+                continue
             self._announce_erased(voice_id)
         return erased
 
@@ -355,7 +495,9 @@ def open_voice_store(settings: ServerSettings) -> VoiceStore | None:
     if settings.voice_store_url:
         from .voice_store_redis import RedisVoiceStore
 
-        return RedisVoiceStore.from_url(settings.voice_store_url, quota, retention_s)
+        return RedisVoiceStore.from_url(
+            settings.voice_store_url, quota, retention_s, timeout_s=settings.voice_store_timeout_s
+        )
     if settings.voices_dir is not None:
         from .voice_store_local import LocalVoiceStore
 

@@ -16,6 +16,11 @@ one transaction too, then a PUBLISH on `ttsfleet:voices:erased`; every pod
 subscribes (a thread of `watch()`) and drops the voice from its cache, and its
 periodic reconciliation catches a message lost in a reconnect.
 
+Everything read back is checked (voice_store.py): a hash field that is not
+a profile, a voice key of another type (WRONGTYPE), an index member that is
+not a voice id (not UTF-8, say) is skipped and reported, never fatal to its
+tenant; the sweeper and a tenant's erasure also remove such index members.
+
 The URL may carry a password: it is never logged nor put into an error; what
 is shown is `describe()`, the URL without its credentials.
 """
@@ -31,7 +36,16 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 
 from . import errors
-from .voice_store import Erased, Voice, VoiceQuota, VoiceRecord, VoiceStore
+from .voice_store import (
+    BrokenRecord,
+    Erased,
+    Voice,
+    VoiceQuota,
+    VoiceRecord,
+    VoiceStore,
+    is_voice_id,
+    storage_full,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +85,8 @@ def unavailable(exc: Exception) -> errors.ApiError:
 
 
 def _reachable(method):
-    """Redis failures (down, timed out, refused auth) become a 503 that says only that."""
+    """Redis failures (down, timed out, refused auth) become a 503 that says only that;
+    Redis at its memory limit (it refuses writes, answers reads) a 507 that says so."""
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
@@ -79,6 +94,9 @@ def _reachable(method):
 
         try:
             return method(*args, **kwargs)
+        except redis.OutOfMemoryError:
+            log.warning("voice store full: Redis refuses writes at its maxmemory")
+            raise storage_full("Redis is at its memory limit") from None
         except redis.RedisError as exc:
             raise unavailable(exc) from None
 
@@ -107,14 +125,22 @@ class RedisVoiceStore(VoiceStore):
         quota: VoiceQuota | None = None,
         retention_s: float = 0.0,
         clock: Callable[[], float] = time.time,
+        *,
+        timeout_s: float = 5.0,
     ) -> RedisVoiceStore:
+        """`timeout_s` is the server's bound on a call (voice_library.StoreLanes); the
+        socket's is a second longer, so a caller hears that bound, and a thread of a
+        call the server gave up on is free again soon after."""
         import redis
 
         if urllib.parse.urlsplit(url).scheme not in SCHEMES:
             raise StoreUrlError("the voice store URL must start with redis:// or rediss://")
         try:
             client = redis.Redis.from_url(
-                url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30
+                url,
+                socket_timeout=timeout_s + 1.0,
+                socket_connect_timeout=timeout_s + 1.0,
+                health_check_interval=30,
             )
         except ValueError:
             raise StoreUrlError("the voice store URL is malformed") from None
@@ -140,8 +166,12 @@ class RedisVoiceStore(VoiceStore):
             while True:
                 try:
                     pipe.watch(owner_key(voice.owner))
-                    ids = [i.decode() for i in pipe.smembers(owner_key(voice.owner))]
-                    current = [v for i in ids if (v := self._load(i, pipe)) and not self.expired(v)]
+                    ids = self._member_ids(pipe.smembers(owner_key(voice.owner)))
+                    current = [
+                        v
+                        for i in ids
+                        if (v := self._load_readable(i, pipe)) and not self.expired(v)
+                    ]
                     self._check_quota(current, adding_bytes=voice.stored_bytes)
                     pipe.multi()
                     pipe.hset(voice_key(voice.id), mapping=fields)
@@ -157,7 +187,7 @@ class RedisVoiceStore(VoiceStore):
 
     @_reachable
     def _erase(self, voice_id: str, owner: str | None) -> Erased:
-        owner = owner or _text(self.client.hget(OWNERS, voice_id))
+        owner = owner or self._indexed_owner(voice_id)
         with self.client.pipeline() as pipe:  # MULTI/EXEC
             pipe.delete(voice_key(voice_id))
             if owner is not None:
@@ -175,23 +205,84 @@ class RedisVoiceStore(VoiceStore):
         members = (
             self.client.hkeys(OWNERS) if owner is None else self.client.smembers(owner_key(owner))
         )
-        return sorted(i.decode() for i in members)
+        return self._member_ids(members)
+
+    def _member_ids(self, members: Iterable[bytes]) -> list[str]:
+        """The voice ids among an index's members; the others are skipped and reported."""
+        ids = []
+        for member in members:
+            voice_id = _member_id(member)
+            if voice_id is None:
+                shown = member.decode(errors="backslashreplace")[:80]
+                self.report_broken(
+                    BrokenRecord(shown, "index", "an index member that is no voice id")
+                )
+            else:
+                ids.append(voice_id)
+        return sorted(ids)
 
     @_reachable
     def _load(self, voice_id: str, conn=None) -> Voice | None:
-        raw = (conn or self.client).hget(voice_key(voice_id), "profile")
-        return None if raw is None else Voice.from_profile(json.loads(raw))
+        import redis
+
+        try:
+            raw = (conn or self.client).hget(voice_key(voice_id), "profile")
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            raise BrokenRecord(voice_id, "wrong_type", "the key is not a hash") from None
+        if raw is None:
+            return None
+        try:
+            profile = json.loads(raw)
+        except ValueError:  # not JSON, or not UTF-8
+            raise BrokenRecord(voice_id, "profile", "not JSON") from None
+        return Voice.from_profile(profile, voice_id)
+
+    def _load_readable(self, voice_id: str, conn=None) -> Voice | None:
+        try:
+            return self._load(voice_id, conn)
+        except BrokenRecord as broken:
+            self.report_broken(broken)
+            return None
+
+    @_reachable
+    def _indexed_owner(self, voice_id: str) -> str | None:
+        owner = self.client.hget(OWNERS, voice_id)
+        try:
+            return None if owner is None else owner.decode()
+        except UnicodeDecodeError:
+            return None
 
     @_reachable
     def _read(self, voice_id: str, *parts: str) -> dict[str, bytes] | None:
-        values = self.client.hmget(voice_key(voice_id), [p for p in parts if p in _PARTS])
+        import redis
+
+        try:
+            values = self.client.hmget(voice_key(voice_id), [p for p in parts if p in _PARTS])
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            return None  # a key of another type holds no voice (`_load` reports it)
         if any(v is None for v in values):
             return None
         return dict(zip(parts, values, strict=True))
 
     @_reachable
     def expired_ids(self, now: float) -> list[str]:
-        return sorted(i.decode() for i in self.client.zrangebyscore(EXPIRY, "-inf", now))
+        members = self.client.zrangebyscore(EXPIRY, "-inf", now)
+        junk = [m for m in members if _member_id(m) is None]
+        if junk:  # they identify no voice: the index is all that is stored of them
+            self.client.zrem(EXPIRY, *junk)
+        return self._member_ids(members)
+
+    @_reachable
+    def erase_owner(self, owner: str) -> list[Erased]:
+        erased = super().erase_owner(owner)
+        junk = [m for m in self.client.smembers(owner_key(owner)) if _member_id(m) is None]
+        if junk:
+            self.client.srem(owner_key(owner), *junk)
+        return erased
 
     @_reachable
     def existing(self, voice_ids: Iterable[str]) -> set[str]:
@@ -209,7 +300,9 @@ class RedisVoiceStore(VoiceStore):
         import redis
 
         def on_message(message) -> None:
-            self._announce_erased(_text(message["data"]))
+            voice_id = _member_id(message["data"])
+            if voice_id is not None:  # anything else names no voice a cache could hold
+                self._announce_erased(voice_id)
 
         def on_failure(exc, pubsub, thread) -> None:
             # The thread stops; reconciliation covers the gap until it is restarted.
@@ -238,5 +331,10 @@ class RedisVoiceStore(VoiceStore):
         self.client.close()
 
 
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode()
+def _member_id(member: bytes) -> str | None:
+    """The voice id an index member names, or None for junk."""
+    try:
+        text = member.decode()
+    except UnicodeDecodeError:
+        return None
+    return text if is_voice_id(text) else None
