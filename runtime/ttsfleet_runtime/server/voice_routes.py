@@ -32,8 +32,9 @@ from .auth import ANONYMOUS, ApiKeys
 from .reference_audio import ReferenceDecoder, ReferenceLimits
 from .speech_routes import ERROR_RESPONSES
 from .voice_library import VoiceLibrary
-from .voice_store import VoiceStore, open_voice_store
+from .voice_store import SECONDS_PER_DAY, VoiceQuota, VoiceStore
 from .voice_store_local import LocalVoiceStore
+from .voice_store_redis import RedisVoiceStore
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -42,6 +43,18 @@ VOICE_RESPONSES = {
     404: {"description": "Unknown voice, or voice uploads are off on this server"},
     409: {"description": "The tenant's voice quota (count or bytes) is used up"},
 }
+
+
+def _open_voice_store(settings: ServerSettings) -> VoiceStore:
+    """The store the settings name: Redis when `voice_store_url` is set, else the
+    voices directory."""
+    quota = VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
+    retention_s = settings.voice_retention_days * SECONDS_PER_DAY
+    if settings.voice_store_url:
+        return RedisVoiceStore.from_url(
+            settings.voice_store_url, quota, retention_s, timeout_s=settings.voice_store_timeout_s
+        )
+    return LocalVoiceStore(settings.voices_dir, quota, retention_s)
 
 
 def open_store(settings: ServerSettings, api_keys: ApiKeys) -> VoiceStore | None:
@@ -57,7 +70,7 @@ def open_store(settings: ServerSettings, api_keys: ApiKeys) -> VoiceStore | None
             "erase) every voice; give API keys, or --anonymous-voices on to accept that"
         )
         return None
-    store = open_voice_store(settings)
+    store = _open_voice_store(settings)
     if api_keys.disabled:
         log.warning(
             "auth is disabled and --anonymous-voices is on: EVERY caller can list, use and erase "

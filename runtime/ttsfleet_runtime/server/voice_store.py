@@ -7,14 +7,14 @@ and the prompt the engine computed from it once (`ClonedVoice.to_bytes()`), so
 speaking it later costs no encoder work.
 
 Two stores hold them: a directory for one pod (voice_store_local.py) and Redis,
-shared by every replica of a TTSService (voice_store_redis.py); `open_voice_store`
-picks by the settings. Both write a voice atomically (all four parts or none),
-erase it for real (no flag), keep each owner (a tenant, auth.py) to its own
-voices and its quota, and treat a voice past its expiry as gone at once: it is
-neither listed nor spoken, and `erase_expired` (the server's sweeper) erases it.
-Stores are blocking: the server calls them from worker threads. Listeners added
-with `on_erased` hear every erased voice id, for Redis also those erased through
-other pods, so caches can forget them.
+shared by every replica of a TTSService (voice_store_redis.py); the server picks one
+by its settings (voice_routes.open_store), and this module imports neither. Both
+write a voice atomically (all four parts or none), erase it for real (no flag), keep
+each owner (a tenant, auth.py) to its own voices and its quota, and treat a voice
+past its expiry as gone at once: it is neither listed nor spoken, and
+`erase_expired` (the server's sweeper) erases it. Stores are blocking: the server
+calls them from worker threads. Listeners added with `on_erased` hear every erased
+voice id, for Redis also those erased through other pods, so caches can forget them.
 
 What a store reads back is checked like what arrives at the API: a record that
 cannot be a voice (junk or missing profile fields, a key of the wrong type, an
@@ -41,7 +41,6 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ..settings import ServerSettings
 from . import errors
 
 log = logging.getLogger(__name__)
@@ -481,28 +480,6 @@ class VoiceStore(abc.ABC):
                 continue
             self._announce_erased(voice_id)
         return erased
-
-
-def retention_seconds(settings: ServerSettings) -> float:
-    return settings.voice_retention_days * SECONDS_PER_DAY
-
-
-def open_voice_store(settings: ServerSettings) -> VoiceStore | None:
-    """The store the settings name: Redis when `voice_store_url` is set, else the
-    voices directory, else None (no stored voices)."""
-    quota = VoiceQuota(settings.max_voices_per_tenant, settings.max_voice_bytes_per_tenant)
-    retention_s = retention_seconds(settings)
-    if settings.voice_store_url:
-        from .voice_store_redis import RedisVoiceStore
-
-        return RedisVoiceStore.from_url(
-            settings.voice_store_url, quota, retention_s, timeout_s=settings.voice_store_timeout_s
-        )
-    if settings.voices_dir is not None:
-        from .voice_store_local import LocalVoiceStore
-
-        return LocalVoiceStore(settings.voices_dir, quota, retention_s)
-    return None
 
 
 def _iso(unix_s: float) -> str:
