@@ -263,9 +263,12 @@ class TTSEngine:
         cloned = self._loaded_voice_encoders().clone(audio, sample_rate, transcript, self.info.name)
         # A voice is stored to be spoken: what its every request would be refused for
         # (a transcript longer than its frames, a prompt past the prefill) is refused now.
+        # The prefill's size is known once the engine started (its runner exists).
+        runner = self.core.runner
         try:
             voice = self.builder.voice(None, None, "auto", cloned)
-            self.builder.check_fits(voice, self.core.runner.max_prompt, self.timing.frame_rate_hz)
+            if runner is not None:
+                self.builder.check_fits(voice, runner.max_prompt, self.timing.frame_rate_hz)
         except (ReferenceTranscriptError, InvalidText) as e:
             raise InvalidRequest(str(e), param="transcript") from e
         except PromptError as e:
