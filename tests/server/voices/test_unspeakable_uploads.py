@@ -97,9 +97,9 @@ def test_a_transcript_longer_than_the_recordings_frames_is_refused(base_server, 
     assert stored_nothing(base_server, voices_dir)
 
 
+@pytest.mark.parametrize("base_server", [25], indirect=True, ids=["25hz"])
 def test_a_stored_reference_mel_past_the_bound_is_refused_when_spoken(base_server, voices_dir):
-    if base_server.engine.info.tokenizer_rate_hz != 25:
-        pytest.skip("only a 25 Hz voice carries a reference mel")
+    # Only a 25 Hz voice carries a reference mel.
     voice_id = upload(base_server.base_url, float_wav(tone()), API_KEY).json()["id"]
     prompt = voices_dir / voice_id / PROMPT_FILE
     stored = ClonedVoice.from_bytes(prompt.read_bytes())
@@ -117,3 +117,10 @@ def test_a_stored_reference_mel_past_the_bound_is_refused_when_spoken(base_serve
     response = speak(base_server, voice_id)
     assert response.status_code == 400, response.text
     assert f"1 to {MAX_REF_MEL_FRAMES} frames" in response.json()["error"]["message"]
+
+
+def test_a_blank_transcript_is_refused_naming_the_transcript(base_server, voices_dir):
+    response = upload(base_server.base_url, float_wav(tone()), API_KEY, transcript=" \n\t ")
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "transcript"
+    assert stored_nothing(base_server, voices_dir)
