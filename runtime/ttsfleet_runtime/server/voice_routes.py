@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 # The longest voice name, given or taken from the audio's file name.
 MAX_NAME_CHARS = 100
+# The form fields of an upload (`create_voice`'s), each to be sent at most once.
+UPLOAD_FIELDS = ("audio", "transcript", "consent", "consent_statement", "name", "language")
 VOICE_RESPONSES = {
     **ERROR_RESPONSES,
     404: {"description": "Unknown voice, or voice uploads are off on this server"},
@@ -86,11 +88,14 @@ def reference_decoder(settings: ServerSettings, sample_rate: int) -> ReferenceDe
 
 
 async def _check_fields_sent_once(request: Request) -> None:
-    """400 naming a form field sent more than once: a parser keeps one of them
-    (which one is its choice), so a consent record must not depend on it."""
+    """400 naming an upload field sent more than once: a parser keeps one of them
+    (which one is its choice), so a consent record must not depend on it. Other
+    fields are ignored, as the route ignores them."""
     form = await request.form()  # parsed once already for the route's fields
     seen: set[str] = set()
     for field, _ in form.multi_items():
+        if field not in UPLOAD_FIELDS:
+            continue
         if field in seen:
             raise errors.invalid_request(
                 f"the field `{field}` was sent more than once; send it once", param=field

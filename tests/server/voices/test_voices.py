@@ -130,7 +130,12 @@ def test_consent_is_only_the_word_true(clone_server, clone_voices, consent):
 
 @pytest.mark.parametrize(
     ("field", "values"),
-    [("consent", ["false", "true"]), ("consent", ["true", "true"]), ("transcript", ["a", "b"])],
+    [
+        ("consent", ["false", "true"]),
+        ("consent", ["true", "true"]),
+        ("transcript", ["a", "b"]),
+        ("name", ["Alice", "Bob"]),
+    ],
 )
 def test_a_field_sent_twice_is_refused(clone_server, clone_voices, field, values):
     response = upload(clone_server, recording(), **{field: values})
@@ -175,3 +180,20 @@ def test_a_transcript_that_cannot_be_the_recordings_is_refused(
 def test_a_transcript_at_the_speech_rate_bound_is_accepted(clone_server):
     response = upload(clone_server, recording(seconds=2.0), transcript="x" * 100)
     assert response.status_code == 201, response.text
+
+
+def test_a_field_the_upload_does_not_read_may_come_twice(clone_server):
+    response = upload(clone_server, recording(), extra=["1", "2"])
+    assert response.status_code == 201, response.text
+
+
+def test_an_audio_file_sent_twice_is_refused(clone_server, clone_voices):
+    response = httpx.post(
+        clone_server.base_url + "/v1/audio/voices",
+        files=[("audio", ("a.wav", recording(), "audio/wav"))] * 2,
+        data=voice_uploads.UPLOAD_FIELDS,
+        headers=auth(),
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "audio"
+    assert list(clone_voices.iterdir()) == []
