@@ -638,9 +638,24 @@ class VoiceStoreSpec(SpecModel):
     redis: RedisVoiceStore | None = None
 
 
+_RETENTION = RUNTIME_SETTINGS["voice_retention_days"]
+
+
 class VoicesSpec(SpecModel):
     """Uploaded voices (cloning with the Base variant): one store for the whole fleet."""
 
+    # The schema's bounds are 0 to the most; the runtime also refuses what lies between
+    # 0 (off) and its least retention, which erases each voice as soon as it is stored.
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            # double(): a manifest's `30` is an int to CEL, which compares no int to a double.
+            f"double(self.retentionDays) == {float(_RETENTION.off)!r} "
+            f"|| double(self.retentionDays) >= {_RETENTION.minimum!r}",
+            f"voices.retentionDays must be {_RETENTION.off:g} (keep voices until deleted) or "
+            f"at least {_RETENTION.minimum:g} (one hour)",
+            field_path=".retentionDays",
+        ),
+    ]
     store: VoiceStoreSpec
     retention_days: float = Field(
         **RUNTIME_SETTINGS["voice_retention_days"].field_args(),

@@ -50,12 +50,15 @@ def setting(
     choices: tuple[str, ...] | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
+    off: float | None = None,
     words: tuple[str, str] = ("on", "off"),
     required: bool = False,
 ) -> Any:
     """Declare one ServerSettings field; see the module docstring for the names it gets.
 
-    `minimum`/`maximum` are inclusive bounds the CLI and the CRD enforce; `words` spell
+    `minimum`/`maximum` are inclusive bounds the CLI and the CRD enforce; `off`: a
+    value below `minimum` that is allowed too, because it turns the setting off (0
+    keeps voices forever, where 1e-12 days would erase each at once); `words` spell
     a bool's True and False on the command line and in the environment; `required`: the
     server refuses to start without it (`default` is then only ServerSettings' own).
     """
@@ -66,6 +69,7 @@ def setting(
         choices=choices,
         minimum=minimum,
         maximum=maximum,
+        off=off,
         words=words,
         required=required,
     )
@@ -124,9 +128,15 @@ class ServerSettings:
         flag=None,
     )
     # Uploaded voices are erased everywhere (audio, prompt, consent, caches) this many
-    # days after upload; 0 keeps them until deleted.
+    # days after upload; 0 keeps them until deleted. Less than an hour would erase each
+    # voice about as soon as it is stored; past a century the expiry dates leave what
+    # the stores and the calendar hold (3,000,000 days is after the year 9999).
     voice_retention_days: float = setting(
-        30.0, "days an uploaded voice is kept; 0 keeps voices until deleted", minimum=0
+        30.0,
+        "days an uploaded voice is kept (one hour to a century); 0 keeps voices until deleted",
+        minimum=1 / 24,
+        maximum=36_500,
+        off=0,
     )
     # With auth disabled every caller is one tenant ("anonymous") that could list and
     # erase every voice: uploads stay off then unless this says otherwise.
@@ -301,6 +311,7 @@ class Setting:
     choices: tuple[str, ...] | None
     minimum: float | None
     maximum: float | None
+    off: float | None  # allowed below `minimum`: turns the setting off
     words: tuple[str, str]  # a bool's True and False
     required: bool
 
@@ -331,8 +342,11 @@ class Setting:
             raise ValueError(f"expected one of {', '.join(self.choices)}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"expected a finite number, got {value!r}")
+        if self.off is not None and value == self.off:
+            return
         if self.minimum is not None and value < self.minimum:
-            raise ValueError(f"must be at least {self.minimum:g}, got {value!r}")
+            off = f" (or {self.off:g}: off)" if self.off is not None else ""
+            raise ValueError(f"must be at least {self.minimum:g}{off}, got {value!r}")
         if self.maximum is not None and value > self.maximum:
             raise ValueError(f"must be at most {self.maximum:g}, got {value!r}")
 
@@ -345,8 +359,10 @@ class Setting:
         return str(value)
 
     def field_args(self) -> dict[str, Any]:
-        """Default and bounds as keyword arguments of a pydantic `Field` (the CRD's)."""
-        bounds = {"ge": self.minimum, "le": self.maximum}
+        """Default and bounds as keyword arguments of a pydantic `Field` (the CRD's).
+        With `off` the lower bound is `off`: the model adds a rule for the gap above it."""
+        lowest = self.minimum if self.off is None else min(self.off, self.minimum or self.off)
+        bounds = {"ge": lowest, "le": self.maximum}
         return {"default": self.default, **{k: v for k, v in bounds.items() if v is not None}}
 
 

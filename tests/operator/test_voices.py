@@ -40,6 +40,28 @@ def test_retention_defaults_to_the_runtimes_and_zero_keeps_voices(make_service):
         make_service(model=BASE, voices={**VOICES, "retentionDays": -1.0})
 
 
+@pytest.mark.parametrize(
+    ("days", "fragment"),
+    [
+        (1e-12, "retentionDays must be 0 \\(keep voices until deleted\\) or at least 0.0416667"),
+        (0.04, "retentionDays must be 0 \\(keep voices until deleted\\) or at least 0.0416667"),
+        (3_000_000.0, "less than or equal to 36500"),
+        (1e300, "less than or equal to 36500"),
+    ],
+)
+def test_a_retention_the_runtime_would_refuse_is_refused(make_service, days, fragment):
+    # The runtime refuses these at start (settings.py): the resource must not render them.
+    with pytest.raises(ValidationError, match=fragment):
+        make_service(model=BASE, voices={**VOICES, "retentionDays": days})
+
+
+def test_the_retention_bounds_are_rendered(make_service):
+    variable = SETTINGS["voice_retention_days"].env
+    for days in (1 / 24, 36_500.0):
+        service = make_service(model=BASE, voices={**VOICES, "retentionDays": days})
+        assert float(rendered(service, "ConfigMap")["data"][variable]) == days
+
+
 def test_without_voices_no_store_is_wired(make_service):
     service = make_service(model=BASE)
     names = {e["name"] for e in runtime_env(service)}

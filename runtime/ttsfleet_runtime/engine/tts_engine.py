@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..model.config import TTSConfig
-from ..model.prompt import PromptBuilder, PromptError
+from ..model.prompt import PromptBuilder, PromptError, ReferenceTranscriptError
 from ..model.text_tokenizer import InvalidText, TextTokenizer
 from ..model.weights import resolve_checkpoint
 from .api import (
@@ -260,7 +260,20 @@ class TTSEngine:
                 f"{self.info.name} is a {self.info.variant} model: only Base models clone voices",
                 param="model",
             )
-        return self._loaded_voice_encoders().clone(audio, sample_rate, transcript, self.info.name)
+        cloned = self._loaded_voice_encoders().clone(audio, sample_rate, transcript, self.info.name)
+        # A voice is stored to be spoken: what its every request would be refused for
+        # (a transcript longer than its frames, a prompt past the prefill) is refused now.
+        # The prefill's size is known once the engine started (its runner exists).
+        runner = self.core.runner
+        try:
+            voice = self.builder.voice(None, None, "auto", cloned)
+            if runner is not None:
+                self.builder.check_fits(voice, runner.max_prompt, self.timing.frame_rate_hz)
+        except (ReferenceTranscriptError, InvalidText) as e:
+            raise InvalidRequest(str(e), param="transcript") from e
+        except PromptError as e:
+            raise InvalidRequest(str(e), param="audio") from e
+        return cloned
 
     def _loaded_voice_encoders(self) -> VoiceEncoders:
         with self._voice_encoders_lock:

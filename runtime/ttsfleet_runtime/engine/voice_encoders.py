@@ -16,7 +16,8 @@ upload workers), beside the engine loop:
 
 What the encoders cannot take is refused with `InvalidRequest` before any device work:
 not mono, non-finite or silent samples, shorter than one codec frame, longer than
-`MAX_SECONDS`.
+`MAX_SECONDS`; and after it, a recording whose embedding, x-vector or reference mel
+is not finite (samples far past full scale overflow the encoders' spectra).
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ class VoiceEncoders:
         xvector = ref_mel = None
         if self.decoder_voice is not None:  # CPU work (onnxruntime): outside the lock
             xvector, ref_mel = self.decoder_voice.extract(at_codec_rate)
+        computed = [embedding] + ([xvector, ref_mel] if xvector is not None else [])
+        if not all(np.isfinite(part).all() for part in computed):
+            # Finite samples far past full scale overflow the encoders' power spectra.
+            raise InvalidRequest(
+                "the reference audio gives a speaker embedding that is not finite; send a "
+                "recording with samples within -1 to 1",
+                param="audio",
+            )
         return ClonedVoice(
             speaker_embedding=embedding,
             ref_codes=codes,

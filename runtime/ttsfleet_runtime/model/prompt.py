@@ -56,6 +56,12 @@ if TYPE_CHECKING:
 # Voices whose prompt part is kept (`PromptBuilder._voice_part`): every built-in
 # speaker and language, and recent instructions.
 VOICE_PARTS_KEPT = 256
+# The 25 Hz decoder encodes a cloned voice's reference mel (100 frames a second)
+# for each stream that speaks it, in the codec's batch, so its length costs every
+# stream of that batch. The voice encoders take recordings up to 120 s
+# (engine/voice_encoders.py MAX_SECONDS), 12,000 frames: a stored voice with more was
+# not made from a recording they took (a stored 30,000 slowed its batch by ~30%).
+MAX_REF_MEL_FRAMES = 12_000
 
 
 class PromptError(ValueError):
@@ -66,6 +72,11 @@ class PromptError(ValueError):
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
         self.param = param
+
+
+class ReferenceTranscriptError(PromptError):
+    """A cloned voice's transcript cannot be its recording's (at upload: the
+    transcript's fault, not the audio's)."""
 
 
 class ClonedVoiceLike(Protocol):
@@ -239,7 +250,7 @@ class PromptBuilder:
         if len(ref_text_ids) > codes.shape[0]:
             # More tokens than frames (12.5 or 25 a second): not this recording's
             # transcript. (Its tokens beyond the prompt would also take the text's room.)
-            raise PromptError(
+            raise ReferenceTranscriptError(
                 f"the reference transcript has {len(ref_text_ids)} tokens for "
                 f"{codes.shape[0]} frames of audio, more than anyone speaks: is it the "
                 "recording's transcript?",
@@ -278,10 +289,12 @@ class PromptBuilder:
             )
         xvector, ref_mel = np.asarray(cloned.xvector), np.asarray(cloned.ref_mel)
         finite = np.isfinite(xvector).all() and np.isfinite(ref_mel).all()
-        if xvector.ndim != 1 or ref_mel.ndim != 2 or len(ref_mel) < 1 or not finite:
+        frames_ok = ref_mel.ndim == 2 and 1 <= len(ref_mel) <= MAX_REF_MEL_FRAMES
+        if xvector.ndim != 1 or not frames_ok or not finite:
             raise PromptError(
                 f"the decoder conditioning must be a finite x-vector [dim] and reference mel "
-                f"[frames >= 1, mels], got shapes {xvector.shape} and {ref_mel.shape}",
+                f"[1 to {MAX_REF_MEL_FRAMES} frames, mels], got shapes {xvector.shape} and "
+                f"{ref_mel.shape}: clone the voice again from a recording of at most 120 s",
                 "cloned_voice",
             )
         return dict(

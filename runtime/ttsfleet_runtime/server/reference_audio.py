@@ -10,9 +10,12 @@ with a 400 that names the reason:
 2. the samples are decoded in blocks and mixed to mono block by block, with a
    running cap at the longest allowed duration, in case the header lies (a FLAC
    may declare 0, "unknown", samples);
-3. the mono signal is checked (finite, not silent) and resampled to the model's
-   rate (soxr), so what is stored is at most `max_s` seconds of mono audio at
-   the model's rate whatever was sent.
+3. the mono signal is checked (finite, within `MAX_PEAK` of full scale, not
+   silent) and resampled to the model's rate (soxr), so what is stored is at
+   most `max_s` seconds of mono audio at the model's rate whatever was sent.
+
+Its transcript is checked against the decoded length (`check_transcript`): a
+transcript that no one could say in that time is not this recording's.
 
 `ReferenceDecoder` runs step 1-3 off the event loop and at most
 `MAX_CONCURRENT_DECODES` at a time, so parallel uploads cannot multiply the
@@ -45,6 +48,16 @@ DECODE_SLOT_WAIT_S = 10.0
 # libsndfile's "length unknown" (e.g. a FLAC whose STREAMINFO says 0 samples).
 _UNKNOWN_FRAMES = 2**63 - 1
 SILENCE_PEAK = 1e-4
+# A float file may run past full scale (1.0) after mixing or gain; a recording 8 times
+# over it (+18 dBFS) is a scaled or corrupt file, and far beyond it (x1e20) the speaker
+# encoder's power spectrum overflows into a voice that can never be spoken.
+MAX_PEAK = 8.0
+# The fastest read speech is about 20 characters a second (some 300 words a minute in
+# English; scripts that write a syllable a character, such as Chinese, need fewer).
+# Twice that, plus a short phrase's worth for clips of a second or two, is the most a
+# transcript may hold for its recording: beyond it the text is not what was said.
+MAX_TRANSCRIPT_CHARS_PER_S = 40
+TRANSCRIPT_ALLOWANCE_CHARS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +145,32 @@ def decode_mono(data: bytes, limits: ReferenceLimits) -> tuple[np.ndarray, int]:
         raise _duration_refusal(limits, duration)
     if not np.all(np.isfinite(mono)):
         raise _refuse("the audio contains non-finite samples")
-    if float(np.abs(mono).max()) < SILENCE_PEAK:
+    peak = float(np.abs(mono).max())
+    if peak > MAX_PEAK:
+        raise _refuse(
+            f"the audio peaks at {peak:.3g} times full scale; send samples within -1 to 1 "
+            "(normalise the recording)"
+        )
+    if peak < SILENCE_PEAK:
         raise _refuse("the reference audio is silent")
     return mono, rate
+
+
+def check_transcript(transcript: str, seconds: float, param: str = "transcript") -> None:
+    """A 400 on `param` when the transcript is blank or longer than anyone says in
+    `seconds` (runs of whitespace count as one character)."""
+    spoken = " ".join(transcript.split())
+    if not spoken:
+        raise errors.invalid_request(
+            "the transcript is blank: give the words said in the recording", param=param
+        )
+    most = int(MAX_TRANSCRIPT_CHARS_PER_S * seconds) + TRANSCRIPT_ALLOWANCE_CHARS
+    if len(spoken) > most:
+        raise errors.invalid_request(
+            f"the transcript has {len(spoken)} characters for {seconds:.1f} s of audio, more "
+            f"than anyone says in that time (at most {most}); send the recording's own words",
+            param=param,
+        )
 
 
 def resample(mono: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:

@@ -265,7 +265,7 @@ async def _one_shot_clone(clone: VoiceClone, request: Request) -> api.ClonedVoic
         pcm,
         clone.transcript,
         source="request",
-        param="voice_clone.audio",
+        fields="voice_clone.",
     )
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..engine import api
 from . import errors
+from .reference_audio import check_transcript
 from .voice_store import BrokenRecord, Erased, Voice, VoiceExport, VoiceStore
 
 log = logging.getLogger(__name__)
@@ -93,17 +94,26 @@ class StoreLanes:
 
 
 async def clone_voice(
-    engine: api.Engine, metrics, pcm: np.ndarray, transcript: str, source: str, param: str
+    engine: api.Engine,
+    metrics,
+    pcm: np.ndarray,
+    transcript: str,
+    source: str,
+    fields: str = "",
 ) -> api.ClonedVoice:
-    """The engine's clone of a decoded reference (blocking work off the event loop);
-    an engine refusal is a 400 on `param`."""
+    """The engine's clone of a decoded reference (blocking work off the event loop).
+    A refusal is a 400 naming the request's field: `fields` + "audio" or "transcript"
+    (`fields` is "voice_clone." for a speech request's own reference)."""
+    check_transcript(transcript, len(pcm) / engine.info.sample_rate, fields + "transcript")
     started = time.monotonic()
     try:
         cloned = await asyncio.to_thread(
             engine.clone_voice, pcm, engine.info.sample_rate, transcript
         )
     except api.InvalidRequest as exc:
-        raise errors.invalid_request(str(exc), param=param) from None
+        # The engine names its own arguments: only its transcript is not the audio.
+        part = "transcript" if exc.param == "transcript" else "audio"
+        raise errors.invalid_request(str(exc), param=fields + part) from None
     metrics.voice_clone.labels(source=source).observe(time.monotonic() - started)
     return cloned
 
@@ -219,9 +229,7 @@ class VoiceLibrary:
         consent_statement: str,
     ) -> Voice:
         """Clone the reference once and store it with its audio and consent record."""
-        cloned = await clone_voice(
-            self.engine, self.metrics, pcm, transcript, source="upload", param="audio"
-        )
+        cloned = await clone_voice(self.engine, self.metrics, pcm, transcript, source="upload")
         return await self.lanes.call(
             "routes",
             self.store.create,

@@ -6,13 +6,15 @@ kept of it (`GET .../{id}/export`: audio as base64 WAV, transcript, consent
 record, in one JSON document) and erase it (`DELETE`). Only a model that
 clones (a Base model) takes uploads.
 
-Uploading a voice needs the speaker's explicit consent (`consent=true` and the
-statement the uploader makes), a transcript of the reference audio, and audio
-that decodes, lasts between the configured bounds and is not silent (checked
-from the header first, then decoded in bounded blocks: reference_audio.py).
-Each refusal is a 400 naming the field and the reason; a body over the upload
-limit is a 413; a tenant over its voice quota gets a 409. Callers see and
-delete only their own tenant's uploads.
+Uploading a voice needs the speaker's explicit consent (the field `consent` sent
+once, exactly `true`, and the statement the uploader makes), a transcript of the
+reference audio that fits its length, and audio that decodes, lasts between the
+configured bounds, is neither silent nor far past full scale (checked from the
+header first, then decoded in bounded blocks: reference_audio.py), and that the
+engine can turn into a voice it will speak. Nothing that could never be spoken is
+stored. Each refusal is a 400 naming the field and the reason, and stores and
+counts nothing; a body over the upload limit is a 413; a tenant over its voice
+quota gets a 409. Callers see and delete only their own tenant's uploads.
 
 With auth disabled every caller is the same tenant, "anonymous", and could
 list and erase everyone's voices: so uploads are off then unless the server
@@ -38,6 +40,10 @@ from .voice_store_redis import RedisVoiceStore
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+# The longest voice name, given or taken from the audio's file name.
+MAX_NAME_CHARS = 100
+# The form fields of an upload (`create_voice`'s), each to be sent at most once.
+UPLOAD_FIELDS = ("audio", "transcript", "consent", "consent_statement", "name", "language")
 VOICE_RESPONSES = {
     **ERROR_RESPONSES,
     404: {"description": "Unknown voice, or voice uploads are off on this server"},
@@ -93,6 +99,22 @@ def reference_decoder(settings: ServerSettings, sample_rate: int) -> ReferenceDe
     return ReferenceDecoder(limits, sample_rate)
 
 
+async def _check_fields_sent_once(request: Request) -> None:
+    """400 naming an upload field sent more than once: a parser keeps one of them
+    (which one is its choice), so a consent record must not depend on it. Other
+    fields are ignored, as the route ignores them."""
+    form = await request.form()  # parsed once already for the route's fields
+    seen: set[str] = set()
+    for field, _ in form.multi_items():
+        if field not in UPLOAD_FIELDS:
+            continue
+        if field in seen:
+            raise errors.invalid_request(
+                f"the field `{field}` was sent more than once; send it once", param=field
+            )
+        seen.add(field)
+
+
 def _library(request: Request) -> VoiceLibrary:
     runtime = request.app.state.runtime
     if runtime.voices is None:
@@ -142,22 +164,41 @@ async def create_voice(
     transcript: str = Form(
         min_length=1, max_length=2000, description="What is said in the recording"
     ),
-    consent: bool = Form(description="true: the speaker consented to this voice being cloned"),
+    consent: str = Form(
+        description="exactly `true`: the speaker consented to this voice being cloned"
+    ),
     consent_statement: str = Form(
         default="The speaker consented to the cloning of their voice.",
         min_length=1,
         max_length=2000,
         description="Who consented, to what, and when (kept with the voice)",
     ),
-    name: str = Form(default="", max_length=100),
+    name: str = Form(
+        default="",
+        max_length=MAX_NAME_CHARS,
+        description="The voice's name; default: the audio's file name",
+    ),
     language: str = Form(default="auto", min_length=1, max_length=32),
 ) -> dict:
     library = _library(request)
     runtime = request.app.state.runtime
     settings = runtime.settings
-    if not consent:
+    await _check_fields_sent_once(request)
+    # The consent record says `true`: only the word itself, not what a form parser
+    # would also read as true (1, yes, on), is the speaker's recorded consent.
+    if consent != "true":
         raise errors.invalid_request(
-            "consent must be true: upload only voices whose speaker consented", param="consent"
+            "consent must be true (the word `true`, sent once): upload only voices whose "
+            "speaker consented",
+            param="consent",
+        )
+    name = name or (audio.filename or "voice")
+    if len(name) > MAX_NAME_CHARS:
+        raise errors.invalid_request(
+            f"the file name, which names the voice when no `name` is sent, is {len(name)} "
+            f"characters; a voice name has at most {MAX_NAME_CHARS}: send a `name` or a "
+            "shorter file name",
+            param="name",
         )
     if not runtime.engine.info.supports_voice_clone:
         raise errors.invalid_request(
@@ -172,7 +213,7 @@ async def create_voice(
     pcm = await decoder.decode(data)
     voice = await library.add(
         pcm,
-        name=name or (audio.filename or "voice"),
+        name=name,
         transcript=transcript,
         language=language,
         owner=_caller(request),

@@ -88,3 +88,17 @@ def clone_server(tmp_path):
     engine = StandInEngine(variant="Base", frames=10)
     with LiveServer(engine, settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
         yield live
+
+
+@pytest.fixture(scope="module", params=[12, 25], ids=["12hz", "25hz"])
+def base_server(request, tmp_path_factory):
+    """A server over the real tiny Base engine of that tokenizer rate, voices in a folder."""
+    from ttsfleet_runtime.engine.tts_engine import TTSEngine
+
+    checkpoint = request.getfixturevalue("tiny_base" if request.param == 12 else "tiny_25hz_base")
+    engine = TTSEngine.from_pretrained(
+        str(checkpoint), device="cpu", max_batch=2, max_queue=4, dtype="float32", cuda_graphs=False
+    )
+    settings = clone_settings(voices_dir=tmp_path_factory.mktemp("voices"))
+    with LiveServer(engine, settings, ApiKeys((API_KEY, OTHER_KEY))) as live:
+        yield live

@@ -102,6 +102,16 @@ def test_one_shot_cloning_through_the_openai_sdk(clone_server):
             "silent",
         ),
         ({"voice_clone": {"audio": "AAAA", "consent": True}}, "voice_clone.transcript", "Field"),
+        (
+            {"voice_clone": one_shot(transcript="  \n ")},
+            "voice_clone.transcript",
+            "the transcript is blank",
+        ),
+        (
+            {"voice_clone": one_shot(transcript="x" * 200)},
+            "voice_clone.transcript",
+            "200 characters for 2.0 s of audio",
+        ),
     ],
 )
 def test_a_base_model_refuses_what_it_cannot_speak(clone_server, fields, param, fragment):

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import io
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
 
 from support.runtime import RuntimeProcess
 from support.voice_uploads import recording, silent_flac, upload, with_declared_samples
@@ -134,3 +137,24 @@ def test_uploads_decode_a_bounded_number_at_a_time():
         {"Retry-After": "1"},
     )
     assert len(decoded) == 2 * 24000
+
+
+def _float_wav(peak: float) -> bytes:
+    """2 s of a tone peaking at `peak` as a 32-bit float WAV (which keeps samples past 1)."""
+    t = np.arange(32_000) / 16_000
+    out = io.BytesIO()
+    tone = (peak * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
+    soundfile.write(out, tone, 16_000, format="WAV", subtype="FLOAT")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("peak", [9.0, 1e30], ids=["past-the-bound", "scaled-1e30"])
+def test_a_float_recording_far_past_full_scale_is_refused(peak):
+    with pytest.raises(errors.ApiError) as refused:
+        decode_mono(_float_wav(peak), LIMITS)
+    assert refused.value.param == "audio" and "times full scale" in refused.value.message
+
+
+def test_a_float_recording_a_little_past_full_scale_is_taken():
+    mono, _ = decode_mono(_float_wav(1.5), LIMITS)
+    assert abs(float(abs(mono).max()) - 1.5) < 1e-3

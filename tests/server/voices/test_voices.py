@@ -118,3 +118,82 @@ def test_consent_field_is_required(clone_server):
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "consent"
+
+
+@pytest.mark.parametrize("consent", ["1", "yes", "on", "True", "TRUE", " true"])
+def test_consent_is_only_the_word_true(clone_server, clone_voices, consent):
+    response = upload(clone_server, recording(), consent=consent)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "consent"
+    assert list(clone_voices.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "values"),
+    [
+        ("consent", ["false", "true"]),
+        ("consent", ["true", "true"]),
+        ("transcript", ["a", "b"]),
+        ("name", ["Alice", "Bob"]),
+    ],
+)
+def test_a_field_sent_twice_is_refused(clone_server, clone_voices, field, values):
+    response = upload(clone_server, recording(), **{field: values})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == field and "more than once" in error["message"]
+    assert list(clone_voices.iterdir()) == []
+
+
+def test_a_file_name_too_long_for_a_voice_name_is_refused(clone_server, clone_voices):
+    long_name = "n" * 400 + ".wav"
+    refused = upload(clone_server, recording(), filename=long_name, name="")
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "name" and "404 characters" in error["message"]
+    assert list(clone_voices.iterdir()) == []
+    # A `name` of its own names the voice whatever the file is called.
+    named = upload(clone_server, recording(), filename=long_name, name="Alice")
+    assert named.status_code == 201 and named.json()["name"] == "Alice"
+
+
+@pytest.mark.parametrize(
+    ("transcript", "fragment"),
+    [
+        (" \t\n ", "the transcript is blank"),
+        # 2 s of audio: at most 40 characters a second plus 20, 100 in all.
+        ("word " * 200, "999 characters for 2.0 s of audio"),
+        ("x" * 101, "101 characters for 2.0 s of audio"),
+    ],
+    ids=["whitespace", "far-too-long", "just-over"],
+)
+def test_a_transcript_that_cannot_be_the_recordings_is_refused(
+    clone_server, clone_voices, transcript, fragment
+):
+    response = upload(clone_server, recording(seconds=2.0), transcript=transcript)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "transcript" and fragment in error["message"]
+    assert list(clone_voices.iterdir()) == []
+
+
+def test_a_transcript_at_the_speech_rate_bound_is_accepted(clone_server):
+    response = upload(clone_server, recording(seconds=2.0), transcript="x" * 100)
+    assert response.status_code == 201, response.text
+
+
+def test_a_field_the_upload_does_not_read_may_come_twice(clone_server):
+    response = upload(clone_server, recording(), extra=["1", "2"])
+    assert response.status_code == 201, response.text
+
+
+def test_an_audio_file_sent_twice_is_refused(clone_server, clone_voices):
+    response = httpx.post(
+        clone_server.base_url + "/v1/audio/voices",
+        files=[("audio", ("a.wav", recording(), "audio/wav"))] * 2,
+        data=voice_uploads.UPLOAD_FIELDS,
+        headers=auth(),
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "audio"
+    assert list(clone_voices.iterdir()) == []
