@@ -8,7 +8,6 @@ one of them runs. Only this module's handlers import kopf or the API client.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -162,15 +161,36 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=_operator_run)
 
-    try:
-        runtime_cli = importlib.import_module("ttsfleet_runtime.cli")
-    except ModuleNotFoundError as error:
-        # Only a missing runtime CLI module is tolerated; a broken one must fail loudly.
-        if error.name not in ("ttsfleet_runtime", "ttsfleet_runtime.cli"):
-            raise
-    else:
-        runtime_cli.register(commands)
+    _register_commands_of_other_packages(commands)
     return parser
+
+
+# Other packages add `ttsfleet` subcommands by naming a `register(subparsers)` under this
+# entry-point group (pyproject.toml: the runtime's serve, checkpoint, fetch, bench, ...).
+# The operator knows none of them by name, so its layers stay apart from theirs.
+COMMANDS_ENTRY_POINTS = "ttsfleet.commands"
+
+
+def _register_commands_of_other_packages(commands) -> None:
+    from importlib import metadata
+
+    # Every distribution's entries, not entry_points()'s: that keeps one distribution per
+    # name, and in a checkout a stale ttsfleet.egg-info beside the code hides the
+    # installed metadata.
+    entries = {}
+    for distribution in metadata.distributions():
+        for entry in distribution.entry_points.select(group=COMMANDS_ENTRY_POINTS):
+            entries.setdefault(entry.name, entry)
+    for entry in entries.values():
+        try:
+            register = entry.load()
+        except ModuleNotFoundError as error:
+            # The operator image installs the distribution without the runtime's package:
+            # its commands are absent there. A module that is present but broken fails loudly.
+            if error.name is None or not entry.module.startswith(error.name):
+                raise
+            continue
+        register(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,10 @@
 """The runtime's command line, `ttsfleet-runtime` (or `python -m ttsfleet_runtime`):
 `serve`, `checkpoint`, `fetch`, `bench`, `loadtest` and `voices`.
 
-The runtime image runs it without the operator installed. In a checkout the operator's
-`ttsfleet` CLI offers the same subcommands (`register(subparsers)`), so `ttsfleet serve`
-works too. Nothing heavy is imported here: each handler imports what it runs.
+The runtime image runs it without the operator installed. Where both are installed the
+operator's `ttsfleet` CLI offers the same subcommands, found through the `ttsfleet.commands`
+entry point that names `register(subparsers)` (pyproject.toml), so `ttsfleet serve` works
+too. Nothing heavy is imported here: each handler imports what it runs.
 
 `serve`'s flags are the settings catalogue's (`ttsfleet_runtime.settings`), each
 defaulting to its `TTSFLEET_*` variable, so a Kubernetes pod is configured by env alone.
