@@ -39,7 +39,9 @@ CHUNK_S = 8 / FRAME_RATE_HZ
 KERNEL_S = (2 * SEND_BUFFER_BYTES + 2 * CLIENT_RECEIVE_BUFFER) / SAMPLE_BYTES_PER_S
 MOST_UNREAD_S = BUFFER_S + 3 * CHUNK_S + (64 * 1024 / SAMPLE_BYTES_PER_S + CHUNK_S) + KERNEL_S
 
-wait_for = functools.partial(polling.wait_for, timeout=60, interval=0.05)
+# Deadlines for conditions, not timings: the tiny model on a busy CPU can take
+# tens of seconds to make the few seconds of audio a pause needs.
+wait_for = functools.partial(polling.wait_for, timeout=180, interval=0.05)
 
 
 def backpressure_server(make_engine, send_timeout_s: float):
