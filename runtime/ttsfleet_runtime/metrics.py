@@ -10,6 +10,10 @@ What each metric means, exactly:
 - ttsfleet_queue_depth (gauge): requests the engine admitted that wait for a
   batch slot, read from the engine at scrape time. The HPA's `Pods` metric.
 - ttsfleet_active_streams (gauge): requests holding a batch slot (generating).
+- ttsfleet_paused_streams (gauge): of those, streams whose generation is paused
+  because their client has more than --stream-buffer-seconds of audio waiting
+  (it stopped or slowed reading); each holds its slot and at most about that
+  much audio until it reads again or --send-timeout ends it.
 - ttsfleet_ready (gauge): 1 while the pod admits work (engine ready, not draining).
 - ttsfleet_gpu_utilization_ratio, ttsfleet_gpu_memory_used_bytes,
   ttsfleet_gpu_memory_total_bytes (gauges, label `gpu` = index): NVML readings,
@@ -92,6 +96,7 @@ PREFIX = "ttsfleet_"
 # Gauges
 QUEUE_DEPTH = "ttsfleet_queue_depth"  # requests admitted, waiting for a batch slot
 ACTIVE_STREAMS = "ttsfleet_active_streams"  # requests generating now
+PAUSED_STREAMS = "ttsfleet_paused_streams"  # of those, paused for a client that is behind
 GPU_UTILIZATION = "ttsfleet_gpu_utilization_ratio"  # 0..1, from NVML
 GPU_MEMORY_USED = "ttsfleet_gpu_memory_used_bytes"
 GPU_MEMORY_TOTAL = "ttsfleet_gpu_memory_total_bytes"
@@ -140,6 +145,7 @@ CLIENT_FAULT_ERRORS = (
     "protocol_error",  # WebSocket
     "idle_timeout",  # WebSocket
     "client_disconnect",
+    "send_timeout",  # a client that took nothing of its response for --send-timeout
 )
 # Error types of load and lifecycle: retry later or elsewhere.
 CAPACITY_ERRORS = (
@@ -272,6 +278,11 @@ class _EngineCollector:
             QUEUE_DEPTH, "Requests waiting for a batch slot", value=stats.queue_depth
         )
         yield GaugeMetricFamily(ACTIVE_STREAMS, "Requests generating now", value=stats.active)
+        yield GaugeMetricFamily(
+            PAUSED_STREAMS,
+            "Streams paused until their client takes the audio waiting for it",
+            value=stats.paused,
+        )
         yield GaugeMetricFamily(
             READY, "1 while this pod admits work", value=1 if self._ready() else 0
         )

@@ -231,6 +231,25 @@ class ServerSettings:
         360.0, "longest utterance one request may generate", minimum=0.1
     )
     drain_timeout_s: float = setting(30.0, "seconds in-flight streams get after SIGTERM", minimum=0)
+    # Backpressure for clients that stop reading (docs/security.md): a stream whose
+    # client leaves more audio than this untaken stops generating (it keeps its slot,
+    # its decode steps wait) until the client takes half of it. This bounds what one
+    # stream holds in memory; the send timeout below ends streams nobody reads.
+    stream_buffer_seconds: float = setting(
+        10.0,
+        "seconds of audio a stream may have waiting for its client before generation pauses",
+        minimum=0.5,
+        maximum=3600,
+    )
+    # A response (HTTP or WebSocket) whose client takes nothing for this long, while
+    # the server has more to send than the connection's write buffer holds, is cut:
+    # the connection is dropped, its generation cancelled and its batch slot freed.
+    send_timeout_s: float = setting(
+        30.0,
+        "seconds a client may take nothing of a response before the connection is dropped",
+        minimum=1,
+        maximum=3600,
+    )
     # Per-key token bucket.
     rate_limit_per_s: float = setting(
         0.0, "requests per second per API key, 0 = off", flag="--rate-limit", minimum=0

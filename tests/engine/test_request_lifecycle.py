@@ -1,5 +1,5 @@
 """A request's whole life through the scheduler's contract, with no torch: the
-commands other threads send (add, abort, a codec failure) applied by the inbox,
+commands other threads send (add, abort, pause/resume, a codec failure) applied by the inbox,
 the plan, the prefill, the decode steps' output, the ends the engine hands to the
 codec worker and the streams, and the release of the slot and its KV blocks.
 
@@ -230,3 +230,44 @@ def test_the_contract_needs_no_torch():
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_paused_request_keeps_its_slot_and_makes_no_frames_until_resumed():
+    # Backpressure: its stream sends Pause when its caller is a buffer behind.
+    engine = Engine(max_batch=2)
+    behind, keeping_up = sequence("behind"), sequence("keeping-up")
+    engine.inbox.add(behind)
+    engine.inbox.add(keeping_up)
+    engine.iteration()
+    frames = behind.frames
+
+    engine.inbox.pace(behind, paused=True)
+    assert not behind.paused  # a command: nothing changes before the engine thread drains
+    for _ in range(3):
+        outcome = engine.iteration()
+        assert [c.seq for c in outcome.chunks if c.seq is behind] == []
+    assert behind.frames == frames and behind.slot == 0 and not behind.finished
+    assert keeping_up.frames == frames + 3  # the rest of the batch steps on
+    assert engine.inbox.paused() == 1 and engine.inbox.counts() == (0, 2)
+
+    engine.inbox.pace(behind, paused=False)
+    engine.iteration()
+    assert behind.frames == frames + 1 and engine.inbox.paused() == 0
+
+
+def test_a_paused_request_that_is_cancelled_stops_counting_as_paused_at_once():
+    engine = Engine()
+    seq = sequence("a")
+    engine.inbox.add(seq)
+    engine.iteration()
+    engine.inbox.pace(seq, paused=True)
+    engine.iteration()
+    assert engine.inbox.paused() == 1
+
+    engine.inbox.abort(seq, "cancelled")  # the send timeout cut its client
+    assert engine.inbox.paused() == 0 and engine.inbox.counts() == (0, 0)
+    engine.iteration()
+    assert engine.ends == [End(seq, "cancelled")]
+    engine.inbox.pace(seq, paused=False)  # a resume after the end changes nothing
+    engine.iteration()
+    assert seq.finished

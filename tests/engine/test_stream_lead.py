@@ -34,6 +34,7 @@ class Seq:
     pending: list  # generated, not yet handed to the codec
     chunks: int = 5  # handed to the codec so far (5: past the ramp, next chunk is 8 frames)
     finished: bool = False
+    paused: bool = False  # its caller is a buffer behind (backpressure)
 
 
 def seconds_ago(s: float) -> float:
@@ -112,3 +113,13 @@ def test_the_leads_are_exported_to_prometheus():
     quiet = dataclasses.replace(stats, min_lead_s=None)
     text = RuntimeMetrics(lambda: quiet, lambda: True).render()[0].decode()
     assert "ttsfleet_stream_lead_min_seconds" not in text
+
+
+def test_a_paused_stream_is_no_underrun(core):
+    # Its client stopped reading: audio waits for it, the engine is not what it waits for.
+    core.step_s = 0.05
+    stopped_reading = Seq(Stream(seconds_ago(60.0), 10), frames=10, pending=[], paused=True)
+    core.scheduler.running.update({0: stopped_reading})
+
+    assert core._sample_leads(NOW) is None
+    assert core.min_lead_s is None and core.underrun_steps == 0

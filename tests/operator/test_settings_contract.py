@@ -166,6 +166,8 @@ def test_flag_and_variable_names_are_the_published_ones():
         "TTSFLEET_DECODE_PRIORITY": "--decode-priority",
         "TTSFLEET_MAX_AUDIO_SECONDS": "--max-audio-seconds",
         "TTSFLEET_DRAIN_TIMEOUT": "--drain-timeout",
+        "TTSFLEET_STREAM_BUFFER_SECONDS": "--stream-buffer-seconds",
+        "TTSFLEET_SEND_TIMEOUT": "--send-timeout",
         "TTSFLEET_RATE_LIMIT": "--rate-limit",
         "TTSFLEET_RATE_LIMIT_BURST": "--rate-limit-burst",
         "TTSFLEET_MAX_BODY_BYTES": "--max-body-bytes",

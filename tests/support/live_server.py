@@ -31,7 +31,7 @@ def guarded_protocol(parser: str, settings: ServerSettings) -> type:
         "h11": http_protocol.guarded_h11_protocol,
         "httptools": http_protocol.guarded_httptools_protocol,
     }[parser]
-    return make(settings.http_header_timeout_s, settings.max_header_bytes)
+    return make(settings.http_header_timeout_s, settings.max_header_bytes, settings.send_timeout_s)
 
 
 class LiveServer:

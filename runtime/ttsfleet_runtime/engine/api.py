@@ -195,6 +195,10 @@ class SynthesisRequest:
     language: str = "auto"
     params: SamplingParams = dataclasses.field(default_factory=SamplingParams)
     request_id: str = ""
+    # Backpressure: while more than this many seconds of audio wait for the caller to
+    # take them from its stream, the request's decode steps pause (it keeps its slot);
+    # they resume once the caller has taken half of it. None: never paused.
+    buffer_s: float | None = None
 
 
 S16_FULL_SCALE = 32767.0  # float 1.0 as a signed 16-bit sample
@@ -290,6 +294,8 @@ class EngineStats:
     # Playing streams' lead over playback (audio delivered - seconds since their
     # first chunk) at the last step: the smallest; None while nobody plays.
     min_lead_s: float | None = None
+    # Streams in a slot whose decode steps wait for their caller to take audio.
+    paused: int = 0
     underrun_steps_total: int = 0  # steps at which some playing stream's lead was below 0
     prefill_deferred_total: int = 0  # iterations whose prefill the lead guard cut short
     # Seconds the engine's threads were busy, by phase: the engine thread's "plan",

@@ -1,5 +1,9 @@
 """The commands other threads send the engine thread, and its inbox. No torch.
 
+Commands: add a request, abort one (a cancel) or all (shutdown), pause or resume
+one whose caller has fallen behind (backpressure: `EngineStream` decides, the
+scheduler applies), and a codec failure.
+
 vLLM v1's split: the front end (tts_engine.py, on the caller's event loop) and the
 codec worker (its own thread) never change the scheduler or a `Sequence`; they
 send a command, and the engine thread applies every command waiting at the top
@@ -38,13 +42,28 @@ class Abort:
 
 
 @dataclasses.dataclass(frozen=True)
+class Pause:
+    """The request's caller has more audio waiting than its buffer: leave it out of
+    the decode steps (it keeps its slot) until `Resume`."""
+
+    seq: Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """The request's caller has taken enough of its audio: step it again."""
+
+    seq: Sequence
+
+
+@dataclasses.dataclass(frozen=True)
 class CodecFailed:
     """The codec worker could not decode the sequence with this key: end it."""
 
     key: int
 
 
-Command = Add | Abort | CodecFailed
+Command = Add | Abort | Pause | Resume | CodecFailed
 
 
 class Inbox:
@@ -81,6 +100,10 @@ class Inbox:
                     self._aborting.add(seq.key)
         self._queue.put(Abort(seq, reason))
 
+    def pace(self, seq: Sequence, paused: bool) -> None:
+        """Pause or resume `seq`'s decode steps when the engine thread next drains."""
+        self._queue.put(Pause(seq) if paused else Resume(seq))
+
     def send(self, command: CodecFailed) -> None:
         self._queue.put(command)
 
@@ -100,6 +123,14 @@ class Inbox:
                 sum(seq.key not in aborting for seq in waiting),
                 sum(seq.key not in aborting for seq in scheduler.running.values()),
             )
+
+    def paused(self) -> int:
+        """Requests holding a slot whose decode steps are paused for their caller,
+        the aborts on their way applied (as `counts`: a stream that is cut stops
+        counting at once)."""
+        with self.lock:
+            running, aborting = self.scheduler.running.values(), self._aborting
+            return sum(seq.paused and seq.key not in aborting for seq in running)
 
     # ------------------------------------------------------------ engine thread
     def drain(self) -> int:
@@ -127,6 +158,10 @@ class Inbox:
                 seqs = [*scheduler.waiting, *scheduler.running.values()]
             for seq in seqs:
                 scheduler.finish(seq, command.reason)
+        elif isinstance(command, Pause):
+            scheduler.pause(command.seq)
+        elif isinstance(command, Resume):
+            scheduler.resume(command.seq)
         elif isinstance(command, CodecFailed):
             seq = scheduler.find(command.key)
             if seq is not None:

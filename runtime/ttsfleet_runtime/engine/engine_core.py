@@ -14,7 +14,7 @@ the step's results early or reuse host memory a queued copy still reads
 (kernels/host_copy.py).
 
 The async front end (tts_engine.py) and the codec worker only send commands
-(commands.py: add, abort, a codec failure) into `inbox`, which this thread
+(commands.py: add, abort, pause/resume, a codec failure) into `inbox`, which this thread
 drains at the top of each iteration; so the scheduler and every `Sequence`
 change on this thread alone, and every status change goes through the
 scheduler (`Scheduler.finish` and friends). `lock` is held while this thread
@@ -358,6 +358,12 @@ class EngineCore:
         self.inbox.abort(seq, reason)
         self._wake.set()
 
+    def pace(self, seq: Sequence, paused: bool) -> None:
+        """Pause or resume `seq`'s decode steps (its stream's backpressure) at the top
+        of the engine thread's next iteration."""
+        self.inbox.pace(seq, paused)
+        self._wake.set()
+
     def _codec_failed(self, key: int) -> None:
         # Codec worker thread: its audio is lost, so its slot is wasted GPU time.
         self.inbox.send(CodecFailed(key))
@@ -549,7 +555,9 @@ class EngineCore:
         least_lead = least_spare = None
         for seq in self.scheduler.running.values():
             stream = seq.stream
-            if stream.first_audio_at is None or seq.finished:
+            # A paused stream's listener has audio waiting (more than its buffer):
+            # the engine is not what it waits for.
+            if stream.first_audio_at is None or seq.finished or seq.paused:
                 continue
             lead = stream.audio_delivered_s - (now - stream.first_audio_at)
             in_flight = seq.frames - len(seq.pending) > stream.frames_decoded

@@ -33,6 +33,10 @@ iteration prefills at most `GUARDED_PREFILL_TOKENS` positions, so the decode
 step comes sooner. At least one prompt is always taken: newcomers never wait
 forever behind an overloaded batch.
 
+Backpressure: a sequence whose caller has more audio waiting than its
+buffer is paused (`pause`, a command from its stream) and left out of the
+decode steps, in its slot, until `resume`.
+
 KV memory (`kv`, engine/kv_blocks.py): a newcomer is admitted to a slot only
 when the blocks for its prompt are free beyond a watermark (else it and
 everyone behind it wait: arrival order is kept); a running row takes one more
@@ -272,6 +276,19 @@ class Scheduler(Generic[S]):
         for the sequence that took the slot): the blocks may be reused."""
         for seq in releases.seqs:
             self.release_kv(seq)
+
+    def pause(self, seq: Sequence) -> None:
+        """`seq`'s caller has more audio waiting than it may (`SynthesisRequest.buffer_s`):
+        its row leaves the decode steps, keeping its slot and KV blocks, until `resume`.
+        Pausing in place, not preempting, keeps its KV and codec state as they are: a
+        resumed stream goes on exactly where it stopped, and a paused row costs a
+        padding row of the batch, not memory that grows."""
+        if not seq.finished:
+            seq.paused = True
+
+    def resume(self, seq: Sequence) -> None:
+        """`seq`'s caller has taken enough of its audio: step it again."""
+        seq.paused = False
 
     def find(self, key: int) -> S | None:
         """The queued or running sequence whose `key` this is."""

@@ -132,6 +132,9 @@ class Sequence:
         self.pending: list[np.ndarray] = []  # frames awaiting the codec
         self.chunks = 0
         self.text_pump = None  # the asyncio task feeding a streamed text, if any
+        # Its caller has more audio waiting than its buffer (a `Pause` command, applied
+        # by the scheduler): left out of the decode steps until a `Resume`.
+        self.paused = False
         # Every frame, only where a test or a debugging run asks (`keep_codes`).
         self.all_codes: list[np.ndarray] | None = [] if keep_codes else None
 
@@ -144,8 +147,9 @@ class Sequence:
 
     @property
     def runnable(self) -> bool:
-        # The step for frame f adds trailing text id f; wait until it is known.
-        if self.awaiting_prefill:
+        # The step for frame f adds trailing text id f; wait until it is known. A
+        # paused row (its caller is behind) stays in its slot, not stepped.
+        if self.awaiting_prefill or self.paused:
             return False
         return self.text_final or self.piece_frames < self.text_sent
 

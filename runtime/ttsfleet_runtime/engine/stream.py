@@ -2,6 +2,20 @@
 
 The engine and codec threads hand chunks and the end over with
 `call_soon_threadsafe`, so the caller's event loop never waits on the device.
+
+Backpressure: a caller that stops taking chunks (its client stopped reading)
+must not make the stream hold everything the engine can generate. The stream
+counts, on the caller's loop, the audio waiting in it (handed over, not yet
+taken); when that exceeds the request's `buffer_s` it asks the engine to pause
+the request's decode steps (a `Pause` command: the scheduler owns the change),
+and once the caller has taken it down to half the buffer, to resume. It asks
+only while audio waits, so a paused stream always has audio for its caller:
+it cannot wait on the engine while the engine waits on it. The caller taking a
+chunk is the acknowledgement: the server's senders take the next chunk only
+once the previous one is written to the connection, and a connection whose
+client takes nothing ends by the send timeout (server/http_protocol.py). The
+half-buffer hysteresis keeps a slow reader to one pause and one resume per
+half buffer of audio, not a command per chunk.
 """
 
 from __future__ import annotations
@@ -15,11 +29,22 @@ from .api import AudioChunk, EngineError, FinishReason
 
 class EngineStream:
     def __init__(
-        self, request_id: str, loop: asyncio.AbstractEventLoop, cancel: Callable[[object], None]
+        self,
+        request_id: str,
+        loop: asyncio.AbstractEventLoop,
+        cancel: Callable[[object], None],
+        pace: Callable[[object, bool], None] | None = None,
+        buffer_s: float | None = None,
     ):
         self.request_id = request_id
         self._loop = loop
         self._cancel = cancel  # the engine's: cancel(seq)
+        self._pace = pace  # the engine's: pace(seq, paused)
+        self.buffer_s = buffer_s  # None: never paused
+        # Caller's loop only: audio handed over and not yet taken, and whether the
+        # engine was last asked to pause the sequence.
+        self.waiting_s = 0.0
+        self.paused = False
         self._queue: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
         self._finish_reason: FinishReason | None = None
         self.seq = None  # the engine's Sequence, set at admission; None once released
@@ -47,6 +72,7 @@ class EngineStream:
             item = await self._queue.get()
             if item is None:
                 return
+            self._taken(item)
             yield item
 
     def cancel(self) -> None:
@@ -92,9 +118,27 @@ class EngineStream:
         self.chunks_delivered += 1
         self.frames_delivered += chunk.frames
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, chunk)
+            self._loop.call_soon_threadsafe(self._arrived, chunk)
         except RuntimeError:  # the caller's loop is closed: nobody is listening
             pass
+
+    # Caller's loop: the backpressure (see the module's docstring).
+    def _arrived(self, chunk: AudioChunk) -> None:
+        self._queue.put_nowait(chunk)
+        self.waiting_s += chunk.duration_s
+        if self.buffer_s is not None and not self.paused and self.waiting_s > self.buffer_s:
+            self._ask(paused=True)
+
+    def _taken(self, chunk: AudioChunk) -> None:
+        self.waiting_s -= chunk.duration_s
+        if self.paused and self.waiting_s <= self.buffer_s / 2:
+            self._ask(paused=False)
+
+    def _ask(self, paused: bool) -> None:
+        if self.seq is None or self._ended or self._pace is None:
+            return  # released or ended: nothing left to pace
+        self.paused = paused
+        self._pace(self.seq, paused)
 
     def end(self, reason: FinishReason) -> None:
         with self._end_lock:

@@ -290,6 +290,11 @@ class TTSEngine:
     def _submit(self, request: SynthesisRequest) -> EngineStream:
         params = request.params
         params.validate()
+        if request.buffer_s is not None and not request.buffer_s > 0:
+            raise InvalidRequest(
+                f"buffer_s must be a positive number of seconds, got {request.buffer_s!r}",
+                param="buffer_s",
+            )
         # Refuse under overload before the admission work (tokenising the
         # voice, instructions and text); `add` checks again.
         self._admit(self.core.inbox.check_room)
@@ -327,7 +332,7 @@ class TTSEngine:
             text, later = TextFeed(self.builder.text_ids), []
         loop = asyncio.get_running_loop()
         request_id = request.request_id or uuid.uuid4().hex
-        stream = EngineStream(request_id, loop, self._cancel)
+        stream = EngineStream(request_id, loop, self._cancel, self.core.pace, request.buffer_s)
         seed = params.seed if params.seed is not None else secrets.randbits(31)
         seq = Sequence(
             request_id,
@@ -391,6 +396,7 @@ class TTSEngine:
         return EngineStats(
             queue_depth=waiting,
             active=active,
+            paused=self.core.inbox.paused(),
             max_batch=self.max_batch,
             max_queue=self.max_queue,
             frames_total=self.core.frames_total,

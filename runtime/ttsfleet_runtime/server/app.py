@@ -142,6 +142,7 @@ def create_app(
             voices,
             settings.max_input_chars,
             settings.max_audio_seconds,
+            settings.stream_buffer_seconds,
         ),
         served_models=tuple(
             dict.fromkeys(n for n in (settings.served_model_name, engine.info.name) if n)

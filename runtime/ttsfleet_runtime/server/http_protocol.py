@@ -11,6 +11,10 @@ a request until its head is complete):
   like every other error of this server, instead of a text/plain body.
 The body's own deadline is HttpGuard's: it is the app's to read.
 
+And on the way out, for HTTP and WebSocket alike, a send timeout
+(`_SendDeadline`): a client that takes nothing of a response for
+`send_timeout_s` while more waits for it loses the connection.
+
 Two parsers, one set of guarantees (`_HeadGuard` holds what they share):
 - httptools (C, llhttp), chosen where it imports. It has no head-size limit
   of its own; here a head is measured as it arrives (each read while it is
@@ -32,6 +36,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import struct
 import sys
 
 from . import errors
@@ -103,7 +109,88 @@ class _HeadGuard:
         self.transport.close()
 
 
-def guarded_h11_protocol(header_timeout_s: float, max_header_bytes: int) -> type:
+# The kernel's send buffer of each connection (Linux doubles it for its own
+# bookkeeping). Left to autotuning it grows with the congestion window: on
+# loopback (a sidecar proxy, a test) to megabytes at once, 20-30 s of PCM that a
+# client which stopped reading would soak up before any backpressure begins. At
+# this size one connection still carries ~1 MB/s over a 100 ms path, twenty
+# times what a stream of PCM needs.
+SEND_BUFFER_BYTES = 64 * 1024
+
+# Where a connection dropped by the send timeout says so to the app: a key of
+# its scope's per-request "state" (`sending_timed_out`).
+_SEND_TIMED_OUT = "send_timed_out"
+
+
+def sending_timed_out(scope) -> bool:
+    """Whether the send timeout dropped this request's (or session's) connection:
+    the app then counts the request as `send_timeout`, not as a client that left."""
+    return bool(scope.get("state", {}).get(_SEND_TIMED_OUT))
+
+
+class _SendDeadline:
+    """The send timeout, mixed into a uvicorn protocol class, HTTP or WebSocket (it
+    gives `loop` and `transport`; the class says where the current scope is).
+
+    asyncio pauses a protocol's writing while the connection's write buffer is over
+    its high-water mark (64 KiB), which happens only once the kernel's socket buffers
+    are full too: the client has stopped taking bytes. uvicorn's `send` then waits
+    for as long as the client likes, and so does the app (a speech stream, its batch
+    slot, the audio waiting in it); closing such a connection waits for the buffer to
+    drain, so forever. The kernel's share is capped first (`SEND_BUFFER_BYTES`, so
+    the pause comes soon); then writing that stays paused for `send_timeout_s` aborts the
+    connection, dropping what it buffered: the app sees its client gone (its send
+    returns or raises, `http.disconnect`), cancels the generation, and finds why in
+    the scope (`sending_timed_out`). A reader however slow keeps its connection as
+    long as it takes ~48 KiB (down to the low-water mark) within each timeout."""
+
+    send_timeout_s: float | None = None
+    _send_timer = None
+
+    def _current_scope(self) -> dict | None:
+        raise NotImplementedError
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and self.send_timeout_s is not None:
+            # What the kernel holds for a client that stopped reading: bounded here.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.send_timeout_s is not None and self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.send_timeout_s, self._send_timed_out)
+
+    def resume_writing(self) -> None:
+        self._disarm_send_timer()
+        super().resume_writing()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm_send_timer()
+        super().connection_lost(exc)
+
+    def _disarm_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_timed_out(self) -> None:
+        self._send_timer = None
+        scope = self._current_scope()
+        if scope is not None:
+            scope.setdefault("state", {})[_SEND_TIMED_OUT] = True
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            # Reset, not close: a closed socket's kernel buffer would still wait
+            # for the client to read it.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
+
+
+def guarded_h11_protocol(
+    header_timeout_s: float, max_header_bytes: int, send_timeout_s: float | None = None
+) -> type:
     """uvicorn's h11 protocol with the guards, for `uvicorn.Config(http=...)`."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -120,10 +207,13 @@ def guarded_h11_protocol(header_timeout_s: float, max_header_bytes: int) -> type
                 self.last_error = exc
                 raise
 
-    class GuardedH11Protocol(_HeadGuard, H11Protocol):
+    class GuardedH11Protocol(_HeadGuard, _SendDeadline, H11Protocol):
         def __init__(self, config, *args, **kwargs):
             super().__init__(config, *args, **kwargs)
             self.conn = _Connection(h11.SERVER, max_header_bytes)
+
+        def _current_scope(self) -> dict | None:
+            return self.cycle.scope if self.cycle is not None else None
 
         def _awaiting_head(self) -> bool:
             return self.conn.their_state is h11.IDLE
@@ -145,6 +235,7 @@ def guarded_h11_protocol(header_timeout_s: float, max_header_bytes: int) -> type
 
     GuardedH11Protocol.header_timeout_s = header_timeout_s
     GuardedH11Protocol.max_header_bytes = max_header_bytes
+    GuardedH11Protocol.send_timeout_s = send_timeout_s
     return GuardedH11Protocol
 
 
@@ -153,16 +244,21 @@ class _HeadTooLarge(Exception):
     callback error, whose context this is."""
 
 
-def guarded_httptools_protocol(header_timeout_s: float, max_header_bytes: int) -> type:
+def guarded_httptools_protocol(
+    header_timeout_s: float, max_header_bytes: int, send_timeout_s: float | None = None
+) -> type:
     """uvicorn's httptools protocol with the guards, for `uvicorn.Config(http=...)`.
     Raises ImportError where httptools is not installed."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class GuardedHttpToolsProtocol(_HeadGuard, HttpToolsProtocol):
+    class GuardedHttpToolsProtocol(_HeadGuard, _SendDeadline, HttpToolsProtocol):
         _head_pending = True  # from a connection's start, and again after each request
         _head_begun = False  # the pending head's first byte has come
         _heads = 0  # heads completed on this connection
         _head_bytes = 0  # of the pending head, counted per read
+
+        def _current_scope(self) -> dict | None:
+            return self.cycle.scope if self.cycle is not None else None
 
         def _awaiting_head(self) -> bool:
             return self._head_pending
@@ -214,16 +310,33 @@ def guarded_httptools_protocol(header_timeout_s: float, max_header_bytes: int) -
 
     GuardedHttpToolsProtocol.header_timeout_s = header_timeout_s
     GuardedHttpToolsProtocol.max_header_bytes = max_header_bytes
+    GuardedHttpToolsProtocol.send_timeout_s = send_timeout_s
     return GuardedHttpToolsProtocol
 
 
-def guarded_protocol(header_timeout_s: float, max_header_bytes: int) -> type:
+def guarded_protocol(
+    header_timeout_s: float, max_header_bytes: int, send_timeout_s: float | None = None
+) -> type:
     """The protocol class to give `uvicorn.Config(http=...)`: httptools' where it
     imports (cheaper), h11's otherwise."""
     try:
-        protocol = guarded_httptools_protocol(header_timeout_s, max_header_bytes)
+        protocol = guarded_httptools_protocol(header_timeout_s, max_header_bytes, send_timeout_s)
     except ImportError as exc:
         log.info("HTTP/1.1 parser: h11 (httptools does not import: %s)", exc)
-        return guarded_h11_protocol(header_timeout_s, max_header_bytes)
+        return guarded_h11_protocol(header_timeout_s, max_header_bytes, send_timeout_s)
     log.info("HTTP/1.1 parser: httptools")
     return protocol
+
+
+def guarded_websocket_protocol(send_timeout_s: float | None) -> type:
+    """uvicorn's WebSocket protocol (websockets' sans-I/O one, what uvicorn picks
+    where websockets is installed) with the send timeout, for
+    `uvicorn.Config(ws=...)`."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    class GuardedWebSocketProtocol(_SendDeadline, WebSocketsSansIOProtocol):
+        def _current_scope(self) -> dict | None:
+            return getattr(self, "scope", None)
+
+    GuardedWebSocketProtocol.send_timeout_s = send_timeout_s
+    return GuardedWebSocketProtocol

@@ -92,7 +92,7 @@ def uvicorn_config(app, settings: ServerSettings, **overrides):
     """How uvicorn serves the app: limits and timeouts included (tests use it too)."""
     import uvicorn
 
-    from .http_protocol import guarded_protocol
+    from .http_protocol import guarded_protocol, guarded_websocket_protocol
 
     options = {
         "host": settings.host,
@@ -102,7 +102,11 @@ def uvicorn_config(app, settings: ServerSettings, **overrides):
         "lifespan": "on",
         "timeout_graceful_shutdown": 5,
         # A head deadline, a head-size limit, JSON refusals; see http_protocol.py.
-        "http": guarded_protocol(settings.http_header_timeout_s, settings.max_header_bytes),
+        "http": guarded_protocol(
+            settings.http_header_timeout_s, settings.max_header_bytes, settings.send_timeout_s
+        ),
+        # The send timeout for WebSocket sessions too (a client that stops reading).
+        "ws": guarded_websocket_protocol(settings.send_timeout_s),
         "timeout_keep_alive": settings.http_keep_alive_s,
         "ws_ping_interval": 20,
         # The session refuses a message over --max-body-bytes itself, with a close

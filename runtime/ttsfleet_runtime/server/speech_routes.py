@@ -16,6 +16,11 @@ before any audio still gets a proper status code; `Server-Timing` then carries
 the queue wait and time to first audio. A client that goes away cancels the
 generation at once (its batch slot is freed) and is counted as status 499; a
 generation that fails after the headers is counted with its failure's status.
+A client that stops reading holds little: its generation pauses once
+`--stream-buffer-seconds` of audio wait for it (engine/stream.py), and after
+`--send-timeout` without taking anything its connection is dropped
+(http_protocol.py), its generation cancelled, and it is counted as
+`send_timeout` (408).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ..engine import api
 from . import audio_encoding, errors
 from .auth import ANONYMOUS
 from .http_guard import record_error
+from .http_protocol import sending_timed_out
 from .speech_request import SpeechRequest, VoiceClone
 from .synthesis import Utterance, generation_failure
 from .voice_library import clone_voice
@@ -42,6 +48,9 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 CLIENT_CLOSED = 499
+# A response cut because its client took nothing for the send timeout: the
+# status the request would have had if the server had waited for it to finish.
+SEND_TIMED_OUT = 408
 
 ERROR_RESPONSES = {
     400: {"description": "Invalid request: the message and `param` say which field and why"},
@@ -116,7 +125,20 @@ def _client_gone(request: Request, utterance: Utterance) -> Response:
 
 def _count_client_gone(request: Request) -> None:
     state = request.scope["state"]
-    record_error(state, request.app.state.runtime.metrics, "client_disconnect")
+    runtime = request.app.state.runtime
+    if sending_timed_out(request.scope):
+        record_error(state, runtime.metrics, "send_timeout")
+        state["final_status"] = SEND_TIMED_OUT
+        log.warning(
+            "the client took no audio for the send timeout; connection dropped, "
+            "generation cancelled",
+            extra={
+                "request_id": state["request_id"],
+                "send_timeout_s": runtime.settings.send_timeout_s,
+            },
+        )
+        return
+    record_error(state, runtime.metrics, "client_disconnect")
     state["final_status"] = CLIENT_CLOSED
 
 

@@ -39,7 +39,11 @@ A session must not hold the pod for nothing (limits in ServerSettings):
 - one key holds at most `ws_max_sessions_per_key` sessions at once;
 - opening a session spends a token of the key's rate-limit bucket (it pays
   for the first utterance; each further utterance spends one);
-- failed authentications count against the client address, as over HTTP.
+- failed authentications count against the client address, as over HTTP;
+- a client that stops reading: its utterance's generation pauses once
+  `--stream-buffer-seconds` of audio wait for it, and after `--send-timeout`
+  without taking anything the connection is dropped (no close frame: it
+  could not be delivered) and counted as `send_timeout`.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from .. import metrics
 from . import errors
 from .auth import ANONYMOUS
 from .http_guard import authenticate, client_address, record_error, request_id_from
+from .http_protocol import sending_timed_out
 from .speech_request import SamplingFields, Text, utf8_text
 from .synthesis import SpeakingVoice, error_type, generation_failure
 
@@ -437,9 +442,20 @@ async def speech_stream(ws: WebSocket):
         await _send(ws, {"type": "session.done", "utterances": session.count})
         await ws.close(1000)
     except WebSocketDisconnect:
-        session.count_error("client_disconnect")
-        session.count_request(499)
-        log.info("websocket client left", extra={"request_id": session.request_id})
+        if sending_timed_out(ws.scope):
+            session.count_error("send_timeout")
+            session.count_request(408)
+            log.warning(
+                "the websocket client took no audio for the send timeout; connection dropped",
+                extra={
+                    "request_id": session.request_id,
+                    "send_timeout_s": runtime.settings.send_timeout_s,
+                },
+            )
+        else:
+            session.count_error("client_disconnect")
+            session.count_request(499)
+            log.info("websocket client left", extra={"request_id": session.request_id})
     except errors.ApiError as error:
         session.count_request(error.status)
         await session.send_error(error)

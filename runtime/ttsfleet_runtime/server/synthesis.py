@@ -177,6 +177,7 @@ class Synthesizer:
         voices: VoiceLibrary | None,
         max_input_chars: int,
         max_audio_seconds: float,
+        stream_buffer_s: float | None = None,
     ):
         self.engine = engine
         self.metrics = metrics
@@ -184,6 +185,9 @@ class Synthesizer:
         self.voices = voices
         self.max_input_chars = max_input_chars
         self.max_frames = max(1, math.ceil(max_audio_seconds * engine.info.frame_rate_hz))
+        # Audio a stream may leave waiting for its client before its generation
+        # pauses (--stream-buffer-seconds; engine/stream.py says how).
+        self.stream_buffer_s = stream_buffer_s
         self._speakers = {s.lower(): s for s in engine.info.speakers}
 
     async def speaking_voice(
@@ -266,6 +270,7 @@ class Synthesizer:
             language=language,
             params=params,
             request_id=request_id,
+            buffer_s=self.stream_buffer_s,
         )
 
     def submit(self, request: api.SynthesisRequest, received_at: float) -> Utterance:
