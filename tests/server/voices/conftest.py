@@ -6,28 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
+from support.live_server import API_KEY, OTHER_KEY, LiveServer
 from support.redis_server import RedisServer
 from support.stand_in_engine import StandInEngine
 from support.voice_uploads import DAY
+from support.voices import Clock, clone_settings
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.voice_store import VoiceQuota
 from ttsfleet_runtime.server.voice_store_local import LocalVoiceStore
 from ttsfleet_runtime.server.voice_store_redis import RedisVoiceStore
-from ttsfleet_runtime.settings import ServerSettings
-
-
-class Clock:
-    """Unix time that moves only when the test says so."""
-
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(scope="session")
@@ -68,17 +55,6 @@ def make_store(request, tmp_path, clock):
     yield make
     for store in made:
         store.close()
-
-
-def clone_settings(**fields) -> ServerSettings:
-    return ServerSettings(
-        **{
-            "max_body_bytes": 16 * 1024,
-            "max_voice_upload_bytes": 400 * 1024,
-            "max_audio_seconds": SHORT_AUDIO_S,
-            **fields,
-        }
-    )
 
 
 @pytest.fixture

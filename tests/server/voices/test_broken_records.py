@@ -17,6 +17,7 @@ from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.runtime import ttsfleet
 from support.stand_in_engine import StandInEngine
 from support.voice_uploads import DAY, recording, upload, uploaded_voice_ids
+from support.voices import clone_settings, store_voice
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.voice_store_redis import (
@@ -26,9 +27,6 @@ from ttsfleet_runtime.server.voice_store_redis import (
     owner_key,
     voice_key,
 )
-
-from .conftest import clone_settings
-from .test_voice_stores import add
 
 # One of each kind of junk the hostile sweep planted, by the reason it is skipped for.
 JUNK_PROFILE = "voice_0000000000000001"  # not JSON
@@ -108,7 +106,7 @@ def test_a_tenant_with_junk_records_lists_uploads_speaks_and_erases(redis_url, r
 
 def test_erasing_a_tenant_removes_its_junk_index_members(redis_url, redis_server):
     store = RedisVoiceStore.from_url(redis_url)
-    voice = add(store)
+    voice = store_voice(store)
     client = redis_server.client()
     plant_junk(client, "tenant-a", voice.profile())
     erased = {e.voice_id for e in store.erase_owner("tenant-a")}
@@ -119,8 +117,8 @@ def test_erasing_a_tenant_removes_its_junk_index_members(redis_url, redis_server
 
 def test_junk_in_the_expiry_index_does_not_stop_the_sweeper(redis_url, redis_server, clock):
     store = RedisVoiceStore.from_url(redis_url, retention_s=DAY, clock=clock)
-    other_tenants = add(store, owner="tenant-b")
-    broken = add(store)
+    other_tenants = store_voice(store, owner="tenant-b")
+    broken = store_voice(store)
     client = redis_server.client()
     client.hset(voice_key(broken.id), "profile", b"junk")  # expires, but its profile is gone
     client.zadd(EXPIRY, {NOT_AN_ID: 1.0})
@@ -134,7 +132,7 @@ def test_junk_in_the_expiry_index_does_not_stop_the_sweeper(redis_url, redis_ser
 
 def test_the_admin_erases_a_corrupt_record_by_id(redis_url, redis_server):
     store = RedisVoiceStore.from_url(redis_url)
-    voice = add(store)
+    voice = store_voice(store)
     redis_server.client().hset(voice_key(voice.id), "profile", b'{"id": 1}')
     result = subprocess.run(
         ttsfleet("voices", "delete", "--id", voice.id),
@@ -182,7 +180,7 @@ def test_a_broken_record_is_counted_each_time_and_logged_once(redis_url, redis_s
     import logging
 
     store = RedisVoiceStore.from_url(redis_url)
-    voice = add(store)
+    voice = store_voice(store)
     plant_junk(redis_server.client(), "tenant-a", voice.profile())
     heard = []
     store.on_record_skipped(heard.append)

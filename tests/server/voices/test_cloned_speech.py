@@ -14,29 +14,8 @@ import soundfile
 
 from support.live_server import API_KEY, OTHER_KEY, auth, metric_value
 from support.voice_uploads import recording, upload
+from support.voices import SPEECH, one_shot, speak
 from ttsfleet_runtime import metrics
-
-SPEECH = "/v1/audio/speech"
-
-
-def speak(server, key=API_KEY, **fields) -> httpx.Response:
-    body = {
-        "model": server.runtime.served_models[0],
-        "input": "Hello",
-        "response_format": "pcm",
-        "stream_format": "file",
-        **fields,
-    }
-    return httpx.post(server.base_url + SPEECH, json=body, headers=auth(key), timeout=30)
-
-
-def one_shot(reference: bytes = b"", **fields) -> dict:
-    return {
-        "audio": base64.b64encode(reference or recording()).decode(),
-        "transcript": "Hello, this is my voice.",
-        "consent": True,
-        **fields,
-    }
 
 
 def clone_seconds_count(server, source: str) -> float:

@@ -13,13 +13,11 @@ import pytest
 from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.stand_in_engine import StandInEngine
 from support.voice_uploads import recording, upload
+from support.voices import clone_settings, store_voice
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.voice_store_redis import RedisVoiceStore
-
-from .conftest import clone_settings
-from .test_voice_stores import add
 
 
 @pytest.fixture
@@ -65,12 +63,12 @@ def test_a_full_voices_disk_refuses_the_upload_with_507_and_keeps_nothing(tiny_d
 def test_redis_at_its_memory_limit_is_full_not_unreachable(redis_url, redis_server):
     client = redis_server.client()
     store = RedisVoiceStore.from_url(redis_url)
-    kept = add(store)
+    kept = store_voice(store)
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", 1)  # every write that needs memory is refused
     try:
         with pytest.raises(errors.ApiError) as refused:
-            add(store)
+            store_voice(store)
         assert (refused.value.status, refused.value.code) == (507, "insufficient_storage")
         assert "Redis is at its memory limit" in refused.value.message
         assert store.list("tenant-a") == [kept]  # reads are still answered

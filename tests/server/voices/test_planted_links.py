@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from support.runtime import ttsfleet
+from support.voices import Clock
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.voice_store_local import LocalVoiceStore
 
@@ -122,8 +123,6 @@ def test_a_voice_that_cannot_be_erased_does_not_stop_the_sweep(tmp_path):
     """A mount point inside a voice folder (EBUSY on its removal): the sweeper logs it,
     erases every other expired voice, and retries it on its next pass."""
     from support.voice_uploads import DAY
-
-    from .conftest import Clock
 
     clock = Clock()
     store = LocalVoiceStore(tmp_path / "voices", retention_s=DAY, clock=clock)

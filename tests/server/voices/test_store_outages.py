@@ -21,15 +21,13 @@ from support.polling import wait_for
 from support.redis_server import RedisServer
 from support.stand_in_engine import StandInEngine
 from support.voice_uploads import recording, upload
+from support.voices import clone_settings, one_shot, speak
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.metrics import RuntimeMetrics
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.voice_library import VoiceLibrary
 from ttsfleet_runtime.server.voice_store_redis import RedisVoiceStore
-
-from .conftest import clone_settings
-from .test_cloned_speech import one_shot, speak
 
 
 @pytest.fixture

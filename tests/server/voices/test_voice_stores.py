@@ -13,30 +13,15 @@ import soundfile
 
 from support.polling import wait_for
 from support.voice_uploads import DAY
+from support.voices import PCM, PROMPT, store_voice
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.voice_store import VoiceQuota
 from ttsfleet_runtime.server.voice_store_redis import RedisVoiceStore
 
-PCM = np.sin(np.arange(24_000) / 10).astype(np.float32) * 0.3  # 1 s at 24 kHz
-PROMPT = b"npz bytes of a ClonedVoice"
-
-
-def add(store, owner="tenant-a", prompt=PROMPT, pcm=PCM):
-    return store.create(
-        pcm=pcm,
-        sample_rate=24_000,
-        name="Alice",
-        transcript="Hello there.",
-        language="english",
-        owner=owner,
-        consent_statement="Alice agreed on 2026-11-01.",
-        prompt=prompt,
-    )
-
 
 def test_a_voice_is_stored_whole_and_read_back_by_its_owner_only(make_store):
     store = make_store()
-    voice = add(store)
+    voice = store_voice(store)
     assert store.get(voice.id, "tenant-a") == voice
     assert store.prompt(voice.id, "tenant-a") == (voice, PROMPT)
     assert [v.id for v in store.list("tenant-a")] == [voice.id]
@@ -49,7 +34,7 @@ def test_a_voice_is_stored_whole_and_read_back_by_its_owner_only(make_store):
 
 def test_export_returns_the_audio_transcript_and_consent_record(make_store):
     store = make_store()
-    voice = add(store)
+    voice = store_voice(store)
     exported = store.export(voice.id, "tenant-a")
     audio, rate = soundfile.read(io.BytesIO(exported.audio_wav), dtype="float32")
     assert rate == 24_000 and np.allclose(audio, PCM, atol=1e-4)
@@ -66,7 +51,7 @@ def test_erasure_removes_every_part_and_is_heard_where_the_store_is_shared(make_
     first.on_erased(heard_first.append)
     second.on_erased(heard_second.append)
     second.watch()
-    voice = add(first)
+    voice = store_voice(first)
     erased = first.delete(voice.id, "tenant-a")
     assert (erased.voice_id, erased.owner) == (voice.id, "tenant-a")
     for store in (first, second):
@@ -81,23 +66,23 @@ def test_erasure_removes_every_part_and_is_heard_where_the_store_is_shared(make_
 
 def test_erasing_a_tenant_leaves_other_tenants_alone(make_store):
     store = make_store()
-    a_voices = {add(store).id, add(store).id}
-    b_voice = add(store, owner="tenant-b")
+    a_voices = {store_voice(store).id, store_voice(store).id}
+    b_voice = store_voice(store, owner="tenant-b")
     assert {e.voice_id for e in store.erase_owner("tenant-a")} == a_voices
     assert store.list("tenant-a") == [] and store.list("tenant-b") == [b_voice]
     assert store.erase_owner("tenant-a") == []
 
 
 def test_quota_counts_voices_and_bytes_per_tenant(make_store):
-    one = add(make_store())
+    one = store_voice(make_store())
     store = make_store(quota=VoiceQuota(max_voices=3, max_bytes=3 * one.stored_bytes - 1))
-    add(store)  # with `one`, two of tenant-a's voices
+    store_voice(store)  # with `one`, two of tenant-a's voices
     with pytest.raises(errors.ApiError) as refused:
-        add(store)
+        store_voice(store)
     assert refused.value.code == "voice_quota_exceeded" and "storage quota" in str(refused.value)
-    add(store, owner="tenant-b")
+    store_voice(store, owner="tenant-b")
     store.delete(one.id, "tenant-a")
-    add(store)
+    store_voice(store)
     small = make_store(quota=VoiceQuota(max_voices=2, max_bytes=10**9))
     with pytest.raises(errors.ApiError) as refused:
         small.check_quota("tenant-a")
@@ -112,7 +97,7 @@ def test_parallel_uploads_through_two_stores_cannot_overshoot_the_quota(make_sto
 
     def upload(i: int) -> str:
         try:
-            add(stores[i % 2])
+            store_voice(stores[i % 2])
             return "stored"
         except errors.ApiError as exc:
             return exc.code
@@ -125,11 +110,11 @@ def test_parallel_uploads_through_two_stores_cannot_overshoot_the_quota(make_sto
 
 def test_an_expired_voice_is_gone_at_once_and_erased_by_the_sweeper(make_store, clock):
     store = make_store(retention_days=30)
-    old = add(store)
+    old = store_voice(store)
     assert old.expires_at == old.created_at + 30 * DAY
     assert old.public()["expires_at"].startswith("2027-")  # 30 days after the clock's start
     clock.advance(10 * DAY)
-    young = add(store)
+    young = store_voice(store)
     assert store.erase_expired() == []
 
     clock.advance(20 * DAY)
@@ -149,7 +134,7 @@ def test_an_expired_voice_is_gone_at_once_and_erased_by_the_sweeper(make_store, 
 
 def test_retention_zero_keeps_voices(make_store, clock):
     store = make_store(retention_days=0)
-    voice = add(store)
+    voice = store_voice(store)
     assert voice.expires_at is None and voice.public()["expires_at"] is None
     clock.advance(10_000 * DAY)
     assert store.erase_expired() == [] and store.list("tenant-a") == [voice]
@@ -164,7 +149,7 @@ def test_redis_itself_erases_an_expired_voice_and_the_sweeper_its_index_entries(
     from ttsfleet_runtime.server.voice_store_redis import OWNERS, RedisVoiceStore, voice_key
 
     store = RedisVoiceStore.from_url(redis_url, retention_s=1.0)
-    voice = add(store)
+    voice = store_voice(store)
     client = redis_server.client()
     assert client.exists(voice_key(voice.id))
     time.sleep(1.3)
