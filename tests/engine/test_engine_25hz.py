@@ -111,6 +111,7 @@ class Seq:
     pending: list
     chunks: int
     finished: bool = False
+    paused: bool = False
 
 
 def test_frames_the_decoder_holds_back_are_not_audio_on_its_way(tiny_25hz_custom_voice):
