@@ -37,7 +37,6 @@ import torch
 
 from ..kernels.host_copy import HostCopy, array_to_device, ids_on
 from ..model.weights import LoadedModel
-from . import fusion
 from .frame_decoder import read_timing
 from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks
 from .kv_cache import KVCache, PagedKVCache, bytes_per_position
@@ -166,7 +165,6 @@ class ModelRunner:
         max_text: int,
         device: str,
         cuda_graphs: bool,
-        compile_kernels: bool | None = None,
         kv_cache_memory: float = 0.5,
         kv_blocks: int | None = None,
         kv_block_size: int = BLOCK_POSITIONS,
@@ -174,7 +172,9 @@ class ModelRunner:
         """`kv_cache_memory`: share of the GPU memory free after the weights that
         the KV pool may take (capped at what `max_batch` streams of `max_len`
         positions need); `kv_blocks` sets the pool's usable blocks instead (on
-        the CPU the default is that cap)."""
+        the CPU the default is that cap). Every step runs the model's own
+        operations, sampling included: eager torch or the fused kernels, as
+        `load_model(ops=...)` built it (model/ops.py)."""
         self.model = model
         self.talker = model.talker
         self.predictor = model.predictor
@@ -187,10 +187,7 @@ class ModelRunner:
         self.max_len = max_len
         self.max_text = max_text
         self.use_graphs = cuda_graphs and self.device.type == "cuda"
-        if compile_kernels if compile_kernels is not None else self.use_graphs:
-            # Fewer, fused kernels: inside a graph, time goes to the number of
-            # kernels (thousands per step), not to launching them.
-            fusion.enable()
+        self.sample = model.talker.ops.sample
         blocks = self._kv_pool_blocks(cfg, kv_cache_memory, kv_blocks, kv_block_size)
         # One block more than usable: the scratch block (engine/kv_blocks.py).
         self.cache = PagedKVCache(
@@ -406,7 +403,7 @@ class ModelRunner:
         nothing_seen = torch.zeros(
             frame.shape[0], self.cfg.vocab_size, dtype=torch.bool, device=self.device
         )
-        code = fusion.sample(
+        code = self.sample(
             self.talker.logits(last),
             floats["temperature"],
             ints["top_k"],
@@ -516,7 +513,7 @@ class ModelRunner:
         self, logits: torch.Tensor, rows: slice, frame: torch.Tensor
     ) -> torch.Tensor:
         s = self.state
-        return fusion.sample(
+        return self.sample(
             logits,
             s.temperature[rows],
             s.top_k[rows],
@@ -588,7 +585,7 @@ class ModelRunner:
                 out = p.decode(
                     p.embed_projected(g - 1, codes[-1]), self.predictor_positions[g][:B], pk, pv
                 )
-            code = fusion.sample(
+            code = self.sample(
                 p.logits(g, out),
                 s.sub_temperature[rows],
                 s.sub_top_k[rows],
