@@ -273,24 +273,14 @@ def test_a_batch_larger_than_every_captured_bucket_decodes_eagerly(tiny_decoder,
     torch.testing.assert_close(torch.cat([first, second], dim=1), offline, **TOL)
 
 
-@pytest.fixture
-def attention_kernel():
-    """The Triton attention kernel in place of torch's (here in Triton's interpreter)."""
-    from ttsfleet_runtime.codec import transformer
-
-    transformer.use_attention("kernel")
-    yield
-    transformer.use_attention(None)
-
-
-def test_the_attention_kernel_gives_the_torch_waveforms(
-    tiny_decoder, random_codes, one_stream, attention_kernel
-):
+def test_the_attention_kernel_gives_the_torch_waveforms(decoder_on, random_codes, one_stream):
     # The kernel reads and writes the same key/value rings as the torch path: offline in
     # chunks longer than the ring, streamed in a padded bucket and eagerly, any chunks.
+    # The Triton attention kernel in place of torch's (here in Triton's interpreter).
+    on_kernel = decoder_on("eager", attention="kernel")
     codes, offline = one_stream
-    torch.testing.assert_close(tiny_decoder.decode(codes[None], chunk_frames=9)[0], offline, **TOL)
-    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    torch.testing.assert_close(on_kernel.decode(codes[None], chunk_frames=9)[0], offline, **TOL)
+    codec = StreamingCodec(on_kernel, max_streams=2, device="cpu")
     stand_in_bucket(codec, batch=2, frames=3)
     a, b = codec.open(), codec.open()
     other = random_codes(1, 6, seed=18)

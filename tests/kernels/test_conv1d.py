@@ -167,7 +167,7 @@ def test_depthwise_matches_torch_grouped_conv(dtype, dilation, length):
 
 
 def test_convnext_depthwise_on_a_kernel_route_matches_eager_over_calls():
-    """ConvNeXtBlock's depthwise convolution on a kernel route (codec.convs.depthwise) gives
+    """ConvNeXtBlock's depthwise convolution on a kernel route (codec.convs.ConvRoute.depthwise) gives
     eager's output and state across calls shorter and longer than its history."""
     torch.manual_seed(3)
     layer = CausalConv1d(24, 24, kernel_size=7, groups=24)
@@ -178,10 +178,6 @@ def test_convnext_depthwise_on_a_kernel_route_matches_eager_over_calls():
         x = torch.randn(2, length, 24)
         outputs = {}
         for route in states:
-            convs.use(route)
-            try:
-                outputs[route] = convs.depthwise(layer, x, states[route])
-            finally:
-                convs.use_eager()
+            outputs[route] = convs.ROUTES[route].depthwise(layer, x, states[route])
         torch.testing.assert_close(outputs["triton"], outputs["eager"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(states["triton"]["dw"], states["eager"]["dw"])

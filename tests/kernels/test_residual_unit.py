@@ -7,6 +7,8 @@ tests/codec/test_conv_kernels.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -136,13 +138,14 @@ def test_unit_on_the_triton_route_matches_two_calls_and_eager(
         for run in ("eager", "two calls", "fused")
     }
 
+    routes = {
+        "eager": convs.EAGER,
+        "two calls": dataclasses.replace(convs.ROUTES["triton"], fuse_residual_units=False),
+        "fused": convs.ROUTES["triton"],
+    }
+
     def run(name: str, x: torch.Tensor, x_act: torch.Tensor, emit_raw: bool):
-        monkeypatch.setattr(convs, "FUSE_RESIDUAL_UNITS", name == "fused")
-        convs.use("eager" if name == "eager" else "triton")
-        try:
-            return unit(x, x_act, states[name], follower, emit_raw)
-        finally:
-            convs.use_eager()
+        return unit(x, x_act, states[name], follower, emit_raw, routes[name])
 
     for length, emit_raw in ((5, True), (23, False), (2, True)):
         x = _rand(g, 2, length, channels, dtype=dtype)
@@ -179,20 +182,12 @@ def test_unit_on_the_triton_route_matches_two_calls_and_eager(
 def test_fusion_only_where_the_route_puts_both_convolutions_on_the_kernel(
     route, channels, samples, fused
 ):
-    try:
-        convs.use(route)
-        assert convs.fuses_residual_unit(channels, samples) is fused
-    finally:
-        convs.use_eager()
+    assert convs.ROUTES[route].fuses_residual_unit(channels, samples) is fused
 
 
-def test_fusion_can_be_turned_off(monkeypatch):
-    monkeypatch.setattr(convs, "FUSE_RESIDUAL_UNITS", False)
-    try:
-        convs.use("triton")
-        assert not convs.fuses_residual_unit(96, 15360)
-    finally:
-        convs.use_eager()
+def test_fusion_can_be_turned_off():
+    two_calls = dataclasses.replace(convs.ROUTES["triton"], fuse_residual_units=False)
+    assert not two_calls.fuses_residual_unit(96, 15360)
 
 
 def test_refuses_units_wider_than_one_tile():

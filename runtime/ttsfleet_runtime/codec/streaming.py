@@ -27,7 +27,6 @@ import math
 import torch
 
 from ..kernels.host_copy import ids_on
-from . import convs
 from .decoder import CodecDecoder
 
 
@@ -153,7 +152,7 @@ class StreamingCodec:
         # served 4x worse on them): on a cuDNN route each capture's warm-up times the
         # candidates once per shape, as the benchmarks measured. The other routes' few
         # cuDNN calls (depthwise) keep the heuristics: timing costs ~0.1 s per shape.
-        with torch.backends.cudnn.flags(enabled=True, benchmark=convs.times_cudnn()):
+        with torch.backends.cudnn.flags(enabled=True, benchmark=self.decoder.route.times_cudnn):
             for frames in sorted(frame_counts, reverse=True):
                 for batch in sorted(batch_sizes, reverse=True):  # largest first: sizes the pool
                     if (batch, frames) in self._graphs:

@@ -30,6 +30,8 @@ from typing import Protocol
 import torch
 
 from ..codec.config import SpeechTokenizerConfig
+from ..codec.convs import EAGER as EAGER_CONVS
+from ..codec.convs import ConvRoute
 from ..codec.streaming import StreamingCodec
 from ..codec25 import DecoderVoice, StreamingDecoder25Hz, read_config
 from ..kernels.host_copy import to_device
@@ -221,9 +223,14 @@ def timing_12hz(folder: Path) -> FrameTiming:
 
 
 def load_frame_decoder(
-    checkpoint: Path, device: str, dtype: torch.dtype, max_streams: int
+    checkpoint: Path,
+    device: str,
+    dtype: torch.dtype,
+    max_streams: int,
+    conv_route: ConvRoute = EAGER_CONVS,
 ) -> FrameDecoder:
-    """The checkpoint's speech tokenizer decoder, for `max_streams` streams at once."""
+    """The checkpoint's speech tokenizer decoder, for `max_streams` streams at once; a
+    12 Hz decoder's convolutions on `conv_route` (codec/convs.py)."""
     from ..codec.decoder import load_speech_tokenizer
     from ..codec25 import load_speech_tokenizer_25hz
 
@@ -232,5 +239,5 @@ def load_frame_decoder(
     if tokenizer_rate_hz(checkpoint) == 25:
         decoder_25hz = load_speech_tokenizer_25hz(folder, device, dtype)
         return Codec25Hz(StreamingDecoder25Hz(decoder_25hz, max_streams, device), timing)
-    decoder = load_speech_tokenizer(folder, device, dtype)
+    decoder = load_speech_tokenizer(folder, device, dtype, conv_route)
     return Codec12Hz(StreamingCodec(decoder, max_streams, device), timing)
