@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ..codec import convs as codec_convs
+from ..model import ops as talker_ops
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
@@ -203,7 +204,12 @@ class EngineCore:
             load_first()
         use_compile_cache(self.compile_cache_dir, self.device)
         self.model = load_model(
-            self.path, self.device, self.dtype, max_positions=self.max_len, progress=say
+            self.path,
+            self.device,
+            self.dtype,
+            max_positions=self.max_len,
+            progress=say,
+            ops=talker_ops.for_device(self.device, self.cuda_graphs),
         )
         self.runner = ModelRunner(
             self.model,
@@ -220,14 +226,12 @@ class EngineCore:
         self.scheduler.kv = KVBlocks(cache.num_blocks, cache.block_size)
         say("loading the codec decoder")
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
+        conv_route = codec_convs.EAGER
         if torch.device(self.device).type == "cuda":
-            codec_convs.use(self.codec_conv_route)
-            # cuDNN's fused attention builds a kernel for every new shape (~0.1 s), and
-            # every graph capture brings new shapes: a request that arrived during the
-            # captures after ready waited for them. The other SDPA kernels take the same
-            # masks with no per-shape build.
-            torch.backends.cuda.enable_cudnn_sdp(False)
-        self.codec = load_frame_decoder(self.path, self.device, codec_dtype, self.max_batch)
+            conv_route = codec_convs.ROUTES[self.codec_conv_route]
+        self.codec = load_frame_decoder(
+            self.path, self.device, codec_dtype, self.max_batch, conv_route
+        )
         clock.done("load_weights")
         frame_buckets = []
         if self.runner.use_graphs:
