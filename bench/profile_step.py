@@ -244,8 +244,10 @@ def codec_section(codec, B: int, n: int, args) -> dict:
 # ---------------------------------------------------------------- driver
 def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[tuple]):
     from ttsfleet_runtime.bench.common import ready_checkpoint
+    from ttsfleet_runtime.engine import process_switches
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
+    process_switches.set_for_serving(args.device)
     ckpt = ready_checkpoint(size, args)  # the same folder `ttsfleet-runtime bench` writes
     engine = TTSEngine.from_pretrained(
         ckpt,

@@ -6,8 +6,10 @@ the eager model's path fails the test, whichever kernel it is."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from support.greedy import our_codes
+from ttsfleet_runtime.engine import process_switches
 from ttsfleet_runtime.engine.model_runner import ModelRunner
 from ttsfleet_runtime.kernels import decode_attention, rope_kv, row_ops
 from ttsfleet_runtime.kernels import linear as kernel_linear
@@ -64,3 +66,17 @@ def test_a_model_loaded_eager_holds_the_eager_operations(tiny_custom_voice):
         assert stack.ops is talker_ops.EAGER
         assert all(layer.ops is talker_ops.EAGER for layer in stack.layers)
     assert talker_ops.EAGER.linear is layers.linear_eager
+
+
+def test_serving_on_a_gpu_turns_cudnn_attention_off_and_a_cpu_leaves_it():
+    """The one process-wide switch is the serving process's (engine/process_switches.py),
+    set at its start, not by an engine's constructor."""
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        process_switches.set_for_serving("cpu")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        process_switches.set_for_serving("cuda:0")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
