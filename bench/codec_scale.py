@@ -51,9 +51,9 @@ import triton
 
 from ttsfleet_runtime.bench.common import timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
-from ttsfleet_runtime.codec import convs, load_speech_tokenizer
-from ttsfleet_runtime.codec.streaming import StreamingCodec
 from ttsfleet_runtime.engine.frame_decoder import timing_12hz
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs, load_speech_tokenizer
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 
 def snr_db(reference: torch.Tensor, got: torch.Tensor) -> float:

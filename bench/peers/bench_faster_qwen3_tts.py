@@ -28,7 +28,7 @@ import torch
 
 from ttsfleet_runtime.bench.common import TEXT
 from ttsfleet_runtime.checkpoint.sizes import model_config
-from ttsfleet_runtime.codec.config import speech_tokenizer_config
+from ttsfleet_runtime.speech_tokenizer.rate12.config import speech_tokenizer_config
 
 T0 = time.time()
 RESULTS: dict = {}

@@ -10,7 +10,7 @@ import torch
 
 from support.reference_model import build_reference_speech_tokenizer, reference_speech_tokenizer
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
-from ttsfleet_runtime.codec import convs, load_speech_tokenizer
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs, load_speech_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.streaming import StreamingCodec
 from ttsfleet_runtime.kernels import conv1d, residual_unit
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 # Long time tiles: the interpreter's cost is per program and per loop step, not per element.
 INTERPRETER_CONFIG = conv1d.ConvConfig(2048, 16, 32, num_stages=1)

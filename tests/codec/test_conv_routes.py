@@ -9,9 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.convs import CausalConv1d, CausalTransposeConv1d, SnakeBeta
-from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.convs import (
+    CausalConv1d,
+    CausalTransposeConv1d,
+    SnakeBeta,
+)
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 CIN = 12
 LAYERS = {
@@ -159,8 +163,8 @@ def test_a_decoder_on_the_kernels_leaves_another_on_torch(
 ):
     """Routes belong to a decoder: making one on the Triton kernels (convolutions and
     attention) changes nothing of a decoder beside it, whose decode runs no kernel."""
-    from ttsfleet_runtime.codec import transformer
     from ttsfleet_runtime.kernels import conv1d
+    from ttsfleet_runtime.speech_tokenizer.rate12 import transformer
 
     ran = []
 

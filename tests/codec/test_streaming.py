@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 # Offline decode runs as one pass; streaming sums the same terms in other groupings.
 TOL = dict(atol=1e-5, rtol=1e-4)
@@ -201,7 +201,7 @@ def test_bfloat16_streaming_stays_close_to_the_float32_waveform(
 ):
     # bf16 is what the GPU runs; it differs from float32 by rounding only, so the error
     # stays a small fraction of the signal (a dtype mix-up would be of the signal's size).
-    from ttsfleet_runtime.codec import load_speech_tokenizer
+    from ttsfleet_runtime.speech_tokenizer.rate12 import load_speech_tokenizer
 
     codes = random_codes(1, 8, seed=15)
     reference = tiny_decoder.decode(codes)[0]
@@ -230,7 +230,7 @@ class _EagerReplay:
 
 def stand_in_bucket(codec: StreamingCodec, batch: int, frames: int) -> _EagerReplay:
     """A captured (batch, frames) bucket whose graph is an `_EagerReplay`."""
-    from ttsfleet_runtime.codec.streaming import _CapturedStep
+    from ttsfleet_runtime.speech_tokenizer.rate12.streaming import _CapturedStep
 
     bucket = _CapturedStep.__new__(_CapturedStep)  # its CUDA capture cannot run here
     bucket.codec, bucket.batch = codec, batch

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from support.decoder25 import random_voice
-from ttsfleet_runtime.codec25.streaming import StreamingDecoder25Hz
+from ttsfleet_runtime.speech_tokenizer.rate25.streaming import StreamingDecoder25Hz
 
 # Measured on the tiny random decoder (tests/support/decoder25.py), 70 and 200 codes:
 # left_blocks=2 (the default) 73-76 dB SNR, max abs error 5.2e-4 (peak ~0.22);

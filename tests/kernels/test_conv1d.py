@@ -10,9 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.convs import CausalConv1d, CausalTransposeConv1d, SnakeBeta
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d, default_config
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.convs import (
+    CausalConv1d,
+    CausalTransposeConv1d,
+    SnakeBeta,
+)
 
 SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
 CIN, COUT = 20, 24  # not multiples of the blocks

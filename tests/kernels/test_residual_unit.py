@@ -12,10 +12,10 @@ import dataclasses
 import pytest
 import torch
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.convs import ResidualUnit, SnakeBeta
 from ttsfleet_runtime.kernels import residual_unit
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.convs import ResidualUnit, SnakeBeta
 
 SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
 

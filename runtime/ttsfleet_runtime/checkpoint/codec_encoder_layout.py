@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..codec.config import CodecEncoderConfig
-from ..codec.encoder import CHECKPOINT_PREFIX, CodecEncoder
+from ..speech_tokenizer.rate12.config import CodecEncoderConfig
+from ..speech_tokenizer.rate12.encoder import CHECKPOINT_PREFIX, CodecEncoder
 
 
 def encoder_tensor_shapes(enc: dict[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -29,14 +29,14 @@ from typing import Protocol
 
 import torch
 
-from ..codec.config import SpeechTokenizerConfig
-from ..codec.convs import EAGER as EAGER_CONVS
-from ..codec.convs import ConvRoute
-from ..codec.streaming import StreamingCodec
-from ..codec25 import DecoderVoice, StreamingDecoder25Hz, read_config
 from ..kernels.host_copy import to_device
 from ..model.config import TTSConfig
 from ..model.prompt import VoicePrompt
+from ..speech_tokenizer.rate12.config import SpeechTokenizerConfig
+from ..speech_tokenizer.rate12.convs import EAGER as EAGER_CONVS
+from ..speech_tokenizer.rate12.convs import ConvRoute
+from ..speech_tokenizer.rate12.streaming import StreamingCodec
+from ..speech_tokenizer.rate25 import DecoderVoice, StreamingDecoder25Hz, read_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,8 +231,8 @@ def load_frame_decoder(
 ) -> FrameDecoder:
     """The checkpoint's speech tokenizer decoder, for `max_streams` streams at once; a
     12 Hz decoder's convolutions on `conv_route` (codec/convs.py)."""
-    from ..codec.decoder import load_speech_tokenizer
-    from ..codec25 import load_speech_tokenizer_25hz
+    from ..speech_tokenizer.rate12.decoder import load_speech_tokenizer
+    from ..speech_tokenizer.rate25 import load_speech_tokenizer_25hz
 
     folder = checkpoint / "speech_tokenizer"
     timing = read_timing(checkpoint)

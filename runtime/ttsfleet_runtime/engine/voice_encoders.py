@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..codec.encoder import load_codec_encoder
-from ..codec25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
 from ..kernels.host_copy import to_device, to_host
 from ..model.config import TTSConfig
 from ..model.speaker_encoder import load_speaker_encoder, min_samples
+from ..speech_tokenizer.rate12.encoder import load_codec_encoder
+from ..speech_tokenizer.rate25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
 from .api import ClonedVoice, InvalidRequest
 from .resampling import resample
 

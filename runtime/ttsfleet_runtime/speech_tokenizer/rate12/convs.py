@@ -242,7 +242,7 @@ def conv_kernel(
 ) -> ConvOut:
     """conv_eager on the Triton kernel (kernels/conv1d.py): one launch, then the new
     history as a view of x (or a small concatenation)."""
-    from ..kernels import conv1d
+    from ...kernels import conv1d
 
     history = state[layer.state_key] if layer.context else None
     raw, act = conv1d.causal_conv1d(
@@ -275,7 +275,7 @@ def residual_unit_kernel(
 ) -> ConvOut:
     """A residual unit's two conv_kernel calls as one launch (kernels/residual_unit.py:
     conv1's activated output never goes to memory); the same state, conv1's input tail."""
-    from ..kernels.residual_unit import residual_unit
+    from ...kernels.residual_unit import residual_unit
 
     raw, act = residual_unit(
         *_unit_arguments(unit, x, x_act, state, next_activation),
@@ -321,7 +321,7 @@ def residual_unit_head_kernel(
     the waveform) in two launches (kernels/residual_unit.py `residual_unit_head`: the
     unit's output never goes to memory); returns the head's output [B, T, 1]. The same
     state: conv1's input tail and the head's."""
-    from ..kernels.residual_unit import residual_unit_head
+    from ...kernels.residual_unit import residual_unit_head
 
     y, head_tail = residual_unit_head(
         *_unit_arguments(unit, x, x_act, state, next_activation),
@@ -403,7 +403,7 @@ def _epilogue(
     activation in one fused kernel on a GPU (kernels/conv_epilogue.py), in torch on a CPU."""
     if not y.is_cuda:
         return _epilogue_torch(y, residual, activation, emit_raw)
-    from ..kernels.conv_epilogue import snake_epilogue
+    from ...kernels.conv_epilogue import snake_epilogue
 
     return snake_epilogue(
         y,
@@ -449,7 +449,7 @@ def _depthwise_kernel(layer: CausalConv1d, x: torch.Tensor, state: State) -> tor
     """A depthwise causal convolution on kernels/conv1d.py's depthwise kernel, which reads
     the history where it is (torch's needs it concatenated with x first: two launches and
     a copy)."""
-    from ..kernels.conv1d import depthwise_causal_conv1d
+    from ...kernels.conv1d import depthwise_causal_conv1d
 
     y = depthwise_causal_conv1d(
         x,
@@ -493,7 +493,7 @@ class ConvRoute:
             on_kernel = self.conv is conv_kernel
         if not on_kernel:
             return False
-        from ..kernels.residual_unit import MAX_CHANNELS
+        from ...kernels.residual_unit import MAX_CHANNELS
 
         return channels <= MAX_CHANNELS
 
@@ -502,7 +502,7 @@ class ConvRoute:
         head after it (`residual_unit_head_kernel`): the unit runs as one launch, and the
         head is a dense undilated convolution to one channel whose history those samples
         cover."""
-        from ..kernels.residual_unit import HEAD_COLUMNS
+        from ...kernels.residual_unit import HEAD_COLUMNS
 
         return (
             self.fuses_residual_unit(channels, samples)

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from ..kernels.host_copy import ids_on
+from ...kernels.host_copy import ids_on
 from .decoder import CodecDecoder
 
 

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..kernels import row_ops
-from ..kernels.window_attention import window_attention, window_attention_torch
+from ...kernels import row_ops
+from ...kernels.window_attention import window_attention, window_attention_torch
 from .config import CodecDecoderConfig
 from .convs import State, StateSpec
 
