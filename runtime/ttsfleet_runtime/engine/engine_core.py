@@ -46,12 +46,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..codec import convs as codec_convs
 from ..model import ops as talker_ops
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
+from ..speech_tokenizer.rate12 import convs as codec_convs
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecStream, CodecWorker
 from .commands import CodecFailed, Inbox
