@@ -41,6 +41,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..snake_beta import SnakeBeta
+
 State = dict[str, torch.Tensor]
 # Per-stream state layout: key -> (shape, dtype); dtype None means the model's dtype.
 StateSpec = dict[str, tuple[tuple[int, ...], torch.dtype | None]]
@@ -173,32 +175,6 @@ class CausalTransposeConv1d(Stateful):
         # Output for the remembered sample's first half was emitted by the previous call.
         start = self.stride * self.context
         return y[..., start : start + n_out].transpose(1, 2)
-
-
-class SnakeBeta(nn.Module):
-    """x + 1/exp(beta) * sin^2(x * exp(alpha)), per channel (log-scale parameters), on
-    channels-last input.
-
-    The per-channel factors are derived from the parameters once, whenever they are
-    loaded, not on every call.
-    """
-
-    def __init__(self, channels: int):
-        super().__init__()
-        self.alpha = nn.Parameter(torch.zeros(channels))
-        self.beta = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("frequency", torch.empty(channels), persistent=False)
-        self.register_buffer("inverse_magnitude", torch.empty(channels), persistent=False)
-        self.derive_factors()
-        self.register_load_state_dict_post_hook(lambda module, _: module.derive_factors())
-
-    @torch.no_grad()
-    def derive_factors(self) -> None:
-        self.frequency = torch.exp(self.alpha.detach())
-        self.inverse_magnitude = 1.0 / (torch.exp(self.beta.detach()) + 1e-9)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(x, self.inverse_magnitude, torch.sin(x * self.frequency).square())
 
 
 ConvLayer = CausalConv1d | CausalTransposeConv1d

@@ -27,6 +27,7 @@ import math
 import torch
 
 from ...kernels.host_copy import ids_on
+from ..slots import SlotPool
 from .decoder import CodecDecoder
 
 
@@ -62,17 +63,14 @@ class StreamingCodec:
         # multi-tensor call.
         buffers = (*self._state.values(), *self._rings.values())
         self._slot_rows = [[rows[slot] for rows in buffers] for slot in range(max_streams)]
-        self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
-        self._open: set[int] = set()
+        self._slots = SlotPool(max_streams, "codec")
         self._graphs: dict[tuple[int, int], _CapturedStep] = {}
         self._graph_pool = None  # one memory pool for every graph, whenever captured
 
     # ---------------------------------------------------------------- slots
     def open(self) -> int:
         """A slot for a new stream, its state reset to the start of a stream."""
-        if not self._free:
-            raise RuntimeError(f"all {self.max_streams} codec slots are in use")
-        slot = self._free.pop()
+        slot = self._slots.take()
         # The rings too: a young stream masks out the entries before its first frame, and
         # masked entries must be finite (0 x NaN is NaN) whatever the last stream left.
         # One call for all the buffers' rows: a `zero_()` per buffer made the codec thread
@@ -80,16 +78,14 @@ class StreamingCodec:
         # 160 req/s on the H100 it waited to take it back in 39% of its active samples,
         # most of them here (git show 7d79071:bench/results/README.md, session 13, call 8).
         torch._foreach_zero_(self._slot_rows[slot])
-        self._open.add(slot)
         return slot
 
     def close(self, slot: int) -> None:
-        self._open.remove(slot)
-        self._free.append(slot)
+        self._slots.give_back(slot)
 
     @property
     def active(self) -> int:
-        return len(self._open)
+        return self._slots.taken
 
     @property
     def state_bytes_per_stream(self) -> int:

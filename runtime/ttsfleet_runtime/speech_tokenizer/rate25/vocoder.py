@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..rate12.convs import SnakeBeta
+from ..snake_beta import SnakeBeta
 from .config import VocoderConfig
 
 ANTI_ALIAS_TAPS = 12
