@@ -3,7 +3,8 @@
 (batch bucket, frames).
 
 Writes a real-size random speech tokenizer (the official layout) unless
---tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
+--tokenizer is given, loads it in bf16 and, for each route of speech_tokenizer.rate12.convs
+(--routes:
 "triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
 channels-last + the fused epilogue, "gemm" = every one as a cuBLAS product over the input
 windows + the fused epilogue, "routed" = Triton or the product per `route_for` (a server

@@ -1,7 +1,8 @@
 """Streaming 25 Hz decoding: windows of DiT blocks and vocoder context.
 
 Streaming is an approximation of offline decoding (the DiT's exact receptive field grows
-with every flow step; see codec25/streaming.py); its error is measured here on random
+with every flow step; see speech_tokenizer/rate25/streaming.py); its error is measured here on
+random
 weights and bounded with an honest threshold. What must be exact is exact: the vocoder's
 windows reproduce a whole-utterance run. A stream's windows, noise and shapes do not depend
 on its batch or on how its codes were split into calls; its audio then agrees to float32

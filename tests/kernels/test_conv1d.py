@@ -171,7 +171,8 @@ def test_depthwise_matches_torch_grouped_conv(dtype, dilation, length):
 
 
 def test_convnext_depthwise_on_a_kernel_route_matches_eager_over_calls():
-    """ConvNeXtBlock's depthwise convolution on a kernel route (codec.convs.ConvRoute.depthwise) gives
+    """ConvNeXtBlock's depthwise convolution on a kernel route
+    (speech_tokenizer.rate12.convs.ConvRoute.depthwise) gives
     eager's output and state across calls shorter and longer than its history."""
     torch.manual_seed(3)
     layer = CausalConv1d(24, 24, kernel_size=7, groups=24)

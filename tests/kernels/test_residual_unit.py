@@ -1,6 +1,7 @@
 """kernels.residual_unit, a residual unit's two convolutions in one launch, against the two
 calls of kernels.conv1d it replaces (the same roundings: its results to the last bit, up
-to the order of float32 sums) and against the torch reference, through codec.convs over
+to the order of float32 sums) and against the torch reference, through
+speech_tokenizer.rate12.convs over
 successive calls (state). Outputs are NaN-poisoned first, so an element the kernel never
 writes fails. Runs in Triton's interpreter on a CPU (the whole decoder streamed on it:
 tests/codec/test_conv_kernels.py)."""

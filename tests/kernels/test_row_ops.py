@@ -1,5 +1,6 @@
 """The row kernels (RMSNorm, SiLU gate, prefill QK norm + RoPE, plain RoPE) against their
-eager definitions in model/layers.py and codec/transformer.py, on the strided views the
+eager definitions in model/layers.py and speech_tokenizer/rate12/transformer.py, on the strided
+views the
 decoder layers pass them.
 
 Runs on the GPU when there is one, else in Triton's interpreter (TRITON_INTERPRET=1).

@@ -148,7 +148,7 @@ def load_frame_decoder(
     conv_route: ConvRoute = EAGER_CONVS,
 ) -> FrameDecoder:
     """The checkpoint's speech tokenizer decoder, for `max_streams` streams at once; a
-    12 Hz decoder's convolutions on `conv_route` (codec/convs.py)."""
+    12 Hz decoder's convolutions on `conv_route` (speech_tokenizer/rate12/convs.py)."""
     from ..speech_tokenizer.rate12.decoder import load_speech_tokenizer
     from ..speech_tokenizer.rate25 import load_speech_tokenizer_25hz
 

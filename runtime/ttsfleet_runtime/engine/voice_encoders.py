@@ -2,7 +2,8 @@
 
 A Base checkpoint carries two encoders: the speaker encoder (model/speaker_encoder.py)
 for the speaker embedding, and the speech tokenizer's encoder for the reference codes
-of in-context cloning (12 Hz: codec/encoder.py; 25 Hz: codec25/encoder.py, picked by
+of in-context cloning (12 Hz: speech_tokenizer/rate12/encoder.py; 25 Hz:
+speech_tokenizer/rate25/encoder.py, picked by
 the checkpoint's `tokenizer_type`). A 25 Hz tokenizer's decoder also needs the voice: its
 x-vector and reference mel (`DecoderVoiceExtractor`) are computed for every 25 Hz
 voice, with or without a transcript. `VoiceEncoders` holds both on the engine's device

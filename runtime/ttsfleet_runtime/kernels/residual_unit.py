@@ -16,7 +16,8 @@ output columns, each with conv1d's epilogue (+ b2, + x, raw and/or activated out
 The two calls' results, without h's round trip or the second launch.
 
 The whole width must fit one program's registers: channels up to `MAX_CHANNELS` (the
-decoder's last two blocks, 96 and 192). Wider units keep the two calls (codec/convs.py).
+decoder's last two blocks, 96 and 192). Wider units keep the two calls
+(speech_tokenizer/rate12/convs.py).
 
 The decoder's last unit is followed by its head, a causal convolution to one channel (7
 taps) over the unit's activated output: as its own kernel it read that output back (378
