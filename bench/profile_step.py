@@ -189,7 +189,7 @@ def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> dict:
 def decode_section(runner, B: int, args) -> dict:
     """The decode step of batch bucket B, every row occupied up to args.kv_len."""
     from ttsfleet_runtime.engine.api import SamplingParams
-    from ttsfleet_runtime.engine.model_runner import SlotParams
+    from ttsfleet_runtime.engine.prefill_rows import SlotParams
 
     B = runner.bucket(B)
     if args.kv_len >= runner.max_len:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ttsfleet_runtime.engine.model_runner import ModelRunner, Prompt, SlotParams
+from ttsfleet_runtime.engine.model_runner import ModelRunner
+from ttsfleet_runtime.engine.prefill_rows import Prompt, SlotParams
 from ttsfleet_runtime.model.ops import EAGER, TalkerOps
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
