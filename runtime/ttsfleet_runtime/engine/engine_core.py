@@ -57,18 +57,11 @@ from .codec_worker import CodecStream, CodecWorker
 from .commands import CodecFailed, Inbox
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
+from .graph_capture import buckets_after_ready, buckets_before_ready, prefill_buckets
 from .isolation import together_else_alone
 from .kv_blocks import KVBlocks
-from .model_runner import (
-    PREFILL_PROMPTS,
-    ModelRunner,
-    Prompt,
-    SlotParams,
-    StepOutput,
-    buckets_after_ready,
-    buckets_before_ready,
-    prefill_buckets,
-)
+from .model_runner import ModelRunner, StepOutput
+from .prefill_rows import PREFILL_PROMPTS, Prompt, SlotParams
 from .scheduler import Scheduler, StepRules, failure
 from .sequence import Sequence, Status
 from .startup import StartupClock
