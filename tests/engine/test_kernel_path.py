@@ -11,6 +11,7 @@ import torch
 
 from support.greedy import GREEDY, our_codes
 from ttsfleet_runtime.kernels import linear as kernel_linear
+from ttsfleet_runtime.kernels.linear_table import LinearConfig
 from ttsfleet_runtime.model import ops as talker_ops
 
 TEXT = "Kernels must not change a single code."
@@ -25,7 +26,7 @@ def interpreter_sized(monkeypatch):
     # The interpreter runs a grid's programs one by one: the H100's narrow GEMV blocks
     # would make thousands of them here. One wide block per product keeps the same kernel
     # (and every fused flag) at a few programs a call.
-    wide = kernel_linear.LinearConfig("gemv", 1, 1024, 64)
+    wide = LinearConfig("gemv", 1, 1024, 64)
     monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k: wide)
 
 

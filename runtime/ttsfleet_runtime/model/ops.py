@@ -65,12 +65,12 @@ def for_device(device: str, cuda_graphs: bool) -> TalkerOps:
 
 def fused() -> TalkerOps:
     """The GPU kernels (Triton; on a CPU only in Triton's interpreter, for tests)."""
-    from ..kernels import decode_attention, rope_kv, row_ops
+    from ..kernels import decode_attention, linear_table, rope_kv, row_ops
     from ..kernels import linear as kernel_linear
     from ..kernels import sampling as kernel_sampling
 
     return TalkerOps(
-        linear=_linear_op(kernel_linear, row_ops.rms_norm, row_ops.silu_mul),
+        linear=_linear_op(kernel_linear, linear_table, row_ops.rms_norm, row_ops.silu_mul),
         qk_norm_rope_write=rope_kv.qk_norm_rope_write,
         decode_attention=decode_attention.decode_attention,
         rms_norm=row_ops.rms_norm,
@@ -80,14 +80,14 @@ def fused() -> TalkerOps:
     )
 
 
-def _linear_op(kernel_linear, rms_norm: Callable, silu_mul: Callable) -> Callable:
+def _linear_op(kernel_linear, linear_table, rms_norm: Callable, silu_mul: Callable) -> Callable:
     """The Triton product where its table says it beats cuBLAS for that (rows, N, K);
     cuBLAS with the row kernels around it elsewhere (prefill, large batches, load-time
     products)."""
 
     def linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-6, gated=False):
         rows = x.numel() // x.shape[-1]
-        if kernel_linear.beats_cublas(rows, *weight.shape):
+        if linear_table.beats_cublas(rows, *weight.shape):
             return kernel_linear.linear(
                 x,
                 weight,
