@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from ttsfleet_runtime.kernels import residual_unit
+from ttsfleet_runtime.kernels import residual_unit, residual_unit_head
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d
 from ttsfleet_runtime.speech_tokenizer.rate12 import convs
 from ttsfleet_runtime.speech_tokenizer.rate12.convs import ResidualUnit, SnakeBeta
@@ -223,7 +223,7 @@ def test_unit_with_its_head_gives_the_unit_then_the_head_convolution(dtype, chan
 
     _, act = residual_unit.residual_unit(*common, emit_raw=False, dilation=dilation, config=SMALL)
     want, _ = causal_conv1d(act, head_w, head_history, bias=head_b, config=SMALL)
-    got, tail = residual_unit.residual_unit_head(
+    got, tail = residual_unit_head.residual_unit_head(
         *common,
         head_w[:, :, 0].t().contiguous(),
         head_b,
@@ -244,7 +244,7 @@ def test_unit_with_its_head_refuses_fewer_samples_than_the_heads_history():
     x, v = torch.zeros(1, 5, c), torch.zeros(c)
     w1, w2 = torch.zeros(7, c, c), torch.zeros(1, c, c)
     with pytest.raises(ValueError, match="fewer than the head's history"):
-        residual_unit.residual_unit_head(
+        residual_unit_head.residual_unit_head(
             x,
             x,
             torch.zeros(1, 6, c),

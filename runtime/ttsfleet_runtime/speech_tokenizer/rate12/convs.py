@@ -107,7 +107,7 @@ class CausalConv1d(Stateful):
         # The Triton kernels' layout [taps, Cin per group, Cout] (dense or depthwise, else
         # None) and cuDNN's channels-last [Cout, Cin, 1, taps] (dense only); a convolution
         # to one channel (the decoder's head) also [Cin, taps], its taps as the columns of
-        # one product (kernels/residual_unit.py `residual_unit_head`).
+        # one product (kernels/residual_unit_head.py).
         self.register_buffer("kernel_weight", None, persistent=False)
         self.register_buffer("kernel_bias", None, persistent=False)
         self.register_buffer("cudnn_weight", None, persistent=False)
@@ -294,10 +294,10 @@ def residual_unit_head_kernel(
     head: CausalConv1d,
 ) -> torch.Tensor:
     """The last residual unit, the activation after it and the head (the convolution to
-    the waveform) in two launches (kernels/residual_unit.py `residual_unit_head`: the
-    unit's output never goes to memory); returns the head's output [B, T, 1]. The same
-    state: conv1's input tail and the head's."""
-    from ...kernels.residual_unit import residual_unit_head
+    the waveform) in two launches (kernels/residual_unit_head.py: the unit's output never
+    goes to memory); returns the head's output [B, T, 1]. The same state: conv1's input
+    tail and the head's."""
+    from ...kernels.residual_unit_head import residual_unit_head
 
     y, head_tail = residual_unit_head(
         *_unit_arguments(unit, x, x_act, state, next_activation),
@@ -478,7 +478,7 @@ class ConvRoute:
         head after it (`residual_unit_head_kernel`): the unit runs as one launch, and the
         head is a dense undilated convolution to one channel whose history those samples
         cover."""
-        from ...kernels.residual_unit import HEAD_COLUMNS
+        from ...kernels.residual_unit_head import HEAD_COLUMNS
 
         return (
             self.fuses_residual_unit(channels, samples)
