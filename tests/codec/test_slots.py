@@ -30,3 +30,11 @@ def test_a_slot_given_back_twice_is_refused():
     with pytest.raises(KeyError):
         pool.give_back(slot)
     assert [pool.take(), pool.take()] == [0, 1]  # the free list holds it once
+
+
+def test_the_pool_says_whether_it_holds_slots():
+    pool = SlotPool(3, "codec")
+    a, b = pool.take(), pool.take()
+    assert pool.holds([a, b]) and pool.holds([])
+    pool.give_back(a)
+    assert not pool.holds([a, b]) and not pool.holds([2])

@@ -28,6 +28,10 @@ class SlotPool:
         self._taken.remove(slot)
         self._free.append(slot)
 
+    def holds(self, slots: list[int]) -> bool:
+        """Whether every one of `slots` is taken (a decode names only open streams)."""
+        return self._taken.issuperset(slots)
+
     @property
     def taken(self) -> int:
         return len(self._taken)

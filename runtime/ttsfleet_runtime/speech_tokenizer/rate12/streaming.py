@@ -95,7 +95,7 @@ class StreamingCodec:
     # ---------------------------------------------------------------- decode
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """Next frames of the streams in `slots`: codes [B, n, 16] -> float32 [B, n*1920]."""
-        if len(set(slots)) != len(slots) or not self._open.issuperset(slots):
+        if len(set(slots)) != len(slots) or not self._slots.holds(slots):
             raise ValueError(f"slots must be distinct open slots, got {slots}")
         q = self.num_quantizers
         if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[2] != q:
