@@ -168,8 +168,10 @@ def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool 
                     for _ in range(3):
                         codec.decode(used, chunk)
                     samples = timed(lambda: codec.decode(used, chunk), args.iters)  # noqa: B023
-                    graph = codec._graphs[(batch, frames)].graph
-                    replay = timed(graph.replay, args.iters)
+                    replay = timed(
+                        lambda: codec.replay_graph(batch, frames),  # noqa: B023
+                        args.iters,
+                    )
                     row["decode_ms"] = statistics.median(samples)
                     row["replay_ms"] = statistics.median(replay)
                     row["decode_samples_ms"] = [round(s, 4) for s in samples]
@@ -254,7 +256,7 @@ def record_calls(decoder, batch: int, frames: int) -> list[dict]:
             layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw
         )
 
-    codes = torch.randint(0, 2048, (batch, frames, 16), device=decoder._device())
+    codes = torch.randint(0, 2048, (batch, frames, 16), device=decoder.device)
     recording = decoder.on_route(convs.ConvRoute("recording", recorder))
     with torch.inference_mode():
         recording.step(codes, recording.initial_state(batch))
@@ -292,7 +294,7 @@ LAYER_POINTS = ((1, 1), (8, 2), (32, 2), (128, 8))  # (streams, frames) a server
 def per_layer(decoder, args, report: dict, t0: float) -> None:
     """Every distinct convolution call on each route of LAYER_ROUTES, graphed."""
     rows = report.setdefault("per_layer", [])
-    dtype, device = decoder._dtype(), decoder._device()
+    dtype, device = decoder.dtype, decoder.device
     for batch, frames in LAYER_POINTS:
         seen = set()
         for call in record_calls(decoder, batch, frames):

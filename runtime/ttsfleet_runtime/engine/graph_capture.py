@@ -5,7 +5,7 @@ A decode step and a packed prefill are each one CUDA graph per bucket (the batch
 prefix, the prefill's positions): a step is thousands of kernels, too many to launch
 one by one when the first audio is due in milliseconds. `GraphCapture` is the part of
 `ModelRunner` that captures and picks them; it works on the runner's own state (its
-slot state, prefill inputs, KV cache, `_step` and `_prefill_step`), so it is written
+slot state, prefill inputs, KV cache, `step` and `_prefill_step`), so it is written
 as the runner's base class, not an object of its own.
 """
 
@@ -144,12 +144,12 @@ class GraphCapture:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
-                self._step(B, L)
+                self.step(B, L)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             # thread_local: the codec worker may use the device meanwhile.
             with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
-                self._step(B, L)
+                self.step(B, L)
             if self.graph_pool is None:
                 self.graph_pool = graph.pool()
         self.graphs[B] = graph
@@ -166,7 +166,7 @@ class GraphCapture:
         t0 = time.monotonic()
         self.cache.flush()
         with self._state_kept():
-            self._step(self.batch_buckets[-1], self.max_len)
+            self.step(self.batch_buckets[-1], self.max_len)
             self._prefill_step(self.prefill_buckets[-1])
         torch.cuda.synchronize()
         return time.monotonic() - t0

@@ -466,9 +466,10 @@ class ModelRunner(GraphCapture):
         )
 
     # ------------------------------------------------------------ decode step
-    def _step(self, B: int, L: int) -> None:
+    def step(self, B: int, L: int) -> None:
         """The decode step over slots [0, B) and KV length L; results land in
-        state.out_codes / state.out_next. Only tensor ops: graph-capturable."""
+        state.out_codes / state.out_next. Only tensor ops: what a decode graph
+        captures, run eagerly by `launch_decode` without graphs (and by profilers)."""
         s = self.state
         rows = slice(0, B)
         h, c0, frame = s.hidden[rows], s.code0[rows], s.frame[rows]
@@ -567,6 +568,6 @@ class ModelRunner(GraphCapture):
             graph = self.graphs.get(B) or self.capture(B)
             graph.replay()
         else:
-            self._step(batch, live_len)
+            self.step(batch, live_len)
         out = torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1)
         return StepOutput(out, self.groups)

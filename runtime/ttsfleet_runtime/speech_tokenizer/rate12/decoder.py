@@ -128,9 +128,9 @@ class CodecDecoder(nn.Module):
         `slots` [B] int64 names (None: rows 0..B-1, as `initial_state` makes them).
         """
         if slots is None:
-            slots = torch.arange(codes.shape[0], device=self._device())
+            slots = torch.arange(codes.shape[0], device=self.device)
         # Channels-last from here on: [B, samples, channels].
-        h = self.quantizer.decode(codes).to(self._dtype())
+        h = self.quantizer.decode(codes).to(self.dtype)
         route = self.route
         h, _ = route.conv(self.pre_conv, h, state)
         h = self.pre_transformer(h, state, slots)
@@ -154,7 +154,7 @@ class CodecDecoder(nn.Module):
         same as one pass.
         """
         state = self.initial_state(codes.shape[0])
-        codes = codes.to(self._device())
+        codes = codes.to(self.device)
         return torch.cat(
             [
                 self.step(codes[:, i : i + chunk_frames], state)
@@ -163,10 +163,12 @@ class CodecDecoder(nn.Module):
             dim=1,
         )
 
-    def _dtype(self) -> torch.dtype:
+    @property
+    def dtype(self) -> torch.dtype:
         return self.pre_conv.conv.weight.dtype
 
-    def _device(self) -> torch.device:
+    @property
+    def device(self) -> torch.device:
         return self.pre_conv.conv.weight.device
 
 
