@@ -10,11 +10,11 @@ attention at the same time), so it cannot choose per call either.
 
 from __future__ import annotations
 
+import torch
+
 
 def set_for_serving(device: str) -> None:
     """The switches a server on `device` runs with (nothing on a CPU)."""
-    import torch
-
     if torch.device(device).type != "cuda":
         return
     # cuDNN's fused attention builds a kernel for every new shape (~0.1 s), and every

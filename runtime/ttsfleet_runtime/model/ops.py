@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import torch
+
 from . import layers, sampling
 
 
@@ -58,8 +60,6 @@ def for_device(device: str, cuda_graphs: bool) -> TalkerOps:
     """The fused kernels for a GPU that runs the decode step in CUDA graphs (inside a
     graph, time goes to the number of kernels, thousands a step, not to launching
     them), eager torch elsewhere."""
-    import torch
-
     return fused() if cuda_graphs and torch.device(device).type == "cuda" else EAGER
 
 
