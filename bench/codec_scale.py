@@ -3,7 +3,8 @@
 (batch bucket, frames).
 
 Writes a real-size random speech tokenizer (the official layout) unless
---tokenizer is given, loads it in bf16 and, for each route of codec.convs (--routes:
+--tokenizer is given, loads it in bf16 and, for each route of speech_tokenizer.rate12.convs
+(--routes:
 "triton" = every dense convolution on the Triton kernel, "cudnn" = every one on cuDNN
 channels-last + the fused epilogue, "gemm" = every one as a cuBLAS product over the input
 windows + the fused epilogue, "routed" = Triton or the product per `route_for` (a server
@@ -20,7 +21,7 @@ runs its `codec_conv_route` setting); "eager" = the torch reference path) measur
      decode call (codec.decode: index/codes upload, graph, output copy; CUDA events,
      median) and audio seconds produced per second.
 With --compare-unfused, 1 and 3 also run the "triton" and "routed" routes with every
-residual unit as its two convolution calls (codec.convs.FUSE_RESIDUAL_UNITS off; named
+residual unit as its two convolution calls (`ConvRoute.fuse_residual_units` off; named
 "... unfused units", rows say "fused_units"): what the fused unit (kernels/residual_unit.py)
 saves, and that it changes no audio.
 With --profile, after 3: per route, torch.profiler's kernel totals of one eager decode at
@@ -35,6 +36,7 @@ tables last, and skips what would start after --budget-s.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -50,9 +52,9 @@ import triton
 
 from ttsfleet_runtime.bench.common import timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
-from ttsfleet_runtime.codec import convs, load_speech_tokenizer
-from ttsfleet_runtime.codec.streaming import StreamingCodec
 from ttsfleet_runtime.engine.frame_decoder import timing_12hz
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs, load_speech_tokenizer
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 
 def snr_db(reference: torch.Tensor, got: torch.Tensor) -> float:
@@ -81,7 +83,6 @@ def correctness(folder: Path, args, report: dict, t0: float) -> None:
     codes = codes.to(device)
     out = report.setdefault("correctness", {})
     out_routes = out.setdefault("routes", {})
-    convs.use_eager()
     reference = load_speech_tokenizer(folder, device=device, dtype=torch.float32)
     offline = reference.decode(codes)
     del reference
@@ -103,20 +104,21 @@ def correctness(folder: Path, args, report: dict, t0: float) -> None:
             continue
         entry = out_routes.setdefault(name, {})
         try:
-            convs.use(route)
-            convs.FUSE_RESIDUAL_UNITS = fused_units
-            eager = stream(StreamingCodec(decoder, args.check_streams, device), codes)
-            graphed_codec = StreamingCodec(decoder, args.check_streams, device)
+            on_route = decoder.on_route(conv_route(route, fused_units))
+            eager = stream(StreamingCodec(on_route, args.check_streams, device), codes)
+            graphed_codec = StreamingCodec(on_route, args.check_streams, device)
             graphed_codec.capture([args.check_streams], [1, 2, 8])
             graphed = stream(graphed_codec, codes)
             entry.update(compare(eager))
             entry["graph_vs_eager_max_abs"] = (graphed - eager).abs().max().item()
         except Exception:
             entry["error"] = traceback.format_exc(limit=4)
-        finally:
-            convs.use_eager()
-            convs.FUSE_RESIDUAL_UNITS = True
         print(f"correctness {name}: {json.dumps(entry)}", flush=True)
+
+
+def conv_route(route: str, fused_units: bool = True) -> convs.ConvRoute:
+    """The route named `route`, its residual units fused or as two calls."""
+    return dataclasses.replace(convs.ROUTES[route], fuse_residual_units=fused_units)
 
 
 def route_variants(args) -> list[tuple[str, bool]]:
@@ -133,8 +135,7 @@ def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool 
     gen = torch.Generator().manual_seed(1)
     top = max(args.batches)
     rows = report.setdefault("scale", [])
-    convs.use(route)
-    convs.FUSE_RESIDUAL_UNITS = fused_units
+    decoder = decoder.on_route(conv_route(route, fused_units))
     try:
         for frames in args.frames:
             if time.monotonic() - t0 > args.budget_s:
@@ -167,8 +168,10 @@ def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool 
                     for _ in range(3):
                         codec.decode(used, chunk)
                     samples = timed(lambda: codec.decode(used, chunk), args.iters)  # noqa: B023
-                    graph = codec._graphs[(batch, frames)].graph
-                    replay = timed(graph.replay, args.iters)
+                    replay = timed(
+                        lambda: codec.replay_graph(batch, frames),  # noqa: B023
+                        args.iters,
+                    )
                     row["decode_ms"] = statistics.median(samples)
                     row["replay_ms"] = statistics.median(replay)
                     row["decode_samples_ms"] = [round(s, 4) for s in samples]
@@ -181,8 +184,6 @@ def scale(decoder, route: str, args, report: dict, t0: float, fused_units: bool 
                 print(json.dumps(shown), flush=True)
             codec = None  # frees its graphs and their pool
     finally:
-        convs.use_eager()
-        convs.FUSE_RESIDUAL_UNITS = True
         torch.cuda.empty_cache()
 
 
@@ -199,20 +200,16 @@ def profile(decoder, route: str, report: dict) -> None:
     batch, frames = PROFILE_POINT
     calls = 3
     device = torch.device("cuda")
-    convs.use(route)
-    try:
-        codec = StreamingCodec(decoder, batch, device)
-        slots = [codec.open() for _ in range(batch)]
-        codes = torch.randint(0, 2048, (batch, frames, 16), device=device)
-        for _ in range(2):  # compiles, and lets cuDNN pick its algorithms
+    codec = StreamingCodec(decoder.on_route(conv_route(route)), batch, device)
+    slots = [codec.open() for _ in range(batch)]
+    codes = torch.randint(0, 2048, (batch, frames, 16), device=device)
+    for _ in range(2):  # compiles, and lets cuDNN pick its algorithms
+        codec.decode(slots, codes)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
             codec.decode(slots, codes)
         torch.cuda.synchronize()
-        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                codec.decode(slots, codes)
-            torch.cuda.synchronize()
-    finally:
-        convs.use_eager()
     kernels = []
     for event in prof.key_averages():
         # Self time: a kernel's own; the op that launched it has none (no double count).
@@ -240,7 +237,7 @@ def profile(decoder, route: str, report: dict) -> None:
 
 def record_calls(decoder, batch: int, frames: int) -> list[dict]:
     """Every dense convolution call of one decoder step at (batch, frames): the layer, its
-    input shape and epilogue (the step runs on the eager path while recorded)."""
+    input shape and epilogue (the step runs on the eager convolutions, recorded)."""
     names = {id(m): name for name, m in decoder.named_modules()}
     calls = []
 
@@ -259,13 +256,10 @@ def record_calls(decoder, batch: int, frames: int) -> list[dict]:
             layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw
         )
 
-    codes = torch.randint(0, 2048, (batch, frames, 16), device=decoder._device())
-    convs.conv = recorder  # one step, then back to the reference
-    try:
-        with torch.inference_mode():
-            decoder.step(codes, decoder.initial_state(batch))
-    finally:
-        convs.use_eager()
+    codes = torch.randint(0, 2048, (batch, frames, 16), device=decoder.device)
+    recording = decoder.on_route(convs.ConvRoute("recording", recorder))
+    with torch.inference_mode():
+        recording.step(codes, recording.initial_state(batch))
     return calls
 
 
@@ -300,7 +294,7 @@ LAYER_POINTS = ((1, 1), (8, 2), (32, 2), (128, 8))  # (streams, frames) a server
 def per_layer(decoder, args, report: dict, t0: float) -> None:
     """Every distinct convolution call on each route of LAYER_ROUTES, graphed."""
     rows = report.setdefault("per_layer", [])
-    dtype, device = decoder._dtype(), decoder._device()
+    dtype, device = decoder.dtype, decoder.device
     for batch, frames in LAYER_POINTS:
         seen = set()
         for call in record_calls(decoder, batch, frames):

@@ -3,10 +3,11 @@ the top kernels, and the captured CUDA graph's replay time.
 
 Two steps, on a random checkpoint at real dimensions:
 
-- decode: `ModelRunner._step` (talker + 15 predictor passes + sampling, compiled
-  helpers on, as the engine runs it) over slots [0, B), every row occupied up to
+- decode: `ModelRunner.step` (talker + 15 predictor passes + sampling, on the
+  engine's own operations) over slots [0, B), every row occupied up to
   `--kv-len` positions, over the KV view a graph uses (`runner.max_len`);
-- codec: `StreamingCodec._step` for B streams of n frames.
+- codec: `StreamingCodec.decode` for B streams of n frames (eager: before its graph is
+  captured; the index upload and state gather/scatter included).
 
 Each step runs eagerly under `torch.profiler` for `--iters` steps after warm-up
 (numbers are per step), then its CUDA graph replays `--replays` times, each timed
@@ -162,10 +163,11 @@ def aggregate(events: list[tuple[str, float]], iters: int) -> dict:
     )
 
 
-def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> dict:
-    """Each replay timed alone with CUDA events, back to back; median and spread."""
+def replay_ms(replay: Callable[[], None], replays: int) -> dict:
+    """Each `replay` (of a CUDA graph) timed alone with CUDA events, back to back; median
+    and spread."""
     for _ in range(5):
-        graph.replay()
+        replay()
     torch.cuda.synchronize()
     marks = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -173,7 +175,7 @@ def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> dict:
     ]
     for start, end in marks:
         start.record()
-        graph.replay()
+        replay()
         end.record()
     torch.cuda.synchronize()
     times = sorted(start.elapsed_time(end) for start, end in marks)
@@ -189,7 +191,7 @@ def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> dict:
 def decode_section(runner, B: int, args) -> dict:
     """The decode step of batch bucket B, every row occupied up to args.kv_len."""
     from ttsfleet_runtime.engine.api import SamplingParams
-    from ttsfleet_runtime.engine.model_runner import SlotParams
+    from ttsfleet_runtime.engine.prefill_rows import SlotParams
 
     B = runner.bucket(B)
     if args.kv_len >= runner.max_len:
@@ -208,10 +210,10 @@ def decode_section(runner, B: int, args) -> dict:
     s.code0[:B] = torch.randint(0, 2048, (B,), device=s.code0.device)
     s.active.zero_()  # nothing advances: every step and replay sees the same state
     r = dict(batch=B, kv_len=args.kv_len, kv_view=runner.max_len)
-    r |= profile_step(lambda: runner._step(B, runner.max_len), args.device, args.iters, 3)
+    r |= profile_step(lambda: runner.step(B, runner.max_len), args.device, args.iters, 3)
     if runner.use_graphs:
         graph = runner.graphs.get(B) or runner.capture(B)
-        r |= replay_ms(graph, args.replays)
+        r |= replay_ms(graph.replay, args.replays)
     return r
 
 
@@ -219,7 +221,6 @@ def codec_section(codec, B: int, n: int, args) -> dict:
     """The 12 Hz codec step (`StreamingCodec`) for B streams of n frames each."""
     slots = [codec.open() for _ in range(B)]
     try:
-        index = torch.tensor(slots, dtype=torch.long, device=codec.device)
         codes = torch.randint(
             0,
             codec.decoder.config.codebook_size,
@@ -227,14 +228,13 @@ def codec_section(codec, B: int, n: int, args) -> dict:
             device=codec.device,
         )
         r = dict(batch=B, frames=n)
-        r |= profile_step(lambda: codec._step(index, codes), args.device, args.iters, 2)
+        if codec.has_graph(B, n):
+            raise ValueError(f"the codec already has a graph of {B} x {n}: it would not be eager")
+        r |= profile_step(lambda: codec.decode(slots, codes), args.device, args.iters, 2)
         if args.device == "cuda":
-            if (B, n) not in codec._graphs:
-                codec.capture([B], [n])
-            captured = codec._graphs[(B, n)]
-            captured.index.copy_(index)
-            captured.codes.copy_(codes)
-            r |= replay_ms(captured.graph, max(10, args.replays // 5))
+            codec.capture([B], [n])
+            codec.decode(slots, codes)  # this call's inputs in the graph's buffers
+            r |= replay_ms(lambda: codec.replay_graph(B, n), max(10, args.replays // 5))
         return r
     finally:
         for slot in slots:
@@ -244,8 +244,10 @@ def codec_section(codec, B: int, n: int, args) -> dict:
 # ---------------------------------------------------------------- driver
 def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[tuple]):
     from ttsfleet_runtime.bench.common import ready_checkpoint
+    from ttsfleet_runtime.engine import process_switches
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
+    process_switches.set_for_serving(args.device)
     ckpt = ready_checkpoint(size, args)  # the same folder `ttsfleet-runtime bench` writes
     engine = TTSEngine.from_pretrained(
         ckpt,

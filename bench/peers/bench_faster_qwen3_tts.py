@@ -3,7 +3,8 @@
 Times faster-qwen3-tts 0.5.4 (CUDA graphs, batch 1) and faster-qwen3-tts-batch 0.2.0 on
 randomly initialised Qwen3-TTS-12Hz CustomVoice models built from the config classes of
 qwen-tts-hf 0.1.1.post1 (no weights, no hub), at the dimensions our random checkpoints
-have (`checkpoint/sizes.py`, `codec/config.py`: one home for them), with the text our
+have (`checkpoint/sizes.py`, `speech_tokenizer/rate12/config.py`: one home for them), with the
+text our
 benchmark speaks (`benchmark.TEXT`). Length is fixed at --frames by suppressing EOS
 (min_new_tokens == max_new_tokens). A fake text processor returns random token ids
 (~4 characters a token), which only sets the prefill length.
@@ -28,7 +29,7 @@ import torch
 
 from ttsfleet_runtime.bench.common import TEXT
 from ttsfleet_runtime.checkpoint.sizes import model_config
-from ttsfleet_runtime.codec.config import speech_tokenizer_config
+from ttsfleet_runtime.speech_tokenizer.rate12.config import speech_tokenizer_config
 
 T0 = time.time()
 RESULTS: dict = {}

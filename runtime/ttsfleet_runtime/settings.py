@@ -211,7 +211,7 @@ class ServerSettings:
     # activation fused (kernels/conv1d.py), cuDNN on channels-last views, one cuBLAS product
     # over the input windows, the last two with a fused epilogue, or "routed": the Triton
     # kernel where each stream brings many samples, the product where it brings few
-    # (codec/convs.py route_for). The default is what served best under
+    # (speech_tokenizer/rate12/convs.py route_for). The default is what served best under
     # load (`bench capacity`, routes against each other in one H100 lease: docs/benchmarks.md).
     codec_conv_route: str = setting(
         "routed",

@@ -10,7 +10,7 @@ import torch
 
 from support.reference_model import build_reference_speech_tokenizer, reference_speech_tokenizer
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
-from ttsfleet_runtime.codec import load_speech_tokenizer
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs, load_speech_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +22,22 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_decoder(tiny_tokenizer_dir):
     return load_speech_tokenizer(tiny_tokenizer_dir, device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture
+def decoder_on(tiny_tokenizer_dir):
+    """decoder_on(route, attention=None) -> the tiny decoder (same weights as
+    `tiny_decoder`) made with its convolutions on `route` (a name of convs.ROUTES or a
+    ConvRoute) and its attention forced as `attention` says."""
+
+    def make(route: str | convs.ConvRoute, attention: str | None = None):
+        if isinstance(route, str):
+            route = convs.ROUTES[route]
+        return load_speech_tokenizer(
+            tiny_tokenizer_dir, device="cpu", dtype=torch.float32, route=route, attention=attention
+        )
+
+    return make
 
 
 def _random_codes(batch: int, frames: int, seed: int) -> torch.Tensor:

@@ -13,8 +13,11 @@ from ttsfleet_runtime.checkpoint.speech_tokenizer_files import (
     decoder_tensor_shapes,
     write_random_speech_tokenizer,
 )
-from ttsfleet_runtime.codec import load_speech_tokenizer
-from ttsfleet_runtime.codec.config import SpeechTokenizerConfig, speech_tokenizer_config
+from ttsfleet_runtime.speech_tokenizer.rate12 import load_speech_tokenizer
+from ttsfleet_runtime.speech_tokenizer.rate12.config import (
+    SpeechTokenizerConfig,
+    speech_tokenizer_config,
+)
 
 
 @pytest.mark.parametrize("size", ["tiny", "real"])

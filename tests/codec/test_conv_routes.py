@@ -9,9 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.convs import CausalConv1d, CausalTransposeConv1d, SnakeBeta
-from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.convs import (
+    CausalConv1d,
+    CausalTransposeConv1d,
+    SnakeBeta,
+)
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 CIN = 12
 LAYERS = {
@@ -54,7 +58,7 @@ def test_route_matches_eager_over_calls(route, kind, residual, with_activation, 
         res = torch.randn(2, length * layer.upsampling, cout, generator=g) if residual else None
         kwargs = dict(residual=res, activation=activation, emit_raw=emit_raw)
         want = convs.conv_eager(layer, x, eager_state, **kwargs)
-        got = convs.ROUTES[route](layer, x, route_state, **kwargs)
+        got = convs.ROUTES[route].conv(layer, x, route_state, **kwargs)
         for w, o in zip(want, got, strict=True):
             assert (w is None) == (o is None)
             if w is not None:
@@ -140,18 +144,44 @@ def test_gemm_route_reads_one_tap_inputs_without_a_copy(monkeypatch):
 
 
 @pytest.mark.parametrize("route", ["cudnn", "gemm", "routed"])
-def test_tiny_decoder_streamed_on_a_route_matches_eager(tiny_decoder, random_codes, route):
+def test_tiny_decoder_streamed_on_a_route_matches_eager(
+    tiny_decoder, decoder_on, random_codes, route
+):
     codes = random_codes(2, 3, seed=1)
     eager = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
-    routed = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    routed = StreamingCodec(decoder_on(route), max_streams=2, device="cpu")
     e_slots = [eager.open(), eager.open()]
     r_slots = [routed.open(), routed.open()]
-    try:
-        for chunk in (codes[:, :1], codes[:, 1:]):
-            want = eager.decode(e_slots, chunk)
-            convs.use(route)
-            got = routed.decode(r_slots, chunk)
-            convs.use_eager()
-            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-    finally:
-        convs.use_eager()
+    for chunk in (codes[:, :1], codes[:, 1:]):
+        want = eager.decode(e_slots, chunk)
+        got = routed.decode(r_slots, chunk)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_decoder_on_the_kernels_leaves_another_on_torch(
+    tiny_decoder, decoder_on, random_codes, monkeypatch
+):
+    """Routes belong to a decoder: making one on the Triton kernels (convolutions and
+    attention) changes nothing of a decoder beside it, whose decode runs no kernel."""
+    from ttsfleet_runtime.kernels import conv1d
+    from ttsfleet_runtime.speech_tokenizer.rate12 import transformer
+
+    ran = []
+
+    def refuse(name):
+        def kernel(*args, **kwargs):
+            ran.append(name)
+            raise AssertionError(f"{name} ran for the eager decoder")
+
+        return kernel
+
+    monkeypatch.setattr(conv1d, "causal_conv1d", refuse("causal_conv1d"))
+    monkeypatch.setattr(conv1d, "depthwise_causal_conv1d", refuse("depthwise_causal_conv1d"))
+    monkeypatch.setattr(convs, "residual_unit_kernel", refuse("residual_unit_kernel"))
+    monkeypatch.setitem(transformer._ATTENTION, "kernel", refuse("window_attention"))
+    on_kernels = decoder_on("triton", attention="kernel")
+    assert on_kernels.route is convs.ROUTES["triton"]
+    assert tiny_decoder.route is convs.EAGER
+    codec = StreamingCodec(tiny_decoder, max_streams=1, device="cpu")
+    codec.decode([codec.open()], random_codes(1, 2, seed=4))
+    assert ran == []

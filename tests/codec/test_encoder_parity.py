@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ttsfleet_runtime.codec.encoder import load_codec_encoder
+from ttsfleet_runtime.speech_tokenizer.rate12.encoder import load_codec_encoder
 
 
 def _recording(samples: int, seed: int) -> torch.Tensor:

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from ttsfleet_runtime.codec.streaming import StreamingCodec
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 # Offline decode runs as one pass; streaming sums the same terms in other groupings.
 TOL = dict(atol=1e-5, rtol=1e-4)
@@ -201,7 +201,7 @@ def test_bfloat16_streaming_stays_close_to_the_float32_waveform(
 ):
     # bf16 is what the GPU runs; it differs from float32 by rounding only, so the error
     # stays a small fraction of the signal (a dtype mix-up would be of the signal's size).
-    from ttsfleet_runtime.codec import load_speech_tokenizer
+    from ttsfleet_runtime.speech_tokenizer.rate12 import load_speech_tokenizer
 
     codes = random_codes(1, 8, seed=15)
     reference = tiny_decoder.decode(codes)[0]
@@ -230,7 +230,7 @@ class _EagerReplay:
 
 def stand_in_bucket(codec: StreamingCodec, batch: int, frames: int) -> _EagerReplay:
     """A captured (batch, frames) bucket whose graph is an `_EagerReplay`."""
-    from ttsfleet_runtime.codec.streaming import _CapturedStep
+    from ttsfleet_runtime.speech_tokenizer.rate12.streaming import _CapturedStep
 
     bucket = _CapturedStep.__new__(_CapturedStep)  # its CUDA capture cannot run here
     bucket.codec, bucket.batch = codec, batch
@@ -273,24 +273,14 @@ def test_a_batch_larger_than_every_captured_bucket_decodes_eagerly(tiny_decoder,
     torch.testing.assert_close(torch.cat([first, second], dim=1), offline, **TOL)
 
 
-@pytest.fixture
-def attention_kernel():
-    """The Triton attention kernel in place of torch's (here in Triton's interpreter)."""
-    from ttsfleet_runtime.codec import transformer
-
-    transformer.use_attention("kernel")
-    yield
-    transformer.use_attention(None)
-
-
-def test_the_attention_kernel_gives_the_torch_waveforms(
-    tiny_decoder, random_codes, one_stream, attention_kernel
-):
+def test_the_attention_kernel_gives_the_torch_waveforms(decoder_on, random_codes, one_stream):
     # The kernel reads and writes the same key/value rings as the torch path: offline in
     # chunks longer than the ring, streamed in a padded bucket and eagerly, any chunks.
+    # The Triton attention kernel in place of torch's (here in Triton's interpreter).
+    on_kernel = decoder_on("eager", attention="kernel")
     codes, offline = one_stream
-    torch.testing.assert_close(tiny_decoder.decode(codes[None], chunk_frames=9)[0], offline, **TOL)
-    codec = StreamingCodec(tiny_decoder, max_streams=2, device="cpu")
+    torch.testing.assert_close(on_kernel.decode(codes[None], chunk_frames=9)[0], offline, **TOL)
+    codec = StreamingCodec(on_kernel, max_streams=2, device="cpu")
     stand_in_bucket(codec, batch=2, frames=3)
     a, b = codec.open(), codec.open()
     other = random_codes(1, 6, seed=18)

@@ -30,6 +30,6 @@ def speech_tokenizer_dir(tmp_path_factory, reference):
 
 @pytest.fixture(scope="session")
 def decoder(speech_tokenizer_dir):
-    from ttsfleet_runtime.codec25 import load_speech_tokenizer_25hz
+    from ttsfleet_runtime.speech_tokenizer.rate25 import load_speech_tokenizer_25hz
 
     return load_speech_tokenizer_25hz(speech_tokenizer_dir)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from support.decoder25 import TINY_SPEECH_TOKENIZER, random_voice, reference_modeling
-from ttsfleet_runtime.codec25 import (
+from ttsfleet_runtime.speech_tokenizer.rate25 import (
     CheckpointMismatch,
     ConfigError,
     load_speech_tokenizer_25hz,

@@ -1,7 +1,8 @@
 """Streaming 25 Hz decoding: windows of DiT blocks and vocoder context.
 
 Streaming is an approximation of offline decoding (the DiT's exact receptive field grows
-with every flow step; see codec25/streaming.py); its error is measured here on random
+with every flow step; see speech_tokenizer/rate25/streaming.py); its error is measured here on
+random
 weights and bounded with an honest threshold. What must be exact is exact: the vocoder's
 windows reproduce a whole-utterance run. A stream's windows, noise and shapes do not depend
 on its batch or on how its codes were split into calls; its audio then agrees to float32
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from support.decoder25 import random_voice
-from ttsfleet_runtime.codec25.streaming import StreamingDecoder25Hz
+from ttsfleet_runtime.speech_tokenizer.rate25.streaming import StreamingDecoder25Hz
 
 # Measured on the tiny random decoder (tests/support/decoder25.py), 70 and 200 codes:
 # left_blocks=2 (the default) 73-76 dB SNR, max abs error 5.2e-4 (peak ~0.22);

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ttsfleet_runtime.engine.codec_worker import ChunkJob, CodecStream, CodecWorker
-from ttsfleet_runtime.engine.frame_decoder import DecodedAudio
+from ttsfleet_runtime.speech_tokenizer.protocol import DecodedAudio
 
 SAMPLES_PER_FRAME = 4
 

@@ -12,9 +12,12 @@ import pytest
 import torch
 
 from support.engine_requests import request
-from ttsfleet_runtime.codec25 import StreamingDecoder25Hz, load_speech_tokenizer_25hz
 from ttsfleet_runtime.engine.kv_blocks import stream_blocks
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
+from ttsfleet_runtime.speech_tokenizer.rate25 import (
+    StreamingDecoder25Hz,
+    load_speech_tokenizer_25hz,
+)
 
 BLOCK = 12  # codes of one DiT block of the tiny 25 Hz tokenizer
 

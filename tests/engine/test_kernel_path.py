@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from support.greedy import GREEDY, our_codes
-from ttsfleet_runtime.engine import fusion
 from ttsfleet_runtime.kernels import linear as kernel_linear
+from ttsfleet_runtime.kernels.linear_table import LinearConfig
+from ttsfleet_runtime.model import ops as talker_ops
 
 TEXT = "Kernels must not change a single code."
 FRAMES = 4
@@ -21,23 +22,19 @@ SEEDED = dataclasses.replace(
 
 
 @pytest.fixture
-def kernels_bound(monkeypatch):
+def interpreter_sized(monkeypatch):
     # The interpreter runs a grid's programs one by one: the H100's narrow GEMV blocks
     # would make thousands of them here. One wide block per product keeps the same kernel
     # (and every fused flag) at a few programs a call.
-    wide = kernel_linear.LinearConfig("gemv", 1, 1024, 64)
+    wide = LinearConfig("gemv", 1, 1024, 64)
     monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k: wide)
-    fusion.enable()
-    try:
-        yield
-    finally:
-        fusion.use_eager()
 
 
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
-def test_the_kernel_path_generates_the_eager_codes(tiny_custom_voice, params, request):
+def test_the_kernel_path_generates_the_eager_codes(tiny_custom_voice, params, interpreter_sized):
     eager = our_codes(tiny_custom_voice, TEXT, "ryan", None, "english", FRAMES, params)
-    request.getfixturevalue("kernels_bound")
-    fused = our_codes(tiny_custom_voice, TEXT, "ryan", None, "english", FRAMES, params)
+    fused = our_codes(
+        tiny_custom_voice, TEXT, "ryan", None, "english", FRAMES, params, ops=talker_ops.fused()
+    )
     assert fused.shape == eager.shape
     assert torch.equal(fused, eager)

@@ -13,7 +13,8 @@ import torch
 
 from support.engine_requests import codes_of, collect, fixed_length
 from ttsfleet_runtime.engine.api import SynthesisRequest
-from ttsfleet_runtime.engine.model_runner import PREFILL_PROMPTS, ModelRunner, Prompt, SlotParams
+from ttsfleet_runtime.engine.model_runner import ModelRunner
+from ttsfleet_runtime.engine.prefill_rows import PREFILL_PROMPTS, Prompt, SlotParams
 from ttsfleet_runtime.model.weights import load_model
 
 LENGTHS = (7, 12, 3, 20, 9)  # prompt positions, one prompt per slot below

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ttsfleet_runtime.engine.sampling import first_code_logits, sample
+from ttsfleet_runtime.model.sampling import first_code_logits, sample
 
 
 def _rows(n, temperature=1.0, top_k=0, top_p=1.0, seed=0, counter=0):

@@ -13,18 +13,18 @@ import pytest
 import torch
 
 from ttsfleet_runtime import metrics
-from ttsfleet_runtime.codec.streaming import StreamingCodec
-from ttsfleet_runtime.engine.model_runner import (
+from ttsfleet_runtime.engine.graph_capture import (
     BATCH_BUCKETS,
-    ModelRunner,
     buckets_after_ready,
     buckets_before_ready,
     capture_order,
 )
+from ttsfleet_runtime.engine.model_runner import ModelRunner
 from ttsfleet_runtime.engine.scheduler import StepRules
 from ttsfleet_runtime.engine.startup import StartupClock, process_start_time
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
 from ttsfleet_runtime.model.weights import load_model
+from ttsfleet_runtime.speech_tokenizer.rate12.streaming import StreamingCodec
 
 IMPORTED_AT = time.time()
 

@@ -10,8 +10,8 @@ import asyncio
 import numpy as np
 
 from support.engine_requests import codes_of, collect, fixed_length, record_codec_calls, request
-from ttsfleet_runtime.codec.decoder import load_speech_tokenizer
 from ttsfleet_runtime.engine.api import SynthesisRequest
+from ttsfleet_runtime.speech_tokenizer.rate12.decoder import load_speech_tokenizer
 
 
 async def test_chunk_sizes_ramp_from_the_first_chunk_to_chunk_frames(make_engine):

@@ -22,9 +22,9 @@ from support.reference_model import (
     reference_model,
     reference_speech_tokenizer,
 )
-from ttsfleet_runtime.codec.decoder import load_speech_tokenizer
 from ttsfleet_runtime.engine.api import InvalidRequest, SamplingParams, SynthesisRequest
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
+from ttsfleet_runtime.speech_tokenizer.rate12.decoder import load_speech_tokenizer
 
 TEXT = "Hello world, this is a cloned voice speaking through the engine."
 TRANSCRIPT = "A short reference."

@@ -10,9 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.convs import CausalConv1d, CausalTransposeConv1d, SnakeBeta
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d, default_config
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.convs import (
+    CausalConv1d,
+    CausalTransposeConv1d,
+    SnakeBeta,
+)
 
 SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
 CIN, COUT = 20, 24  # not multiples of the blocks
@@ -167,7 +171,8 @@ def test_depthwise_matches_torch_grouped_conv(dtype, dilation, length):
 
 
 def test_convnext_depthwise_on_a_kernel_route_matches_eager_over_calls():
-    """ConvNeXtBlock's depthwise convolution on a kernel route (codec.convs.depthwise) gives
+    """ConvNeXtBlock's depthwise convolution on a kernel route
+    (speech_tokenizer.rate12.convs.ConvRoute.depthwise) gives
     eager's output and state across calls shorter and longer than its history."""
     torch.manual_seed(3)
     layer = CausalConv1d(24, 24, kernel_size=7, groups=24)
@@ -178,10 +183,6 @@ def test_convnext_depthwise_on_a_kernel_route_matches_eager_over_calls():
         x = torch.randn(2, length, 24)
         outputs = {}
         for route in states:
-            convs.use(route)
-            try:
-                outputs[route] = convs.depthwise(layer, x, states[route])
-            finally:
-                convs.use_eager()
+            outputs[route] = convs.ROUTES[route].depthwise(layer, x, states[route])
         torch.testing.assert_close(outputs["triton"], outputs["eager"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(states["triton"]["dw"], states["eager"]["dw"])

@@ -68,7 +68,7 @@ def test_empty_tensors_take_no_buffer():
 
 
 def test_a_copy_into_a_given_tensor_writes_it_in_place():
-    """The CUDA graph inputs' way (codec/streaming.py): no new tensor."""
+    """The CUDA graph inputs' way (speech_tokenizer/rate12/streaming.py): no new tensor."""
     staging, _ = ring()
     target = torch.full((3,), -1, dtype=torch.int64)
     out = staging.copy(torch.tensor([4, 5, 6]), torch.device("cpu"), target)

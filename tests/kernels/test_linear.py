@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ttsfleet_runtime.kernels import linear as linear_module
-from ttsfleet_runtime.kernels.linear import LinearConfig, config_for, default_config, linear
+from ttsfleet_runtime.kernels import linear_table
+from ttsfleet_runtime.kernels.linear import linear
+from ttsfleet_runtime.kernels.linear_table import LinearConfig, config_for, default_config
 from ttsfleet_runtime.model.layers import rms_norm_eager, silu_mul_eager
 
 N, K = 20, 40  # neither a multiple of any block below
@@ -145,7 +146,7 @@ def test_default_configuration(m):
 
 def test_the_table_picks_the_bucket_else_a_smaller_measured_one(monkeypatch):
     entry = ("dot", 16, 32, 64, 4, 3)
-    monkeypatch.setattr(linear_module, "TABLE", {(16, 512, 256): entry})
+    monkeypatch.setattr(linear_table, "TABLE", {(16, 512, 256): entry})
     config_for.cache_clear()
     try:
         assert config_for(9, 512, 256) == LinearConfig(*entry)  # bucket 16
@@ -179,10 +180,8 @@ def test_bad_calls_fail_with_a_clear_message():
 
 
 def test_the_kernel_runs_only_the_products_its_table_says_it_wins(monkeypatch):
-    from ttsfleet_runtime.kernels import linear as linear_module
-
-    monkeypatch.setattr(linear_module, "TABLE", {(1, 512, 256): ("gemv", 1, 4, 256, 4, 1)})
-    beats = linear_module.beats_cublas
+    monkeypatch.setattr(linear_table, "TABLE", {(1, 512, 256): ("gemv", 1, 4, 256, 4, 1)})
+    beats = linear_table.beats_cublas
     assert beats(1, 512, 256)  # measured, won
     assert not beats(2, 512, 256)  # measured shape, lost at this batch
     assert beats(8, 64, 32) and not beats(9, 64, 32)  # never measured: GEMV-shaped only

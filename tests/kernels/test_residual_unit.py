@@ -1,19 +1,22 @@
 """kernels.residual_unit, a residual unit's two convolutions in one launch, against the two
 calls of kernels.conv1d it replaces (the same roundings: its results to the last bit, up
-to the order of float32 sums) and against the torch reference, through codec.convs over
+to the order of float32 sums) and against the torch reference, through
+speech_tokenizer.rate12.convs over
 successive calls (state). Outputs are NaN-poisoned first, so an element the kernel never
 writes fails. Runs in Triton's interpreter on a CPU (the whole decoder streamed on it:
 tests/codec/test_conv_kernels.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from ttsfleet_runtime.codec import convs
-from ttsfleet_runtime.codec.convs import ResidualUnit, SnakeBeta
-from ttsfleet_runtime.kernels import residual_unit
+from ttsfleet_runtime.kernels import residual_unit, residual_unit_head
 from ttsfleet_runtime.kernels.conv1d import ConvConfig, causal_conv1d
+from ttsfleet_runtime.speech_tokenizer.rate12 import convs
+from ttsfleet_runtime.speech_tokenizer.rate12.convs import ResidualUnit, SnakeBeta
 
 SMALL = ConvConfig(16, 16, 16, num_warps=4, num_stages=1)  # several tiles on every axis
 
@@ -136,13 +139,14 @@ def test_unit_on_the_triton_route_matches_two_calls_and_eager(
         for run in ("eager", "two calls", "fused")
     }
 
+    routes = {
+        "eager": convs.EAGER,
+        "two calls": dataclasses.replace(convs.ROUTES["triton"], fuse_residual_units=False),
+        "fused": convs.ROUTES["triton"],
+    }
+
     def run(name: str, x: torch.Tensor, x_act: torch.Tensor, emit_raw: bool):
-        monkeypatch.setattr(convs, "FUSE_RESIDUAL_UNITS", name == "fused")
-        convs.use("eager" if name == "eager" else "triton")
-        try:
-            return unit(x, x_act, states[name], follower, emit_raw)
-        finally:
-            convs.use_eager()
+        return unit(x, x_act, states[name], follower, emit_raw, routes[name])
 
     for length, emit_raw in ((5, True), (23, False), (2, True)):
         x = _rand(g, 2, length, channels, dtype=dtype)
@@ -179,20 +183,12 @@ def test_unit_on_the_triton_route_matches_two_calls_and_eager(
 def test_fusion_only_where_the_route_puts_both_convolutions_on_the_kernel(
     route, channels, samples, fused
 ):
-    try:
-        convs.use(route)
-        assert convs.fuses_residual_unit(channels, samples) is fused
-    finally:
-        convs.use_eager()
+    assert convs.ROUTES[route].fuses_residual_unit(channels, samples) is fused
 
 
-def test_fusion_can_be_turned_off(monkeypatch):
-    monkeypatch.setattr(convs, "FUSE_RESIDUAL_UNITS", False)
-    try:
-        convs.use("triton")
-        assert not convs.fuses_residual_unit(96, 15360)
-    finally:
-        convs.use_eager()
+def test_fusion_can_be_turned_off():
+    two_calls = dataclasses.replace(convs.ROUTES["triton"], fuse_residual_units=False)
+    assert not two_calls.fuses_residual_unit(96, 15360)
 
 
 def test_refuses_units_wider_than_one_tile():
@@ -227,7 +223,7 @@ def test_unit_with_its_head_gives_the_unit_then_the_head_convolution(dtype, chan
 
     _, act = residual_unit.residual_unit(*common, emit_raw=False, dilation=dilation, config=SMALL)
     want, _ = causal_conv1d(act, head_w, head_history, bias=head_b, config=SMALL)
-    got, tail = residual_unit.residual_unit_head(
+    got, tail = residual_unit_head.residual_unit_head(
         *common,
         head_w[:, :, 0].t().contiguous(),
         head_b,
@@ -248,7 +244,7 @@ def test_unit_with_its_head_refuses_fewer_samples_than_the_heads_history():
     x, v = torch.zeros(1, 5, c), torch.zeros(c)
     w1, w2 = torch.zeros(7, c, c), torch.zeros(1, c, c)
     with pytest.raises(ValueError, match="fewer than the head's history"):
-        residual_unit.residual_unit_head(
+        residual_unit_head.residual_unit_head(
             x,
             x,
             torch.zeros(1, 6, c),

@@ -1,5 +1,6 @@
 """The row kernels (RMSNorm, SiLU gate, prefill QK norm + RoPE, plain RoPE) against their
-eager definitions in model/layers.py and codec/transformer.py, on the strided views the
+eager definitions in model/layers.py and speech_tokenizer/rate12/transformer.py, on the strided
+views the
 decoder layers pass them.
 
 Runs on the GPU when there is one, else in Triton's interpreter (TRITON_INTERPRET=1).
@@ -10,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttsfleet_runtime.codec.transformer import rotate_half
 from ttsfleet_runtime.kernels.row_ops import qk_norm_rope, rms_norm, rope, silu_mul
 from ttsfleet_runtime.model.layers import (
     RotaryTable,
@@ -18,6 +18,7 @@ from ttsfleet_runtime.model.layers import (
     rms_norm_eager,
     silu_mul_eager,
 )
+from ttsfleet_runtime.speech_tokenizer.rate12.transformer import rotate_half
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # The eager path rounds after every bf16 operation, the kernels once at the end (as a

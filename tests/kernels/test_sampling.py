@@ -1,4 +1,4 @@
-"""The sort-free sampling kernel against engine.sampling (the sort), id for id.
+"""The sort-free sampling kernel against model.sampling (the sort), id for id.
 
 Runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1). Every id must be
 equal, ties in the logits included (bf16 logits have many; the kernel keeps
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttsfleet_runtime.engine import sampling as ref
 from ttsfleet_runtime.kernels import sampling as kern
+from ttsfleet_runtime.model import sampling as ref
 
 TEMPERATURES = (0.7, 1.0, 1.3)
 TOP_KS = (0, 1, 5, 50, "V", "V+7")

@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from support.reference_25hz import reference_speech_tokenizer_25hz
-from ttsfleet_runtime.codec25.encoder import (
+from ttsfleet_runtime.engine.api import ClonedVoice
+from ttsfleet_runtime.engine.voice_encoders import VoiceEncoders
+from ttsfleet_runtime.speech_tokenizer.rate25.encoder import (
     DecoderVoiceExtractor,
     kaldi_fbank,
     load_speech_encoder_25hz,
     peak_normalised,
 )
-from ttsfleet_runtime.engine.api import ClonedVoice
-from ttsfleet_runtime.engine.voice_encoders import VoiceEncoders
 
 # Max abs differences seen on these inputs: x-vector 2e-7, reference mel 1e-6 (log),
 # fbank 2e-4 (log energies, float32 FFTs of different libraries), sox 6e-8.

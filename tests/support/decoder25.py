@@ -77,7 +77,7 @@ def reference_decoder(seed: int = 0):
 
 
 def random_voice(seed: int, frames: int = 40):
-    from ttsfleet_runtime.codec25 import DecoderVoice
+    from ttsfleet_runtime.speech_tokenizer.rate25 import DecoderVoice
 
     g = torch.Generator().manual_seed(seed)
     xvector = torch.randn(192, generator=g)

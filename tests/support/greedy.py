@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from ttsfleet_runtime.engine.model_runner import ModelRunner, Prompt, SlotParams
+from ttsfleet_runtime.engine.model_runner import ModelRunner
+from ttsfleet_runtime.engine.prefill_rows import Prompt, SlotParams
+from ttsfleet_runtime.model.ops import EAGER, TalkerOps
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model
@@ -32,10 +34,11 @@ def our_codes(
     frames: int,
     params: SlotParams = GREEDY,
     cloned=None,
+    ops: TalkerOps = EAGER,
 ) -> torch.Tensor:
     """-> codes [n <= frames, groups], stopping at EOS like the reference. `cloned`: a
-    `ClonedVoice` for a Base checkpoint."""
-    model = load_model(checkpoint, "cpu", "float32", max_positions=512)
+    `ClonedVoice` for a Base checkpoint; `ops`: the model's operations (model/ops.py)."""
+    model = load_model(checkpoint, "cpu", "float32", max_positions=512, ops=ops)
     builder = PromptBuilder(model.config, TextTokenizer.from_checkpoint(checkpoint))
     runner = ModelRunner(
         model, max_batch=2, max_len=512, max_text=256, device="cpu", cuda_graphs=False

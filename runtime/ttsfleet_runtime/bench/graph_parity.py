@@ -20,9 +20,11 @@ import numpy as np
 
 
 async def codes(ckpt: str, device: str, dtype: str, graphs: bool) -> list[np.ndarray]:
+    from ttsfleet_runtime.engine import process_switches
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
     from ttsfleet_runtime.engine.tts_engine import TTSEngine
 
+    process_switches.set_for_serving(device)
     engine = TTSEngine.from_pretrained(
         ckpt,
         device,

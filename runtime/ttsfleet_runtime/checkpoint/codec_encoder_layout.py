@@ -1,6 +1,7 @@
 """Tensor names and shapes of the speech tokenizer's encoder (a Mimi model).
 
-Base models run the encoder to turn a reference voice into codes (codec/encoder.py), and
+Base models run the encoder to turn a reference voice into codes
+(speech_tokenizer/rate12/encoder.py), and
 the official `speech_tokenizer/` folder carries it for every variant, so the random
 writer writes it too and a folder from the writer looks like a downloaded one. The
 names and shapes are our encoder module's, with every codebook of the config (the
@@ -15,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..codec.config import CodecEncoderConfig
-from ..codec.encoder import CHECKPOINT_PREFIX, CodecEncoder
+from ..speech_tokenizer.rate12.config import CodecEncoderConfig
+from ..speech_tokenizer.rate12.encoder import CHECKPOINT_PREFIX, CodecEncoder
 
 
 def encoder_tensor_shapes(enc: dict[str, Any]) -> dict[str, tuple[int, ...]]:

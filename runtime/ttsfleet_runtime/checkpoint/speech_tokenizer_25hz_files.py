@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from ..codec25.config import SpeechTokenizer25HzConfig
-from ..codec25.decoder import TENSOR_PREFIX as DECODER_PREFIX
-from ..codec25.decoder import Decoder25Hz
-from ..codec25.encoder import ENCODER_PREFIX
+from ..speech_tokenizer.rate25.config import SpeechTokenizer25HzConfig
+from ..speech_tokenizer.rate25.decoder import TENSOR_PREFIX as DECODER_PREFIX
+from ..speech_tokenizer.rate25.decoder import Decoder25Hz
+from ..speech_tokenizer.rate25.encoder import ENCODER_PREFIX
 from .campplus_onnx import write_random_campplus
 from .sizes import CODEBOOK_SIZE
 from .speech_tokenizer_files import PREPROCESSOR_CONFIG as PREPROCESSOR_CONFIG_12HZ

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..codec.config import SpeechTokenizerConfig, speech_tokenizer_config
-from ..codec.decoder import CHECKPOINT_PREFIX, CodecDecoder
+from ..speech_tokenizer.rate12.config import SpeechTokenizerConfig, speech_tokenizer_config
+from ..speech_tokenizer.rate12.decoder import CHECKPOINT_PREFIX, CodecDecoder
 from .codec_encoder_layout import encoder_tensor_shapes
 
 PREPROCESSOR_CONFIG = {

@@ -131,7 +131,7 @@ class ClonedVoice:
     A 25 Hz model's codes are one codebook (`ref_codes` int64 [frames]), and its decoder
     is conditioned on the voice too: `xvector` (campplus.onnx's embedding, float32 [192],
     unit norm) and `ref_mel` (the recording's log-mel, float32 [frames at 100 Hz, 80]),
-    the parts of `codec25.DecoderVoice`. Both are None for 12 Hz voices.
+    the parts of `speech_tokenizer.rate25.DecoderVoice`. Both are None for 12 Hz voices.
     """
 
     speaker_embedding: np.ndarray
@@ -275,7 +275,7 @@ class ModelInfo:
     tokenizer_rate_hz: int  # 12 or 25: the checkpoint's speech tokenizer
     sample_rate: int
     # One talker frame's audio: 12.5 frames of 1,920 samples a second at 12 Hz, 25
-    # of 960 at 25 Hz (engine/frame_decoder.py's FrameTiming, read from the checkpoint).
+    # of 960 at 25 Hz (speech_tokenizer/protocol.py's FrameTiming, read from the checkpoint).
     frame_rate_hz: float
     samples_per_frame: int
     speakers: tuple[str, ...]

@@ -64,8 +64,8 @@ import numpy as np
 import torch
 
 from ..kernels.host_copy import to_host
+from ..speech_tokenizer.protocol import DecodedAudio, FrameDecoder
 from .api import S16_FULL_SCALE, AudioChunk, FinishReason
-from .frame_decoder import DecodedAudio, FrameDecoder
 from .isolation import together_else_alone
 
 log = logging.getLogger(__name__)

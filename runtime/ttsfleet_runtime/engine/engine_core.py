@@ -46,28 +46,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..codec import convs as codec_convs
+from ..model import ops as talker_ops
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
+from ..speech_tokenizer.rate12 import convs as codec_convs
 from .api import EngineError, FinishReason, InvalidRequest
 from .codec_worker import CodecStream, CodecWorker
 from .commands import CodecFailed, Inbox
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
+from .graph_capture import buckets_after_ready, buckets_before_ready, prefill_buckets
 from .isolation import together_else_alone
 from .kv_blocks import KVBlocks
-from .model_runner import (
-    PREFILL_PROMPTS,
-    ModelRunner,
-    Prompt,
-    SlotParams,
-    StepOutput,
-    buckets_after_ready,
-    buckets_before_ready,
-    prefill_buckets,
-)
+from .model_runner import ModelRunner, StepOutput
+from .prefill_rows import PREFILL_PROMPTS, Prompt, SlotParams
 from .scheduler import Scheduler, StepRules, failure
 from .sequence import Sequence, Status
 from .startup import StartupClock
@@ -203,7 +197,12 @@ class EngineCore:
             load_first()
         use_compile_cache(self.compile_cache_dir, self.device)
         self.model = load_model(
-            self.path, self.device, self.dtype, max_positions=self.max_len, progress=say
+            self.path,
+            self.device,
+            self.dtype,
+            max_positions=self.max_len,
+            progress=say,
+            ops=talker_ops.for_device(self.device, self.cuda_graphs),
         )
         self.runner = ModelRunner(
             self.model,
@@ -220,14 +219,12 @@ class EngineCore:
         self.scheduler.kv = KVBlocks(cache.num_blocks, cache.block_size)
         say("loading the codec decoder")
         codec_dtype = torch.float32 if self.dtype == "float32" else torch.bfloat16
+        conv_route = codec_convs.EAGER
         if torch.device(self.device).type == "cuda":
-            codec_convs.use(self.codec_conv_route)
-            # cuDNN's fused attention builds a kernel for every new shape (~0.1 s), and
-            # every graph capture brings new shapes: a request that arrived during the
-            # captures after ready waited for them. The other SDPA kernels take the same
-            # masks with no per-shape build.
-            torch.backends.cuda.enable_cudnn_sdp(False)
-        self.codec = load_frame_decoder(self.path, self.device, codec_dtype, self.max_batch)
+            conv_route = codec_convs.ROUTES[self.codec_conv_route]
+        self.codec = load_frame_decoder(
+            self.path, self.device, codec_dtype, self.max_batch, conv_route
+        )
         clock.done("load_weights")
         frame_buckets = []
         if self.runner.use_graphs:

@@ -17,6 +17,9 @@ graph per batch bucket with sampling inside and one device-to-host copy (the
 frame's codes) per step. A graph attends over the whole KV cache, each row
 masked to its own length, so one graph serves every length.
 
+The graphs, their buckets and their capture are `graph_capture.py`'s; the packed
+prefill's per-prompt inputs `prefill_rows.py`'s.
+
 The talker's KV cache is paged (engine/kv_cache.py): a pool of blocks sized
 at start-up from the memory left after the weights (`kv_cache_memory`), and a
 block table the engine fills as streams grow (`set_blocks`).
@@ -24,58 +27,33 @@ block table the engine fills as streams grow (`set_blocks`).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import itertools
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
 
 from ..kernels.host_copy import HostCopy, array_to_device, ids_on
 from ..model.weights import LoadedModel
-from . import fusion
 from .frame_decoder import read_timing
+from .graph_capture import BATCH_BUCKETS, GraphCapture, prefill_buckets
 from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks
 from .kv_cache import KVCache, PagedKVCache, bytes_per_position
+from .prefill_rows import (
+    INTS_END,
+    PREFILL_PROMPTS,
+    PROMPT_FLOATS,
+    PROMPT_INTS,
+    ROWS_END,
+    SAMPLING_INTS,
+    Prompt,
+    SlotParams,
+    prompt_floats,
+    prompt_ints,
+    prompt_row_views,
+)
 
 log = logging.getLogger(__name__)
-
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-PREFILL_BUCKETS = (32, 64, 128, 256, 512, 1024)
-# Prompts one packed prefill takes: the rows its graph samples and commits
-# (unused rows write a scratch state row). 64: a burst as large as the default
-# server's whole batch (--max-batch 64) is prefilled in one call; sampling 64
-# rows instead of a few costs next to nothing beside the prompts' positions.
-PREFILL_PROMPTS = 64
-
-
-def capture_order(buckets: Iterable[int]) -> tuple[int, ...]:
-    """One kind's buckets (decode step, prefill, codec batch) in the order their CUDA
-    graphs are captured: the smallest before ready, all that the warm-up synthesis and
-    single streams use; once the engine serves, the largest, so that every batch fits
-    a graph again (padded), then the rest smallest first, what light load runs."""
-    ascending = sorted(set(buckets))
-    return tuple(dict.fromkeys([ascending[0], ascending[-1], *ascending[1:-1]]))
-
-
-def buckets_before_ready(buckets: Iterable[int]) -> tuple[int, ...]:
-    """The buckets whose graphs are captured before the engine is ready."""
-    return capture_order(buckets)[:1]
-
-
-def buckets_after_ready(buckets: Iterable[int]) -> tuple[int, ...]:
-    """The others, in the order they are captured once the engine serves."""
-    return capture_order(buckets)[1:]
-
-
-def prefill_buckets(max_len: int) -> tuple[int, ...]:
-    """The packed prefill's lengths (one graph each) for slots of `max_len`
-    positions; the largest is the most prompt positions one call takes."""
-    return tuple(n for n in PREFILL_BUCKETS if n < max_len) or (max_len - 1,)
 
 
 def _set_one(t: torch.Tensor, index: int, value: float) -> None:
@@ -84,31 +62,6 @@ def _set_one(t: torch.Tensor, index: int, value: float) -> None:
     memory, which waits for the device's queued work: under load at 100 req/s the
     H100 profile found the engine thread blocked there for 14% of its time."""
     t[index : index + 1].fill_(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class SlotParams:
-    """A request's sampling parameters, as the runner needs them."""
-
-    temperature: float
-    top_k: int
-    top_p: float
-    repetition_penalty: float
-    subtalker_temperature: float
-    subtalker_top_k: int
-    subtalker_top_p: float
-    seed: int
-    min_frames: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Prompt:
-    """One prompt of a packed prefill: its slot, its input [T, hidden] and the
-    request's sampling parameters."""
-
-    slot: int
-    embeds: torch.Tensor
-    params: SlotParams
 
 
 class StepOutput:
@@ -156,7 +109,7 @@ class SlotState:
         self.out_next = z(slots)
 
 
-class ModelRunner:
+class ModelRunner(GraphCapture):
     def __init__(
         self,
         model: LoadedModel,
@@ -166,7 +119,6 @@ class ModelRunner:
         max_text: int,
         device: str,
         cuda_graphs: bool,
-        compile_kernels: bool | None = None,
         kv_cache_memory: float = 0.5,
         kv_blocks: int | None = None,
         kv_block_size: int = BLOCK_POSITIONS,
@@ -174,7 +126,9 @@ class ModelRunner:
         """`kv_cache_memory`: share of the GPU memory free after the weights that
         the KV pool may take (capped at what `max_batch` streams of `max_len`
         positions need); `kv_blocks` sets the pool's usable blocks instead (on
-        the CPU the default is that cap)."""
+        the CPU the default is that cap). Every step runs the model's own
+        operations, sampling included: eager torch or the fused kernels, as
+        `load_model(ops=...)` built it (model/ops.py)."""
         self.model = model
         self.talker = model.talker
         self.predictor = model.predictor
@@ -187,10 +141,7 @@ class ModelRunner:
         self.max_len = max_len
         self.max_text = max_text
         self.use_graphs = cuda_graphs and self.device.type == "cuda"
-        if compile_kernels if compile_kernels is not None else self.use_graphs:
-            # Fewer, fused kernels: inside a graph, time goes to the number of
-            # kernels (thousands per step), not to launching them.
-            fusion.enable()
+        self.sample = model.talker.ops.sample
         blocks = self._kv_pool_blocks(cfg, kv_cache_memory, kv_blocks, kv_block_size)
         # One block more than usable: the scratch block (engine/kv_blocks.py).
         self.cache = PagedKVCache(
@@ -310,26 +261,26 @@ class ModelRunner:
         self.prefill_k = zeros(*kv, dtype=self.dtype)
         self.prefill_v = zeros(*kv, dtype=self.dtype)
         self.prefill_embeds = zeros(P, cfg.hidden_size, dtype=self.dtype)
-        self.prefill_inputs = zeros(_ROWS_END + 2 * P)
-        self.prefill_ints = self.prefill_inputs[:_INTS_END].view(len(_PROMPT_INTS), -1)
-        floats = self.prefill_inputs[_INTS_END:_ROWS_END].view(torch.float32)
-        self.prefill_floats = floats.view(len(_PROMPT_FLOATS), -1)
+        self.prefill_inputs = zeros(ROWS_END + 2 * P)
+        self.prefill_ints = self.prefill_inputs[:INTS_END].view(len(PROMPT_INTS), -1)
+        floats = self.prefill_inputs[INTS_END:ROWS_END].view(torch.float32)
+        self.prefill_floats = floats.view(len(PROMPT_FLOATS), -1)
         # Until a call fills them, every row is unused: captures write the scratch row.
-        self.prefill_inputs[:_ROWS_END].copy_(
+        self.prefill_inputs[:ROWS_END].copy_(
             torch.from_numpy(self._unused_prompt_rows()).to(self.device)
         )
 
     def _prefill_positions(self, P: int) -> torch.Tensor:
         """[position in its prompt, prompt index] of a bucket of P positions [2, P]."""
-        return self.prefill_inputs[_ROWS_END : _ROWS_END + 2 * P].view(2, P)
+        return self.prefill_inputs[ROWS_END : ROWS_END + 2 * P].view(2, P)
 
     def _unused_prompt_rows(self) -> np.ndarray:
         """The packed prefill's per-prompt rows (host, `prefill_inputs`' first
-        `_ROWS_END`) with every row unused: last position 0, the scratch row's slot,
+        `ROWS_END`) with every row unused: last position 0, the scratch row's slot,
         neutral sampling."""
-        rows = np.zeros(_ROWS_END, dtype=np.int64)
-        ints, floats = _prompt_row_views(rows)
-        ints[_PROMPT_INTS.index("slot")] = self.scratch_row
+        rows = np.zeros(ROWS_END, dtype=np.int64)
+        ints, floats = prompt_row_views(rows)
+        ints[PROMPT_INTS.index("slot")] = self.scratch_row
         floats[:] = 1.0
         return rows
 
@@ -363,11 +314,11 @@ class ModelRunner:
             self.prefill_embeds[:total] = torch.cat([p.embeds for p in prompts])
         self.prefill_embeds[total:P] = 0
         inputs = self._unused_prompt_rows()
-        ints, floats = _prompt_row_views(inputs)
+        ints, floats = prompt_row_views(inputs)
         starts = np.cumsum([0, *lengths[:-1]])
         rows = zip(prompts, starts, lengths, strict=True)
-        ints[:, :n] = np.array([_prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
-        floats[:, :n] = np.array([_prompt_floats(p.params) for p in prompts], np.float32).T
+        ints[:, :n] = np.array([prompt_ints(p, start + T - 1, T) for p, start, T in rows]).T
+        floats[:, :n] = np.array([prompt_floats(p.params) for p in prompts], np.float32).T
         # Padding is a prompt of its own (index N): it sees only itself.
         positions = np.zeros((2, P), dtype=np.int64)
         positions[0, :total] = np.concatenate([np.arange(T) for T in lengths])
@@ -391,8 +342,8 @@ class ModelRunner:
         prompt's row commits its slot's state: first code, hidden state,
         position, sampling parameters (unused rows: the scratch row)."""
         s = self.state
-        ints = dict(zip(_PROMPT_INTS, self.prefill_ints, strict=True))
-        floats = dict(zip(_PROMPT_FLOATS, self.prefill_floats, strict=True))
+        ints = dict(zip(PROMPT_INTS, self.prefill_ints, strict=True))
+        floats = dict(zip(PROMPT_FLOATS, self.prefill_floats, strict=True))
         positions, segments = self._prefill_positions(P)
         hidden = self.talker.prefill(
             self.prefill_embeds[:P][None],
@@ -406,7 +357,7 @@ class ModelRunner:
         nothing_seen = torch.zeros(
             frame.shape[0], self.cfg.vocab_size, dtype=torch.bool, device=self.device
         )
-        code = fusion.sample(
+        code = self.sample(
             self.talker.logits(last),
             floats["temperature"],
             ints["top_k"],
@@ -426,27 +377,11 @@ class ModelRunner:
             frame=frame,
             position=ints["length"],
             text_len=frame,
-            **{name: ints[name] for name in _SAMPLING_INTS},
+            **{name: ints[name] for name in SAMPLING_INTS},
             **floats,
         )
         for name, value in commit.items():
             getattr(s, name).index_copy_(0, ints["slot"], value)
-
-    def _capture_prefill(self, P: int) -> torch.cuda.CUDAGraph:
-        # Warm-up and capture write the scratch keys/values and the scratch row.
-        with self.capture_lock, self._state_kept(), self._prompt_rows_unused():
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self._prefill_step(P)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
-                self._prefill_step(P)
-            if self.graph_pool is None:
-                self.graph_pool = graph.pool()
-        self.prefill_graphs[P] = graph
-        return graph
 
     def set_blocks(self, slot: int, blocks: list[int]) -> None:
         """The KV blocks of the stream in `slot` (positions in order); on the
@@ -456,9 +391,9 @@ class ModelRunner:
     def set_sampling(self, slot: int, params: SlotParams) -> None:
         """Write `slot`'s sampling parameters as a prefill commits them: for tools
         that time a decode step over rows they did not prefill."""
-        ints = dict(zip(_PROMPT_INTS, _prompt_ints(Prompt(slot, None, params), 0, 0), strict=True))
-        floats = dict(zip(_PROMPT_FLOATS, _prompt_floats(params), strict=True))
-        for name in _SAMPLING_INTS:
+        ints = dict(zip(PROMPT_INTS, prompt_ints(Prompt(slot, None, params), 0, 0), strict=True))
+        floats = dict(zip(PROMPT_FLOATS, prompt_floats(params), strict=True))
+        for name in SAMPLING_INTS:
             _set_one(getattr(self.state, name), slot, ints[name])
         for name, value in floats.items():
             _set_one(getattr(self.state, name), slot, value)
@@ -516,7 +451,7 @@ class ModelRunner:
         self, logits: torch.Tensor, rows: slice, frame: torch.Tensor
     ) -> torch.Tensor:
         s = self.state
-        return fusion.sample(
+        return self.sample(
             logits,
             s.temperature[rows],
             s.top_k[rows],
@@ -531,9 +466,10 @@ class ModelRunner:
         )
 
     # ------------------------------------------------------------ decode step
-    def _step(self, B: int, L: int) -> None:
+    def step(self, B: int, L: int) -> None:
         """The decode step over slots [0, B) and KV length L; results land in
-        state.out_codes / state.out_next. Only tensor ops: graph-capturable."""
+        state.out_codes / state.out_next. Only tensor ops: what a decode graph
+        captures, run eagerly by `launch_decode` without graphs (and by profilers)."""
         s = self.state
         rows = slice(0, B)
         h, c0, frame = s.hidden[rows], s.code0[rows], s.frame[rows]
@@ -588,7 +524,7 @@ class ModelRunner:
                 out = p.decode(
                     p.embed_projected(g - 1, codes[-1]), self.predictor_positions[g][:B], pk, pv
                 )
-            code = fusion.sample(
+            code = self.sample(
                 p.logits(g, out),
                 s.sub_temperature[rows],
                 s.sub_top_k[rows],
@@ -599,10 +535,6 @@ class ModelRunner:
             codes.append(code)
         frame_codes = torch.stack(codes, dim=1)
         return frame_codes, self.talker.codec_hidden(c0) + p.embed_sum(frame_codes[:, 1:])
-
-    def bucket(self, batch: int) -> int:
-        """The batch bucket (captured graph) a step over `batch` slots runs in."""
-        return next(b for b in self.batch_buckets if b >= batch)
 
     @torch.inference_mode()
     def decode(
@@ -636,237 +568,6 @@ class ModelRunner:
             graph = self.graphs.get(B) or self.capture(B)
             graph.replay()
         else:
-            self._step(batch, live_len)
+            self.step(batch, live_len)
         out = torch.cat([s.out_codes[:batch], s.out_next[:batch, None]], dim=1)
         return StepOutput(out, self.groups)
-
-    # ------------------------------------------------------------ CUDA graphs
-    # Start-up captures the graphs of `buckets_before_ready` (`capture_*_for_start`):
-    # the smallest bucket of each kind, what the warm-up synthesis and single
-    # streams use. The others follow once the engine serves (`capture_next`, on
-    # the engine thread while it is idle), the largest first, so the time to
-    # ready grows with neither the number nor the size of the buckets. A step
-    # replays the smallest captured graph that holds it: a larger one only pads
-    # more free slots (position 0, no blocks: they write the scratch block) or
-    # more positions of the padding prompt, so its results are the same. A
-    # batch or a prompt larger than every graph captured so far (a burst right
-    # after ready) captures its own bucket's graph on that call.
-    def _decode_bucket(self, batch: int) -> int:
-        """The bucket a step over `batch` slots replays: the smallest captured one
-        that holds it, else its own (captured on this first use)."""
-        fitting = [size for size in self.graphs if size >= batch]
-        return min(fitting) if fitting else self.bucket(batch)
-
-    def _prefill_bucket(self, positions: int) -> int:
-        """Likewise for a packed prefill of `positions`."""
-        fitting = [size for size in self.prefill_graphs if size >= positions]
-        return min(fitting) if fitting else next(n for n in self.prefill_buckets if n >= positions)
-
-    @contextlib.contextmanager
-    def _prompt_rows_unused(self):
-        """The packed prefill's per-prompt rows all unused meanwhile, then put back.
-
-        A capture runs the prefill of its bucket on whatever the rows hold: after a
-        real call they are that call's prompts, whose last positions may lie beyond a
-        smaller bucket (a burst packs hundreds of positions); gathering them from the
-        bucket's hidden states then reads out of bounds (on a GPU a device-side
-        assert, which ends every stream of the process). Captured on unused rows, the
-        graph reads position 0 and writes the scratch row; the call that needed the
-        graph (its rows already written) finds them as it left them."""
-        rows = self.prefill_inputs[:_ROWS_END]
-        kept = rows.clone()
-        array_to_device(self._unused_prompt_rows(), self.device, out=rows)
-        try:
-            yield
-        finally:
-            rows.copy_(kept)
-
-    @contextlib.contextmanager
-    def _state_kept(self):
-        """Steps run inside advance nothing: every state tensor is put back after."""
-        s = self.state
-        saved = {n: t.clone() for n, t in vars(s).items() if isinstance(t, torch.Tensor)}
-        s.active.zero_()
-        try:
-            yield
-        finally:
-            for n, t in saved.items():
-                getattr(s, n).copy_(t)
-
-    def capture(self, B: int) -> torch.cuda.CUDAGraph:
-        """Capture the decode step of batch bucket B over the whole KV cache.
-
-        Every decode and prefill graph shares one memory pool, whichever is
-        captured first: a later, larger capture grows it. Sharing is safe because
-        a graph's results go to tensors outside the pool (the slot state, the
-        prefill's keys and values) and one thread replays them, one at a time."""
-        L = self.max_len
-        # The step writes keys and values through the block table: the device's
-        # copy must be the scheduler's (as before any step), not one step old.
-        self.cache.flush()
-        with self.capture_lock, self._state_kept():
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self._step(B, L)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: the codec worker may use the device meanwhile.
-            with torch.cuda.graph(graph, pool=self.graph_pool, capture_error_mode="thread_local"):
-                self._step(B, L)
-            if self.graph_pool is None:
-                self.graph_pool = graph.pool()
-        self.graphs[B] = graph
-        return graph
-
-    @torch.inference_mode()
-    def compile(self) -> float:
-        """Run the decode step and the packed prefill once eagerly at their largest
-        buckets, advancing nothing: Triton compiles the kernels here (or loads
-        them from the compile cache), so the start-up
-        log tells compiling from capturing. -> seconds taken."""
-        if not self.use_graphs:
-            return 0.0
-        t0 = time.monotonic()
-        self.cache.flush()
-        with self._state_kept():
-            self._step(self.batch_buckets[-1], self.max_len)
-            self._prefill_step(self.prefill_buckets[-1])
-        torch.cuda.synchronize()
-        return time.monotonic() - t0
-
-    @torch.inference_mode()
-    def capture_decode_for_start(self) -> float:
-        """The decode graphs captured before ready (`buckets_before_ready`: a single
-        stream's, the warm-up synthesis's). -> seconds taken."""
-        return self._capture_for_start(self.batch_buckets, self.capture)
-
-    @torch.inference_mode()
-    def capture_prefill_for_start(self) -> float:
-        """Likewise the prefill's (the smallest bucket: a prompt or a few). -> seconds taken."""
-        return self._capture_for_start(self.prefill_buckets, self._capture_prefill)
-
-    def _capture_for_start(
-        self, buckets: tuple[int, ...], capture: Callable[[int], object]
-    ) -> float:
-        if not self.use_graphs:
-            return 0.0
-        t0 = time.monotonic()
-        for size in buckets_before_ready(buckets):
-            capture(size)
-        torch.cuda.synchronize()
-        return time.monotonic() - t0
-
-    @property
-    def graphs_left(self) -> list[tuple[str, int]]:
-        """Buckets without a graph yet, in the order `capture_next` takes them:
-        decode and prefill in turn, each in `capture_order` (after the start's,
-        the largest, then small ones first). The turns are fixed by the buckets,
-        not by what is left, so the largest prefill follows the largest step."""
-        turns = itertools.zip_longest(
-            [("decode", B) for B in capture_order(self.batch_buckets)],
-            [("prefill", P) for P in capture_order(self.prefill_buckets)],
-        )
-        captured = {"decode": self.graphs, "prefill": self.prefill_graphs}
-        return [
-            (kind, size)
-            for pair in turns
-            for kind, size in filter(None, pair)
-            if size not in captured[kind]
-        ]
-
-    @torch.inference_mode()
-    def capture_next(self) -> tuple[str, int] | None:
-        """Capture one graph not captured yet (engine thread, between steps).
-        -> its (kind, bucket), or None when there was none left."""
-        left = self.graphs_left if self.use_graphs else []
-        if not left:
-            return None
-        kind, size = left[0]
-        if kind == "decode":
-            self.capture(size)
-        else:
-            self._capture_prefill(size)
-        return kind, size
-
-    @torch.inference_mode()
-    def capture_all(self, progress: Callable[[str], None] | None = None) -> float:
-        """Capture every batch bucket's decode graph, largest first so the shared
-        memory pool is sized once, then every prefill bucket. -> seconds taken."""
-        if not self.use_graphs:
-            return 0.0
-        t0 = time.monotonic()
-        say = progress or (lambda message: None)
-        todo = list(reversed(self.batch_buckets))
-        for i, B in enumerate(todo):
-            self.capture(B)
-            if i % 4 == 3 or i == len(todo) - 1:
-                say(f"captured {i + 1}/{len(todo)} decode graphs (batch {B})")
-        for P in reversed(self.prefill_buckets):
-            self._capture_prefill(P)
-        say(
-            f"captured {len(self.prefill_buckets)} prefill graphs (up to {self.prefill_buckets[-1]} positions)"
-        )
-        torch.cuda.synchronize()
-        seconds = time.monotonic() - t0
-        log.info(
-            "graphs captured",
-            extra={
-                "decode_graphs": len(todo),
-                "prefill_graphs": len(self.prefill_buckets),
-                "seconds": round(seconds, 2),
-            },
-        )
-        return seconds
-
-
-# The packed prefill's per-prompt rows (`prefill_ints`, `prefill_floats`).
-# A prompt's sampling parameters, each also a SlotState field the prefill commits.
-_SAMPLING_INTS = ("top_k", "sub_top_k", "seed", "min_frames")
-_PROMPT_INTS = ("last", "slot", "length", *_SAMPLING_INTS)
-_PROMPT_FLOATS = (
-    "temperature",
-    "top_p",
-    "repetition_penalty",
-    "sub_temperature",
-    "sub_top_p",
-)
-
-
-# Where they lie in `prefill_inputs` (int64): the ints, then the floats two to an int64.
-_INTS_END = len(_PROMPT_INTS) * PREFILL_PROMPTS
-_ROWS_END = _INTS_END + len(_PROMPT_FLOATS) * PREFILL_PROMPTS // 2
-
-
-def _prompt_row_views(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ints [len(_PROMPT_INTS), N] and floats [len(_PROMPT_FLOATS), N] of the
-    host side of `prefill_inputs`' prompt rows (int64 [_ROWS_END]), as views."""
-    ints = rows[:_INTS_END].reshape(len(_PROMPT_INTS), PREFILL_PROMPTS)
-    floats = rows[_INTS_END:_ROWS_END].view(np.float32)
-    return ints, floats.reshape(len(_PROMPT_FLOATS), PREFILL_PROMPTS)
-
-
-def _prompt_ints(prompt: Prompt, last: int, length: int) -> list[int]:
-    q = prompt.params
-    # The reference never ends before 2 frames (min_new_tokens=2).
-    row = dict(
-        last=last,
-        slot=prompt.slot,
-        length=length,
-        top_k=q.top_k,
-        sub_top_k=q.subtalker_top_k,
-        seed=q.seed,
-        min_frames=max(2, q.min_frames),
-    )
-    return [row[name] for name in _PROMPT_INTS]
-
-
-def _prompt_floats(q: SlotParams) -> list[float]:
-    row = dict(
-        temperature=q.temperature,
-        top_p=q.top_p,
-        repetition_penalty=q.repetition_penalty,
-        sub_temperature=q.subtalker_temperature,
-        sub_top_p=q.subtalker_top_p,
-    )
-    return [row[name] for name in _PROMPT_FLOATS]

@@ -2,7 +2,8 @@
 
 A Base checkpoint carries two encoders: the speaker encoder (model/speaker_encoder.py)
 for the speaker embedding, and the speech tokenizer's encoder for the reference codes
-of in-context cloning (12 Hz: codec/encoder.py; 25 Hz: codec25/encoder.py, picked by
+of in-context cloning (12 Hz: speech_tokenizer/rate12/encoder.py; 25 Hz:
+speech_tokenizer/rate25/encoder.py, picked by
 the checkpoint's `tokenizer_type`). A 25 Hz tokenizer's decoder also needs the voice: its
 x-vector and reference mel (`DecoderVoiceExtractor`) are computed for every 25 Hz
 voice, with or without a transcript. `VoiceEncoders` holds both on the engine's device
@@ -29,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..codec.encoder import load_codec_encoder
-from ..codec25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
 from ..kernels.host_copy import to_device, to_host
 from ..model.config import TTSConfig
 from ..model.speaker_encoder import load_speaker_encoder, min_samples
+from ..speech_tokenizer.rate12.encoder import load_codec_encoder
+from ..speech_tokenizer.rate25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
 from .api import ClonedVoice, InvalidRequest
 from .resampling import resample
 

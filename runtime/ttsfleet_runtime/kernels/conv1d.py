@@ -12,7 +12,7 @@ runs over taps x input channels, tl.dot on tensor cores (bf16 in, float32 accumu
   per tile: no concatenation. The caller keeps the new tail (a small copy).
 - A transposed convolution with kernel 2*stride (or stride) is the same kernel with 2 taps
   (or 1) and stride*Cout output columns: output [B, T, s*Cout] is [B, T*s, Cout] by a free
-  reshape (the caller lays the weight out so; see codec/convs.py).
+  reshape (the caller lays the weight out so; see speech_tokenizer/rate12/convs.py).
 - Epilogue: + bias, + residual, and the activation the *next* convolution's input needs
   (SnakeBeta: y + inv_magnitude * sin^2(y * frequency), per channel): each element is
   activated once, where it is produced, and the output is written raw, activated, or both

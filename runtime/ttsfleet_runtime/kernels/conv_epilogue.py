@@ -7,7 +7,7 @@ round trip through memory. Here it is one kernel over the channels-last output
 [rows, N] (float32 math, one rounding per output): column j uses channel j % C of the
 activation, so the [B, T, s*Cout] output of a transposed convolution needs no reshape.
 
-On a CPU the codec does the same in torch (codec/convs.py, `_epilogue_torch`).
+On a CPU the codec does the same in torch (speech_tokenizer/rate12/convs.py, `_epilogue_torch`).
 """
 
 from __future__ import annotations

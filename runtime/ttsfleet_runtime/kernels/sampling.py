@@ -1,6 +1,6 @@
 """Sampling in one Triton kernel per call, without sorting the vocabulary.
 
-`engine.sampling.sample` sorts every row (a radix sort per call) to find the
+`model.sampling.sample` sorts every row (a radix sort per call) to find the
 top-k and top-p cuts, then runs a handful of elementwise kernels; a decode
 step samples 16 times. Here one program per row holds the row in registers
 and finds both cuts by bisection on an order-preserving 32-bit integer key of
@@ -16,9 +16,9 @@ That is the stable sort's rule ("keep the rank-r token iff r < k and the mass
 of the tokens ranked before it is < top_p", ties ranked by index), so the kept
 set is the sort's even with ties, which bf16 logits have plenty of. The
 kernel then takes argmax(x / t + Gumbel noise) over the kept set, with the
-noise bit-for-bit that of `engine.sampling.gumbel_noise` (the same 32-bit
+noise bit-for-bit that of `model.sampling.gumbel_noise` (the same 32-bit
 hash of seed, counter and vocabulary index). Given `seen` etc., it first
-applies `engine.sampling.first_code_logits`' processors, so the talker's
+applies `model.sampling.first_code_logits`' processors, so the talker's
 first code is one kernel too.
 
 Where the ids can differ from the sort's: equal scores (x / t + noise) pick
@@ -50,7 +50,7 @@ _PRECISE_LOG = os.environ.get("TRITON_INTERPRET", "0") != "1"
 
 @triton.jit
 def _mix32(x):
-    # engine.sampling._mix32 in uint32 arithmetic: products wrap mod 2^32,
+    # model.sampling._mix32 in uint32 arithmetic: products wrap mod 2^32,
     # which is what its int64 `& 0xFFFFFFFF` computes; >> is a logical shift.
     x = x ^ (x >> 16)
     x = x * 0x45D9F3B
@@ -116,7 +116,7 @@ def _sample_kernel(
     valid = idx < V
     x = tl.load(logits_ptr + row * stride_lb + idx * stride_lv, mask=valid, other=0.0)
     x = x.to(tl.float32)
-    if PROCESS:  # engine.sampling.first_code_logits, in its order
+    if PROCESS:  # model.sampling.first_code_logits, in its order
         seen = tl.load(seen_ptr + row * stride_nb + idx * stride_nv, mask=valid, other=0) != 0
         p = tl.load(penalty_ptr + row * stride_r).to(tl.float32)
         x = tl.where(seen, tl.where(x > 0, tl.div_rn(x, p), x * p), x)
@@ -204,7 +204,7 @@ def sample(
     too_early: torch.Tensor | None = None,  # [B] bool
     num_warps: int | None = None,
 ) -> torch.Tensor:
-    """-> sampled ids [B] (int64): `engine.sampling.sample(logits, ...)`, or with
+    """-> sampled ids [B] (int64): `model.sampling.sample(logits, ...)`, or with
     the processor arguments `sample(first_code_logits(logits, seen, penalty,
     suppressed, eos_only, too_early), ...)`. `num_warps` overrides the default
     launch width (for benchmarks)."""
@@ -259,7 +259,7 @@ def sample(
 
 def gumbel_noise(seed: torch.Tensor, counter: torch.Tensor, vocab: int) -> torch.Tensor:
     """The kernel's noise: [B] seeds, [B] draw counters -> float32 [B, vocab];
-    equal to `engine.sampling.gumbel_noise` (tests and benchmarks check it)."""
+    equal to `model.sampling.gumbel_noise` (tests and benchmarks check it)."""
     B = seed.shape[0]
     out = torch.empty(B, vocab, dtype=torch.float32, device=seed.device)
     block_v = triton.next_power_of_2(vocab)

@@ -30,7 +30,7 @@ all happen before any write of it (the one program owns that ring row), so n may
 M (offline decode runs chunks of 128 frames).
 
 `window_attention_torch` is the same computation in torch ops (CPU, eager, and parity
-tests); the codec picks between them (codec/transformer.py).
+tests); the codec picks between them (speech_tokenizer/rate12/transformer.py).
 """
 
 from __future__ import annotations

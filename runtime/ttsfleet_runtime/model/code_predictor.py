@@ -9,15 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import layers
 from .config import DecoderConfig
 from .layers import DecoderStack
+from .ops import EAGER, TalkerOps
 
 
 class CodePredictor(nn.Module):
-    def __init__(self, c: DecoderConfig, talker_hidden: int):
+    def __init__(self, c: DecoderConfig, talker_hidden: int, ops: TalkerOps = EAGER):
         super().__init__()
         self.config = c
+        self.ops = ops
         groups = c.num_code_groups - 1
         p = dict(requires_grad=False)
         # Embeddings of groups 1..15 in the talker's width (their sum feeds the talker).
@@ -27,7 +28,7 @@ class CodePredictor(nn.Module):
         self.projection = nn.Parameter(torch.empty(c.hidden_size, talker_hidden), **p)
         self.projection_bias = nn.Parameter(torch.zeros(c.hidden_size), **p)
         # Max positions: talker hidden + 15 codes.
-        self.stack = DecoderStack(c, max_positions=c.num_code_groups + 1)
+        self.stack = DecoderStack(c, c.num_code_groups + 1, ops)
         # Filled by `prepare`: embeddings already projected to the predictor's
         # width, so each of the 15 steps skips one matmul.
         self.register_buffer("codec_embedding_projected", torch.empty(0), persistent=False)
@@ -35,7 +36,7 @@ class CodePredictor(nn.Module):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         if not self.has_projection:
             return x
-        return layers.linear(x, self.projection, bias=self.projection_bias)
+        return self.ops.linear(x, self.projection, bias=self.projection_bias)
 
     @torch.no_grad()
     def prepare(self) -> None:
@@ -65,4 +66,4 @@ class CodePredictor(nn.Module):
 
     def logits(self, group: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of code group `group` (1..15) from the predictor's hidden state."""
-        return layers.linear(hidden, self.lm_head[group - 1])
+        return self.ops.linear(hidden, self.lm_head[group - 1])

@@ -18,19 +18,25 @@ Two paths:
   of row b lives in block table[b, p // PAGE] at offset p % PAGE.
 
 The decode path is six calls per layer of three operations (below), each with an
-eager torch definition here. `engine/fusion.py` rebinds them on the GPU to
-Triton kernels (`ttsfleet_runtime/kernels`) that fuse the norms, the
-activation and the residual adds into the matrix products and the KV write
-into RoPE: six kernels per layer instead of ~18.
+eager torch definition here. The layers call them through the `TalkerOps` they are
+given (`model/ops.py`): these definitions, or on the GPU Triton kernels
+(`ttsfleet_runtime/kernels`) that fuse the norms, the activation and the residual adds
+into the matrix products and the KV write into RoPE: six kernels per layer instead of
+~18.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import DecoderConfig
+
+if TYPE_CHECKING:
+    from .ops import TalkerOps
 
 
 def rms_norm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -52,12 +58,6 @@ def qk_norm_rope_eager(q, k, q_weight, k_weight, cos, sin, eps: float):
 def silu_mul_eager(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
-
-
-# Rebound to Triton kernels by engine.fusion.enable() (GPU).
-rms_norm = rms_norm_eager
-qk_norm_rope = qk_norm_rope_eager
-silu_mul = silu_mul_eager
 
 
 class RotaryTable(nn.Module):
@@ -111,10 +111,13 @@ def linear_eager(
     norm_weight: torch.Tensor | None = None,
     eps: float = 1e-6,
     gated: bool = False,
+    rms_norm=rms_norm_eager,
+    silu_mul=silu_mul_eager,
 ) -> torch.Tensor:
     """A matrix product with what surrounds it in a layer: the input is
     rms_norm(x) (`norm_weight`) or silu(gate) * up (`gated`); the output gets
-    `bias` and `residual` added."""
+    `bias` and `residual` added. `rms_norm` and `silu_mul`: the fused operations'
+    products that cuBLAS runs pass the row kernels (model/ops.py)."""
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps)
     if gated:
@@ -154,7 +157,7 @@ def qk_norm_rope_write_eager(
     q, k, v = qkv.split([H * d, K * d, K * d], dim=-1)
     c = cos[positions].to(qkv.dtype)[:, None, None]  # [B, 1, 1, d]
     s = sin[positions].to(qkv.dtype)[:, None, None]
-    q, k = qk_norm_rope(q.view(B, 1, H, d), k.view(B, 1, K, d), q_weight, k_weight, c, s, eps)
+    q, k = qk_norm_rope_eager(q.view(B, 1, H, d), k.view(B, 1, K, d), q_weight, k_weight, c, s, eps)
     rows, at = cache_index(positions, block_table, page)
     k_cache[rows, :, at] = k[:, :, 0]
     v_cache[rows, :, at] = v.view(B, K, d)
@@ -175,15 +178,10 @@ def decode_attention_eager(q, k_cache, v_cache, lengths, block_table=None):
     return out.reshape(B, H, d)
 
 
-# The decode path's operations; engine/fusion.py rebinds them on the GPU.
-linear = linear_eager
-qk_norm_rope_write = qk_norm_rope_write_eager
-decode_attention = decode_attention_eager
-
-
 class DecoderLayer(nn.Module):
-    def __init__(self, c: DecoderConfig):
+    def __init__(self, c: DecoderConfig, ops: TalkerOps):
         super().__init__()
+        self.ops = ops
         self.heads = c.num_attention_heads
         self.kv_heads = c.num_key_value_heads
         self.head_dim = c.head_dim
@@ -209,9 +207,9 @@ class DecoderLayer(nn.Module):
         B, T, _ = x.shape
         d, H, K = self.head_dim, self.heads, self.kv_heads
         eps = self.eps
-        qkv = linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
+        qkv = self.ops.linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
         q, k, v = qkv.split([H * d, K * d, K * d], dim=-1)
-        q, k = qk_norm_rope(
+        q, k = self.ops.qk_norm_rope(
             q.view(B, T, H, d), k.view(B, T, K, d), self.q_norm, self.k_norm, cos, sin, eps
         )
         v = v.view(B, T, K, d).transpose(1, 2)
@@ -235,8 +233,8 @@ class DecoderLayer(nn.Module):
         are slot-major, or paged pools read through `block_table`."""
         B = x.shape[0]
         eps = self.eps
-        qkv = linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
-        q = qk_norm_rope_write(
+        qkv = self.ops.linear(x, self.qkv, norm_weight=self.input_norm, eps=eps)
+        q = self.ops.qk_norm_rope_write(
             qkv,
             self.q_norm,
             self.k_norm,
@@ -248,24 +246,27 @@ class DecoderLayer(nn.Module):
             eps,
             block_table=block_table,
         )
-        attn = decode_attention(q, k_cache, v_cache, lengths, block_table=block_table)
+        attn = self.ops.decode_attention(q, k_cache, v_cache, lengths, block_table=block_table)
         return self._output_and_mlp(x, attn.reshape(B, -1))
 
     def _output_and_mlp(self, x, attn) -> torch.Tensor:
         """The attention's output projection added to the residual stream x, then
         the MLP (its input norm and SiLU gate fused into the products) added too."""
-        x = linear(attn, self.o, residual=x)
-        gate_up = linear(x, self.gate_up, norm_weight=self.post_attention_norm, eps=self.eps)
-        return linear(gate_up, self.down, gated=True, residual=x)
+        x = self.ops.linear(attn, self.o, residual=x)
+        gate_up = self.ops.linear(
+            x, self.gate_up, norm_weight=self.post_attention_norm, eps=self.eps
+        )
+        return self.ops.linear(gate_up, self.down, gated=True, residual=x)
 
 
 class DecoderStack(nn.Module):
     """Layers + final norm over a caller-owned KV cache [layers, B, K, L, d]."""
 
-    def __init__(self, c: DecoderConfig, max_positions: int):
+    def __init__(self, c: DecoderConfig, max_positions: int, ops: TalkerOps):
         super().__init__()
         self.config = c
-        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.ops = ops
+        self.layers = nn.ModuleList(DecoderLayer(c, ops) for _ in range(c.num_hidden_layers))
         self.norm = nn.Parameter(torch.ones(c.hidden_size), requires_grad=False)
         self.rope = RotaryTable(c.head_dim, c.rope_theta, max_positions)
 
@@ -281,7 +282,7 @@ class DecoderStack(nn.Module):
             mask = packed_causal_mask(segments)
         for i, layer in enumerate(self.layers):
             x = layer.prefill(x, cos, sin, k_cache[i], v_cache[i], mask)
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)
+        return self.ops.rms_norm(x, self.norm, self.config.rms_norm_eps)
 
     def decode(self, x, positions, k_cache, v_cache, block_table=None) -> torch.Tensor:
         """x [B, hidden], row b at position positions[b] (its cache holds
@@ -291,7 +292,7 @@ class DecoderStack(nn.Module):
         lengths = positions + 1
         for i, layer in enumerate(self.layers):
             x = layer.decode(x, positions, lengths, cos, sin, k_cache[i], v_cache[i], block_table)
-        return rms_norm(x, self.norm, self.config.rms_norm_eps)
+        return self.ops.rms_norm(x, self.norm, self.config.rms_norm_eps)
 
 
 def packed_causal_mask(segments: torch.Tensor) -> torch.Tensor:

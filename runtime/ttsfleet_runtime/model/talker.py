@@ -7,15 +7,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import layers
 from .config import TalkerConfig
 from .layers import DecoderStack
+from .ops import EAGER, TalkerOps
 
 
 class Talker(nn.Module):
-    def __init__(self, c: TalkerConfig, max_positions: int):
+    def __init__(self, c: TalkerConfig, max_positions: int, ops: TalkerOps = EAGER):
         super().__init__()
         self.config = c
+        self.ops = ops
         p = dict(requires_grad=False)
         self.codec_embedding = nn.Parameter(torch.empty(c.vocab_size, c.hidden_size), **p)
         self.text_embedding = nn.Parameter(torch.empty(c.text_vocab_size, c.text_hidden_size), **p)
@@ -24,7 +25,7 @@ class Talker(nn.Module):
         self.text_fc2 = nn.Parameter(torch.empty(c.hidden_size, c.text_hidden_size), **p)
         self.text_fc2_bias = nn.Parameter(torch.zeros(c.hidden_size), **p)
         self.codec_head = nn.Parameter(torch.empty(c.vocab_size, c.hidden_size), **p)
-        self.stack = DecoderStack(c, max_positions)
+        self.stack = DecoderStack(c, max_positions, ops)
 
     def text_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """Text token ids [..., T] -> talker-width embeddings [..., T, hidden]."""
@@ -32,8 +33,8 @@ class Talker(nn.Module):
 
     def project_text(self, x: torch.Tensor) -> torch.Tensor:
         """Text embeddings [..., text hidden] (rows of `text_embedding`) -> [..., hidden]."""
-        h = F.silu(layers.linear(x, self.text_fc1, bias=self.text_fc1_bias))
-        return layers.linear(h, self.text_fc2, bias=self.text_fc2_bias)
+        h = F.silu(self.ops.linear(x, self.text_fc1, bias=self.text_fc1_bias))
+        return self.ops.linear(h, self.text_fc2, bias=self.text_fc2_bias)
 
     def codec_hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.codec_embedding)
@@ -50,4 +51,4 @@ class Talker(nn.Module):
         return self.stack.decode(x, positions, k_cache, v_cache, block_table)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return layers.linear(hidden, self.codec_head)
+        return self.ops.linear(hidden, self.codec_head)

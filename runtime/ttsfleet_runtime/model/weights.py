@@ -15,6 +15,7 @@ import torch
 from .code_predictor import CodePredictor
 from .config import TalkerConfig, TTSConfig
 from .layers import DecoderStack, RotaryTable
+from .ops import EAGER, TalkerOps
 from .talker import Talker
 from .tensor_layout import tensor_shapes
 
@@ -121,7 +122,10 @@ def load_model(
     dtype: str = "bfloat16",
     max_positions: int = 4096,
     progress: Callable[[str], None] | None = None,
+    ops: TalkerOps = EAGER,
 ) -> LoadedModel:
+    """The checkpoint's talker and code predictor on `device`, calling `ops` (eager
+    torch, or the fused kernels: model/ops.py)."""
     say = progress or log.info
     path = resolve_checkpoint(str(model))
     config = TTSConfig.from_file(path / "config.json")
@@ -144,7 +148,7 @@ def load_model(
     assert t.code_predictor is not None
     torch_dtype = DTYPES[dtype]
     with torch.device(device):
-        talker = Talker(t, max_positions).to(torch_dtype).eval()
+        talker = Talker(t, max_positions, ops).to(torch_dtype).eval()
         _rope_in_float32(talker.stack)
     with torch.no_grad():
         _fill_stack(talker.stack, tensors, "talker.model")
@@ -157,7 +161,7 @@ def load_model(
         talker.text_fc2_bias.copy_(tensors["talker.text_projection.linear_fc2.bias"])
     predictor = None
     if t.num_code_groups > 1:
-        predictor = _load_predictor(t, tensors, device, torch_dtype)
+        predictor = _load_predictor(t, tensors, device, torch_dtype, ops)
     say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
     return LoadedModel(path=path, config=config, talker=talker, predictor=predictor)
 
@@ -172,11 +176,15 @@ def _rope_in_float32(stack: DecoderStack) -> None:
 
 @torch.no_grad()
 def _load_predictor(
-    t: TalkerConfig, tensors: dict[str, torch.Tensor], device: str, dtype: torch.dtype
+    t: TalkerConfig,
+    tensors: dict[str, torch.Tensor],
+    device: str,
+    dtype: torch.dtype,
+    ops: TalkerOps,
 ) -> CodePredictor:
     assert t.code_predictor is not None
     with torch.device(device):
-        predictor = CodePredictor(t.code_predictor, t.hidden_size).to(dtype).eval()
+        predictor = CodePredictor(t.code_predictor, t.hidden_size, ops).to(dtype).eval()
         _rope_in_float32(predictor.stack)
     _fill_stack(predictor.stack, tensors, "talker.code_predictor.model")
     groups = t.code_predictor.num_code_groups - 1

@@ -59,8 +59,11 @@ def check_model(settings: ServerSettings) -> None:
 
 
 def build_engine(settings: ServerSettings):
-    from ..engine.tts_engine import TTSEngine  # torch: imported only when serving
+    from ..engine import process_switches  # torch: imported only when serving
+    from ..engine.tts_engine import TTSEngine
 
+    # Once, before the engine: process-wide, so not the engine's to set.
+    process_switches.set_for_serving(settings.device)
     dtype = settings.dtype or ("float32" if settings.device == "cpu" else "bfloat16")
     engine = TTSEngine.from_pretrained(
         settings.model,

@@ -13,17 +13,19 @@ reference's `chunked_decode`, which restarts with 25 frames of context every 300
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from . import convs
 from .config import CodecDecoderConfig, SpeechTokenizerConfig
 from .convs import (
+    EAGER,
     CausalConv1d,
     CausalTransposeConv1d,
     ConvNeXtBlock,
+    ConvRoute,
     DecoderBlock,
     SnakeBeta,
     State,
@@ -37,15 +39,22 @@ CHECKPOINT_PREFIX = "decoder."
 
 
 class CodecDecoder(nn.Module):
-    def __init__(self, cfg: CodecDecoderConfig):
+    """`route`: what runs the convolutions (convs.py `ROUTES`; eager torch by default);
+    `attention`: the pre-transformer's attention forced to "kernel" or "torch" (None:
+    by device). Both this decoder's alone."""
+
+    def __init__(
+        self, cfg: CodecDecoderConfig, route: ConvRoute = EAGER, attention: str | None = None
+    ):
         super().__init__()
         self.config = cfg
+        self.route = route
         self.samples_per_frame = cfg.samples_per_frame
         self.quantizer = SplitResidualQuantizer(
             cfg.num_quantizers, cfg.num_semantic_quantizers, cfg.codebook_size, cfg.codebook_dim
         )
         self.pre_conv = CausalConv1d(cfg.codebook_dim, cfg.latent_dim, kernel_size=3)
-        self.pre_transformer = PreTransformer(cfg)
+        self.pre_transformer = PreTransformer(cfg, attention)
         self.upsample = nn.ModuleList(
             nn.ModuleList(
                 [
@@ -70,6 +79,14 @@ class CodecDecoder(nn.Module):
         for name, module in self.named_modules():
             if hasattr(module, "state_spec") or hasattr(module, "ring_spec"):
                 module.state_key = name
+
+    def on_route(self, route: ConvRoute) -> CodecDecoder:
+        """A decoder of these same modules and weights whose convolutions run on `route`:
+        a benchmark compares routes without loading the weights again. This one keeps
+        its own route."""
+        other = copy.copy(self)  # shares the modules, parameters and buffers
+        other.route = route
+        return other
 
     # ---------------------------------------------------------------- state
     def state_spec(self) -> StateSpec:
@@ -111,21 +128,22 @@ class CodecDecoder(nn.Module):
         `slots` [B] int64 names (None: rows 0..B-1, as `initial_state` makes them).
         """
         if slots is None:
-            slots = torch.arange(codes.shape[0], device=self._device())
+            slots = torch.arange(codes.shape[0], device=self.device)
         # Channels-last from here on: [B, samples, channels].
-        h = self.quantizer.decode(codes).to(self._dtype())
-        h, _ = convs.conv(self.pre_conv, h, state)
+        h = self.quantizer.decode(codes).to(self.dtype)
+        route = self.route
+        h, _ = route.conv(self.pre_conv, h, state)
         h = self.pre_transformer(h, state, slots)
         for transposed, convnext in self.upsample:
-            h, _ = convs.conv(transposed, h, state)
-            h = convnext(h, state)
+            h, _ = route.conv(transposed, h, state)
+            h = convnext(h, state, route)
         # Each convolution applies the activation its successor's input needs.
         first, *blocks, last_activation, last = self.decoder
-        _, h = convs.conv(first, h, state, activation=blocks[0].activation, emit_raw=False)
+        _, h = route.conv(first, h, state, activation=blocks[0].activation, emit_raw=False)
         followers = [b.activation for b in blocks[1:]] + [last_activation]
         heads = [None] * (len(blocks) - 1) + [last]  # the last block runs the last conv
         for block, follower, head in zip(blocks, followers, heads, strict=True):
-            h = block(h, state, follower, head)
+            h = block(h, state, follower, route, head)
         return h.clamp(-1.0, 1.0).squeeze(2).float()
 
     @torch.inference_mode()
@@ -136,7 +154,7 @@ class CodecDecoder(nn.Module):
         same as one pass.
         """
         state = self.initial_state(codes.shape[0])
-        codes = codes.to(self._device())
+        codes = codes.to(self.device)
         return torch.cat(
             [
                 self.step(codes[:, i : i + chunk_frames], state)
@@ -145,17 +163,24 @@ class CodecDecoder(nn.Module):
             dim=1,
         )
 
-    def _dtype(self) -> torch.dtype:
+    @property
+    def dtype(self) -> torch.dtype:
         return self.pre_conv.conv.weight.dtype
 
-    def _device(self) -> torch.device:
+    @property
+    def device(self) -> torch.device:
         return self.pre_conv.conv.weight.device
 
 
 def load_speech_tokenizer(
-    directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    directory: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    route: ConvRoute = EAGER,
+    attention: str | None = None,
 ) -> CodecDecoder:
-    """The decoder half of an official `speech_tokenizer/` folder (config.json + safetensors).
+    """The decoder half of an official `speech_tokenizer/` folder (config.json + safetensors),
+    its convolutions on `route` (see `CodecDecoder`).
 
     Encoder tensors (voice cloning) are present in the folder and ignored here.
     """
@@ -167,7 +192,7 @@ def load_speech_tokenizer(
     # would be arithmetic on meta tensors, whose first use imports Dynamo and Inductor
     # (3-4 s of a server's start; tests/codec/test_decoder_load.py).
     with torch.device(device):
-        decoder = CodecDecoder(cfg.decoder)
+        decoder = CodecDecoder(cfg.decoder, route, attention)
     tensors: dict[str, torch.Tensor] = {}
     for path in sorted(directory.glob("*.safetensors")):
         with safe_open(str(path), framework="pt", device=str(device)) as f:

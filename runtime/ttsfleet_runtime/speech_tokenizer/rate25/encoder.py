@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..model.speaker_encoder import mel_filterbank
+from ...model.speaker_encoder import mel_filterbank
 
 # Where the encoder's tensors live in the speech tokenizer's model.safetensors.
 ENCODER_PREFIX = "encoder.tokenizer."

@@ -3,8 +3,8 @@
 Upsampling transposed convolutions, each followed by residual blocks (AMP blocks) whose
 activations are SnakeBeta evaluated at twice the sample rate (anti-aliased: 2x upsample by
 a Kaiser-windowed sinc filter, activate, low-pass and 2x downsample). The SnakeBeta is the
-12 Hz codec's (codec/convs.py), applied to channels-first tensors through a transposed
-view.
+one both rates share (speech_tokenizer/snake_beta.py), applied to channels-first tensors
+through a transposed view.
 
 The network is not causal (centred convolutions, replicate-padded filters), but its
 receptive field is finite: `context_frames` bounds it in mel frames on each side, so a
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..codec.convs import SnakeBeta
+from ..snake_beta import SnakeBeta
 from .config import VocoderConfig
 
 ANTI_ALIAS_TAPS = 12

@@ -40,6 +40,7 @@ import dataclasses
 
 import torch
 
+from ..slots import SlotPool
 from .decoder import Decoder25Hz, DecoderVoice, SpeakerCondition
 
 NOISE_FRAMES = 30000  # 10 minutes of mel frames, as many as the reference draws
@@ -106,21 +107,23 @@ class StreamingDecoder25Hz:
             self.device, decoder.dtype
         )
         self._streams: dict[int, _Stream] = {}
-        self._free = list(range(max_streams - 1, -1, -1))
+        self._slots = SlotPool(max_streams, "25 Hz decoder")
         self._graphs: dict[int, object] = {}
 
     # ---------------------------------------------------------------- slots
     def open(self, voice: DecoderVoice | None) -> int:
-        if not self._free:
-            raise RuntimeError(f"all {self.max_streams} 25 Hz decoder slots are in use")
-        condition = self.decoder.condition(voice)  # before taking the slot: may raise
-        slot = self._free.pop()
+        slot = self._slots.take()  # a full decoder refuses before any conditioning work
+        try:
+            condition = self.decoder.condition(voice)
+        except BaseException:
+            self._slots.give_back(slot)
+            raise
         self._streams[slot] = _Stream(condition=condition, codes=[])
         return slot
 
     def close(self, slot: int) -> None:
+        self._slots.give_back(slot)
         del self._streams[slot]
-        self._free.append(slot)
 
     @property
     def active(self) -> int:

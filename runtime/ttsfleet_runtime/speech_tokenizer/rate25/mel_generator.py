@@ -26,8 +26,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..model.config import SpeakerEncoderConfig
-from ..model.speaker_encoder import SpeakerEncoder
+from ...model.config import SpeakerEncoderConfig
+from ...model.speaker_encoder import SpeakerEncoder
 from .config import MelGeneratorConfig
 
 FLOW_STEPS = 10

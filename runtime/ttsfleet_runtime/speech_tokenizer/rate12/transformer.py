@@ -9,7 +9,8 @@ the rest of it, which holds each stream's next frame position. Shapes are the sa
 every step (CUDA-graph friendly) and a chunk of any length continues a stream exactly.
 
 The attention itself is kernels/window_attention.py: the Triton kernel for CUDA tensors,
-its torch twin elsewhere (`use_attention` forces one, for parity tests).
+its torch twin elsewhere; a decoder made with `attention="kernel"` or `"torch"` forces one
+(parity tests), for that decoder only.
 """
 
 from __future__ import annotations
@@ -18,24 +19,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..kernels import row_ops
-from ..kernels.window_attention import window_attention, window_attention_torch
+from ...kernels import row_ops
+from ...kernels.window_attention import window_attention, window_attention_torch
 from .config import CodecDecoderConfig
 from .convs import State, StateSpec
 
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu}
 _ATTENTION = {"kernel": window_attention, "torch": window_attention_torch}
-# None: the kernel for CUDA tensors, torch ops elsewhere; else one of _ATTENTION forced.
-_attention_route: str | None = None
 
 
-def use_attention(route: str | None) -> None:
-    """Force the sliding-window attention to "kernel" (on the CPU: Triton's interpreter)
-    or "torch", for parity tests; None goes back to choosing by device."""
-    global _attention_route
+def check_attention(route: str | None) -> None:
+    """`route`: None (the kernel for CUDA tensors, torch ops elsewhere), or one of
+    `_ATTENTION` forced ("kernel" on the CPU runs in Triton's interpreter)."""
     if route is not None and route not in _ATTENTION:
         raise ValueError(f"unknown attention route {route!r}; expected one of {list(_ATTENTION)}")
-    _attention_route = route
 
 
 class RMSNorm(nn.Module):
@@ -101,8 +98,10 @@ class SlidingWindowAttention(nn.Module):
 
     state_key: str = ""
 
-    def __init__(self, cfg: CodecDecoderConfig):
+    def __init__(self, cfg: CodecDecoderConfig, attention: str | None = None):
         super().__init__()
+        check_attention(attention)
+        self.attention = attention
         self.n_heads = cfg.num_attention_heads
         self.n_kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
@@ -152,15 +151,15 @@ class SlidingWindowAttention(nn.Module):
         q, k = qk.split([self.n_heads, self.n_kv_heads], dim=1)
         v = qkv[:, self.n_heads + self.n_kv_heads :]
         ring = state[f"{self.state_key}.kv_ring"]
-        route = _attention_route or ("kernel" if x.is_cuda else "torch")
+        route = self.attention or ("kernel" if x.is_cuda else "torch")
         out = _ATTENTION[route](q, k, v, ring[:, 0], ring[:, 1], slots, start)  # [B, n, H, d]
         return self.o_proj(out.reshape(b, n, -1))
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, cfg: CodecDecoderConfig):
+    def __init__(self, cfg: CodecDecoderConfig, attention: str | None = None):
         super().__init__()
-        self.self_attn = SlidingWindowAttention(cfg)
+        self.self_attn = SlidingWindowAttention(cfg, attention)
         self.mlp = Mlp(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -181,10 +180,12 @@ class PreTransformer(nn.Module):
 
     state_key: str = ""
 
-    def __init__(self, cfg: CodecDecoderConfig):
+    def __init__(self, cfg: CodecDecoderConfig, attention: str | None = None):
         super().__init__()
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
-        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            TransformerLayer(cfg, attention) for _ in range(cfg.num_hidden_layers)
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.output_proj = nn.Linear(cfg.hidden_size, cfg.latent_dim)
         self.register_buffer(

@@ -26,8 +26,8 @@ import math
 
 import torch
 
-from ..kernels.host_copy import ids_on
-from . import convs
+from ...kernels.host_copy import ids_on
+from ..slots import SlotPool
 from .decoder import CodecDecoder
 
 
@@ -36,7 +36,7 @@ class StreamingCodec:
         self, decoder: CodecDecoder, max_streams: int, device: str | torch.device | None = None
     ):
         self.decoder = decoder
-        self.device = torch.device(device) if device is not None else decoder._device()
+        self.device = torch.device(device) if device is not None else decoder.device
         self.max_streams = max_streams
         self.samples_per_frame = decoder.samples_per_frame
         self.num_quantizers = decoder.config.num_quantizers
@@ -44,7 +44,7 @@ class StreamingCodec:
         self._layout: dict[str, tuple[torch.dtype, int, tuple[int, ...]]] = {}
         widths: dict[torch.dtype, int] = {}
         for key, (shape, kind) in decoder.state_spec().items():
-            dtype = kind or decoder._dtype()
+            dtype = kind or decoder.dtype
             self._layout[key] = (dtype, widths.get(dtype, 0), shape)
             widths[dtype] = widths.get(dtype, 0) + math.prod(shape)
         # One extra row: the scratch slot that pads a batch up to a captured bucket.
@@ -55,7 +55,7 @@ class StreamingCodec:
         }
         self._rings = {
             key: torch.zeros(
-                (max_streams + 1, *shape), dtype=kind or decoder._dtype(), device=self.device
+                (max_streams + 1, *shape), dtype=kind or decoder.dtype, device=self.device
             )
             for key, (shape, kind) in decoder.ring_spec().items()
         }
@@ -63,17 +63,14 @@ class StreamingCodec:
         # multi-tensor call.
         buffers = (*self._state.values(), *self._rings.values())
         self._slot_rows = [[rows[slot] for rows in buffers] for slot in range(max_streams)]
-        self._free = list(range(max_streams - 1, -1, -1))  # pop() hands out 0 first
-        self._open: set[int] = set()
+        self._slots = SlotPool(max_streams, "codec")
         self._graphs: dict[tuple[int, int], _CapturedStep] = {}
         self._graph_pool = None  # one memory pool for every graph, whenever captured
 
     # ---------------------------------------------------------------- slots
     def open(self) -> int:
         """A slot for a new stream, its state reset to the start of a stream."""
-        if not self._free:
-            raise RuntimeError(f"all {self.max_streams} codec slots are in use")
-        slot = self._free.pop()
+        slot = self._slots.take()
         # The rings too: a young stream masks out the entries before its first frame, and
         # masked entries must be finite (0 x NaN is NaN) whatever the last stream left.
         # One call for all the buffers' rows: a `zero_()` per buffer made the codec thread
@@ -81,16 +78,14 @@ class StreamingCodec:
         # 160 req/s on the H100 it waited to take it back in 39% of its active samples,
         # most of them here (git show 7d79071:bench/results/README.md, session 13, call 8).
         torch._foreach_zero_(self._slot_rows[slot])
-        self._open.add(slot)
         return slot
 
     def close(self, slot: int) -> None:
-        self._open.remove(slot)
-        self._free.append(slot)
+        self._slots.give_back(slot)
 
     @property
     def active(self) -> int:
-        return len(self._open)
+        return self._slots.taken
 
     @property
     def state_bytes_per_stream(self) -> int:
@@ -100,7 +95,7 @@ class StreamingCodec:
     # ---------------------------------------------------------------- decode
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """Next frames of the streams in `slots`: codes [B, n, 16] -> float32 [B, n*1920]."""
-        if len(set(slots)) != len(slots) or not self._open.issuperset(slots):
+        if len(set(slots)) != len(slots) or not self._slots.holds(slots):
             raise ValueError(f"slots must be distinct open slots, got {slots}")
         q = self.num_quantizers
         if codes.dim() != 3 or codes.shape[0] != len(slots) or codes.shape[2] != q:
@@ -153,7 +148,7 @@ class StreamingCodec:
         # served 4x worse on them): on a cuDNN route each capture's warm-up times the
         # candidates once per shape, as the benchmarks measured. The other routes' few
         # cuDNN calls (depthwise) keep the heuristics: timing costs ~0.1 s per shape.
-        with torch.backends.cudnn.flags(enabled=True, benchmark=convs.times_cudnn()):
+        with torch.backends.cudnn.flags(enabled=True, benchmark=self.decoder.route.times_cudnn):
             for frames in sorted(frame_counts, reverse=True):
                 for batch in sorted(batch_sizes, reverse=True):  # largest first: sizes the pool
                     if (batch, frames) in self._graphs:
@@ -164,6 +159,12 @@ class StreamingCodec:
 
     def has_graph(self, batch: int, frames: int) -> bool:
         return (batch, frames) in self._graphs
+
+    def replay_graph(self, batch: int, frames: int) -> None:
+        """Replay the captured graph of (batch, frames) on the inputs its last `decode`
+        left, advancing nothing a caller reads: the step's device time alone, without
+        the upload and the output copy around it (benchmarks)."""
+        self._graphs[(batch, frames)].graph.replay()
 
     def _graph_for(self, batch: int, frames: int) -> _CapturedStep | None:
         sizes = [b for (b, n) in self._graphs if n == frames and b >= batch]

@@ -10,21 +10,23 @@ single call on fresh state.
 Activations are [B, T, C] (channels-last) throughout: the time axis grows 1920-fold and
 the GPU kernels read a sample's channels as one contiguous row, with no transposes.
 
-Every convolution goes through `conv(layer, x, state, ...)`, which also adds the residual
-and applies the activation that the *next* convolution's input needs (SnakeBeta), so the
-GPU computes each activation once, right after the convolution. `conv` is `conv_eager`
-(torch, the reference; CPU and the parity tests) until `use(route)` rebinds it (a GPU
-server: the `codec_conv_route` setting) to one of `ROUTES`: the Triton implicit-GEMM
-kernel with the epilogue inside (`conv_kernel`, kernels/conv1d.py), cuDNN on
-channels-last tensors (`conv_cudnn`), or one cuBLAS matrix product over every stream's
-input windows (`conv_gemm`), the last two with a fused epilogue kernel
-(kernels/conv_epilogue.py); "routed" picks the Triton kernel or the matrix product per
-call by its shape (`route_for`). `use_eager()` puts it back. Where a route gives both
+Every convolution goes through its decoder's `ConvRoute` (`route.conv(layer, x, state,
+...)`), which also adds the residual and applies the activation that the *next*
+convolution's input needs (SnakeBeta), so the GPU computes each activation once, right
+after the convolution. The decoder is given its route when it is made and hands it down
+each call; nothing here is process-wide. `EAGER` is `conv_eager` (torch, the reference;
+CPU and the parity tests); a GPU server takes the `codec_conv_route` setting's of
+`ROUTES`: the Triton implicit-GEMM kernel with the epilogue inside (`conv_kernel`,
+kernels/conv1d.py), cuDNN on channels-last tensors (`conv_cudnn`), or one cuBLAS matrix
+product over every stream's input windows (`conv_gemm`), the last two with a fused
+epilogue kernel (kernels/conv_epilogue.py); "routed" picks the Triton kernel or the
+matrix product per call by its shape (`route_for`). Where a route gives both
 convolutions of a residual unit to the Triton kernel, the unit is one launch instead
 (`residual_unit_kernel`, kernels/residual_unit.py), and the decoder's last unit takes its
 head, the convolution to the waveform, along (`residual_unit_head_kernel`). ConvNeXt's
-depthwise convolutions run on a Triton kernel on every route but eager (`depthwise`).
-All keep the same state: the tail of each convolution's (activated) input.
+depthwise convolutions run on a Triton kernel on every route but eager
+(`ConvRoute.depthwise`). All keep the same state: the tail of each convolution's
+(activated) input.
 
 Module and parameter names follow the official checkpoint (`conv.weight`, `alpha`,
 `dwconv`, `pwconv1`, ...) so its safetensors load as they are; the layouts the kernels
@@ -33,8 +35,13 @@ read are derived from them whenever they are loaded.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import torch
 from torch import nn
+
+from ..snake_beta import SnakeBeta
 
 State = dict[str, torch.Tensor]
 # Per-stream state layout: key -> (shape, dtype); dtype None means the model's dtype.
@@ -100,7 +107,7 @@ class CausalConv1d(Stateful):
         # The Triton kernels' layout [taps, Cin per group, Cout] (dense or depthwise, else
         # None) and cuDNN's channels-last [Cout, Cin, 1, taps] (dense only); a convolution
         # to one channel (the decoder's head) also [Cin, taps], its taps as the columns of
-        # one product (kernels/residual_unit.py `residual_unit_head`).
+        # one product (kernels/residual_unit_head.py).
         self.register_buffer("kernel_weight", None, persistent=False)
         self.register_buffer("kernel_bias", None, persistent=False)
         self.register_buffer("cudnn_weight", None, persistent=False)
@@ -170,32 +177,6 @@ class CausalTransposeConv1d(Stateful):
         return y[..., start : start + n_out].transpose(1, 2)
 
 
-class SnakeBeta(nn.Module):
-    """x + 1/exp(beta) * sin^2(x * exp(alpha)), per channel (log-scale parameters), on
-    channels-last input.
-
-    The per-channel factors are derived from the parameters once, whenever they are
-    loaded, not on every call.
-    """
-
-    def __init__(self, channels: int):
-        super().__init__()
-        self.alpha = nn.Parameter(torch.zeros(channels))
-        self.beta = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("frequency", torch.empty(channels), persistent=False)
-        self.register_buffer("inverse_magnitude", torch.empty(channels), persistent=False)
-        self.derive_factors()
-        self.register_load_state_dict_post_hook(lambda module, _: module.derive_factors())
-
-    @torch.no_grad()
-    def derive_factors(self) -> None:
-        self.frequency = torch.exp(self.alpha.detach())
-        self.inverse_magnitude = 1.0 / (torch.exp(self.beta.detach()) + 1e-9)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(x, self.inverse_magnitude, torch.sin(x * self.frequency).square())
-
-
 ConvLayer = CausalConv1d | CausalTransposeConv1d
 
 
@@ -237,7 +218,7 @@ def conv_kernel(
 ) -> ConvOut:
     """conv_eager on the Triton kernel (kernels/conv1d.py): one launch, then the new
     history as a view of x (or a small concatenation)."""
-    from ..kernels import conv1d
+    from ...kernels import conv1d
 
     history = state[layer.state_key] if layer.context else None
     raw, act = conv1d.causal_conv1d(
@@ -270,7 +251,7 @@ def residual_unit_kernel(
 ) -> ConvOut:
     """A residual unit's two conv_kernel calls as one launch (kernels/residual_unit.py:
     conv1's activated output never goes to memory); the same state, conv1's input tail."""
-    from ..kernels.residual_unit import residual_unit
+    from ...kernels.residual_unit import residual_unit
 
     raw, act = residual_unit(
         *_unit_arguments(unit, x, x_act, state, next_activation),
@@ -313,10 +294,10 @@ def residual_unit_head_kernel(
     head: CausalConv1d,
 ) -> torch.Tensor:
     """The last residual unit, the activation after it and the head (the convolution to
-    the waveform) in two launches (kernels/residual_unit.py `residual_unit_head`: the
-    unit's output never goes to memory); returns the head's output [B, T, 1]. The same
-    state: conv1's input tail and the head's."""
-    from ..kernels.residual_unit import residual_unit_head
+    the waveform) in two launches (kernels/residual_unit_head.py: the unit's output never
+    goes to memory); returns the head's output [B, T, 1]. The same state: conv1's input
+    tail and the head's."""
+    from ...kernels.residual_unit_head import residual_unit_head
 
     y, head_tail = residual_unit_head(
         *_unit_arguments(unit, x, x_act, state, next_activation),
@@ -398,7 +379,7 @@ def _epilogue(
     activation in one fused kernel on a GPU (kernels/conv_epilogue.py), in torch on a CPU."""
     if not y.is_cuda:
         return _epilogue_torch(y, residual, activation, emit_raw)
-    from ..kernels.conv_epilogue import snake_epilogue
+    from ...kernels.conv_epilogue import snake_epilogue
 
     return snake_epilogue(
         y,
@@ -440,51 +421,11 @@ def conv_routed(
     return chosen(layer, x, state, residual=residual, activation=activation, emit_raw=emit_raw)
 
 
-# A residual unit whose two convolutions the bound route puts on the Triton kernel runs
-# as one launch (`residual_unit_kernel`) where its width fits one tile; benchmarks turn
-# this off to time the two calls.
-FUSE_RESIDUAL_UNITS = True
-
-
-def fuses_residual_unit(channels: int, samples: int) -> bool:
-    """Whether a residual unit of `channels` with `samples` input samples a stream runs as
-    one launch: the bound route gives both its convolutions (same samples, same shapes
-    but taps) to the Triton kernel, and the width fits (kernels/residual_unit.py)."""
-    if not FUSE_RESIDUAL_UNITS:
-        return False
-    if conv is conv_routed:
-        on_kernel = route_for(samples) == "triton"
-    else:
-        on_kernel = conv is conv_kernel
-    if not on_kernel:
-        return False
-    from ..kernels.residual_unit import MAX_CHANNELS
-
-    return channels <= MAX_CHANNELS
-
-
-def fuses_head(channels: int, samples: int, head: CausalConv1d) -> bool:
-    """Whether the last residual unit (`channels`, `samples` a stream) runs with the head
-    after it (`residual_unit_head_kernel`): the unit runs as one launch, and the head is a
-    dense undilated convolution to one channel whose history those samples cover."""
-    from ..kernels.residual_unit import HEAD_COLUMNS
-
-    return (
-        fuses_residual_unit(channels, samples)
-        and head.tap_columns is not None
-        and head.dilation == 1
-        and 2 <= head.tap_columns.shape[1] <= HEAD_COLUMNS.value
-        and samples >= head.context
-    )
-
-
-def depthwise(layer: CausalConv1d, x: torch.Tensor, state: State) -> torch.Tensor:
-    """A depthwise causal convolution (ConvNeXt's): torch's on the eager route, on every
-    other one a launch of kernels/conv1d.py's depthwise kernel, which reads the history
-    where it is (torch's needs it concatenated with x first: two launches and a copy)."""
-    if conv is conv_eager:
-        return conv_eager(layer, x, state)[0]
-    from ..kernels.conv1d import depthwise_causal_conv1d
+def _depthwise_kernel(layer: CausalConv1d, x: torch.Tensor, state: State) -> torch.Tensor:
+    """A depthwise causal convolution on kernels/conv1d.py's depthwise kernel, which reads
+    the history where it is (torch's needs it concatenated with x first: two launches and
+    a copy)."""
+    from ...kernels.conv1d import depthwise_causal_conv1d
 
     y = depthwise_causal_conv1d(
         x,
@@ -497,35 +438,75 @@ def depthwise(layer: CausalConv1d, x: torch.Tensor, state: State) -> torch.Tenso
     return y
 
 
+@dataclasses.dataclass(frozen=True)
+class ConvRoute:
+    """What runs a decoder's convolutions: `conv` for every dense one (one of the `conv_*`
+    functions above), and the choices that follow from it. Immutable, given to a
+    `CodecDecoder` when it is made, so two decoders in one process may take two routes.
+    `fuse_residual_units` False times a residual unit as its two calls (benchmarks)."""
+
+    name: str
+    conv: Callable[..., ConvOut]
+    fuse_residual_units: bool = True
+
+    @property
+    def times_cudnn(self) -> bool:
+        """Whether dense convolutions go to cuDNN, whose algorithm choice needs benchmark
+        mode on these shapes (the capture turns it on only then: timing the candidates
+        costs ~0.1 s per new shape)."""
+        return self.conv is conv_cudnn
+
+    def fuses_residual_unit(self, channels: int, samples: int) -> bool:
+        """Whether a residual unit of `channels` with `samples` input samples a stream
+        runs as one launch: the route gives both its convolutions (same samples, same
+        shapes but taps) to the Triton kernel, and the width fits
+        (kernels/residual_unit.py)."""
+        if not self.fuse_residual_units:
+            return False
+        if self.conv is conv_routed:
+            on_kernel = route_for(samples) == "triton"
+        else:
+            on_kernel = self.conv is conv_kernel
+        if not on_kernel:
+            return False
+        from ...kernels.residual_unit import MAX_CHANNELS
+
+        return channels <= MAX_CHANNELS
+
+    def fuses_head(self, channels: int, samples: int, head: CausalConv1d) -> bool:
+        """Whether the last residual unit (`channels`, `samples` a stream) runs with the
+        head after it (`residual_unit_head_kernel`): the unit runs as one launch, and the
+        head is a dense undilated convolution to one channel whose history those samples
+        cover."""
+        from ...kernels.residual_unit_head import HEAD_COLUMNS
+
+        return (
+            self.fuses_residual_unit(channels, samples)
+            and head.tap_columns is not None
+            and head.dilation == 1
+            and 2 <= head.tap_columns.shape[1] <= HEAD_COLUMNS.value
+            and samples >= head.context
+        )
+
+    def depthwise(self, layer: CausalConv1d, x: torch.Tensor, state: State) -> torch.Tensor:
+        """A depthwise causal convolution (ConvNeXt's): torch's on the eager route, the
+        Triton kernel's on every other one."""
+        if self.conv is conv_eager:
+            return conv_eager(layer, x, state)[0]
+        return _depthwise_kernel(layer, x, state)
+
+
 ROUTES = {
-    "eager": conv_eager,
-    "triton": conv_kernel,
-    "cudnn": conv_cudnn,
-    "gemm": conv_gemm,
-    "routed": conv_routed,
+    name: ConvRoute(name, conv)
+    for name, conv in {
+        "eager": conv_eager,
+        "triton": conv_kernel,
+        "cudnn": conv_cudnn,
+        "gemm": conv_gemm,
+        "routed": conv_routed,
+    }.items()
 }
-
-# Every dense convolution of the decoder calls this name; use() rebinds it.
-conv = conv_eager
-
-
-def use(route: str) -> None:
-    """Bind every dense convolution of the decoder to one route of `ROUTES` (the
-    benchmark compares them; the engine binds the `codec_conv_route` setting's)."""
-    global conv
-    conv = ROUTES[route]
-
-
-def times_cudnn() -> bool:
-    """Whether the bound route gives dense convolutions to cuDNN, whose algorithm choice
-    needs benchmark mode on these shapes (the capture turns it on only then: timing
-    the candidates costs ~0.1 s per new shape)."""
-    return conv is conv_cudnn
-
-
-def use_eager() -> None:
-    """Undo use(): torch convolutions (the reference)."""
-    use("eager")
+EAGER = ROUTES["eager"]
 
 
 class ConvNeXtBlock(nn.Module):
@@ -538,8 +519,8 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, state: State) -> torch.Tensor:
-        h = depthwise(self.dwconv, x, state)
+    def forward(self, x: torch.Tensor, state: State, route: ConvRoute) -> torch.Tensor:
+        h = route.depthwise(self.dwconv, x, state)
         h = self.pwconv2(self.act(self.pwconv1(self.norm(h))))
         return x + self.gamma * h
 
@@ -562,12 +543,13 @@ class ResidualUnit(nn.Module):
         state: State,
         next_activation: SnakeBeta,
         emit_raw: bool,
+        route: ConvRoute,
     ) -> ConvOut:
         """(x, act1(x)) -> (output if emit_raw, next_activation(output))."""
-        if fuses_residual_unit(x.shape[2], x.shape[1]):
+        if route.fuses_residual_unit(x.shape[2], x.shape[1]):
             return residual_unit_kernel(self, x, x_act, state, next_activation, emit_raw)
-        _, h_act = conv(self.conv1, x_act, state, activation=self.act2, emit_raw=False)
-        return conv(
+        _, h_act = route.conv(self.conv1, x_act, state, activation=self.act2, emit_raw=False)
+        return route.conv(
             self.conv2,
             h_act,
             state,
@@ -600,19 +582,20 @@ class DecoderBlock(nn.Module):
         x_act: torch.Tensor,
         state: State,
         next_activation: SnakeBeta,
+        route: ConvRoute,
         head: CausalConv1d | None = None,
     ) -> torch.Tensor:
         """activation(x) -> next_activation(block output), or with a `head` (the decoder's
         last convolution) head(next_activation(block output)), in one pass with the last
         unit where the route allows (`fuses_head`)."""
         units = list(self.block[2:])
-        x, x_act = conv(self.block[1], x_act, state, activation=units[0].act1)
+        x, x_act = route.conv(self.block[1], x_act, state, activation=units[0].act1)
         for i, unit in enumerate(units):
             last = i == len(units) - 1
             follower = next_activation if last else units[i + 1].act1
-            if last and head is not None and fuses_head(x.shape[2], x.shape[1], head):
+            if last and head is not None and route.fuses_head(x.shape[2], x.shape[1], head):
                 return residual_unit_head_kernel(unit, x, x_act, state, follower, head)
-            x, x_act = unit(x, x_act, state, follower, emit_raw=not last)
+            x, x_act = unit(x, x_act, state, follower, emit_raw=not last, route=route)
         if head is not None:
-            return conv(head, x_act, state)[0]
+            return route.conv(head, x_act, state)[0]
         return x_act

@@ -1,0 +1,2 @@
+"""The speech tokenizers: codes to audio (and a recording to codes), one subpackage per
+frame rate."""
