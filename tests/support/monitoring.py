@@ -4,7 +4,6 @@ walking. The real Prometheus server is support.prometheus."""
 from __future__ import annotations
 
 import pathlib
-import types
 
 import promql_parser
 import yaml
@@ -48,17 +47,17 @@ class _OneGpu:
 
 def runtime_metric_names() -> set[str]:
     """Every series name the runtime server exposes (GPU gauges included)."""
+    from ttsfleet_runtime.engine.api import EngineStats
     from ttsfleet_runtime.metrics import RuntimeMetrics
 
-    stats = types.SimpleNamespace(
+    # The engine's own stats type: a field the engine adds is there with its default.
+    stats = EngineStats(
         queue_depth=0,
         active=0,
+        max_batch=1,
+        max_queue=1,
         frames_total=0,
-        kv_cache_used_bytes=0,
-        kv_cache_total_bytes=0,
         min_lead_s=0.5,  # a stream is playing: the lead gauge is exposed
-        underrun_steps_total=0,
-        prefill_deferred_total=0,
         busy_seconds={"decode": 0.0},
         startup_seconds={"total": 1.0},
     )
