@@ -5,9 +5,12 @@ a speech request and of a one-shot clone."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import subprocess
 
 import httpx
 import numpy as np
+import pytest
 
 from support.live_server import API_KEY, SHORT_AUDIO_S, auth
 from support.voice_uploads import recording
@@ -78,3 +81,21 @@ def one_shot(reference: bytes = b"", **fields) -> dict:
         "consent": True,
         **fields,
     }
+
+
+@contextlib.contextmanager
+def tmpfs(mount_point, options: str):
+    """A tmpfs of `options` (e.g. "size=64k") mounted on the existing folder `mount_point`
+    for the block, unmounted after; the test is skipped where mounting is not allowed
+    (it needs root). A real full disk, not an injected error."""
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (it needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)

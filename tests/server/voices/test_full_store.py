@@ -5,15 +5,13 @@ its maxmemory (OOM)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import httpx
 import pytest
 
 from support.live_server import API_KEY, LiveServer, auth, metric_value
 from support.stand_in_engine import StandInEngine
 from support.voice_uploads import recording, upload
-from support.voices import clone_settings, store_voice
+from support.voices import clone_settings, store_voice, tmpfs
 from ttsfleet_runtime import metrics
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.auth import ApiKeys
@@ -25,15 +23,8 @@ def tiny_disk(tmp_path):
     """A 64 KiB tmpfs: a voice's profile fits, its reference audio does not."""
     mount = tmp_path / "tiny"
     mount.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (it needs root): {mounted.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    with tmpfs(mount, "size=64k,mode=0700"):
+        yield mount
 
 
 def test_a_full_voices_disk_refuses_the_upload_with_507_and_keeps_nothing(tiny_disk):

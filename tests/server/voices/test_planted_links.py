@@ -8,11 +8,10 @@ import json
 import os
 import subprocess
 
-import numpy as np
 import pytest
 
 from support.runtime import ttsfleet
-from support.voices import Clock
+from support.voices import Clock, store_voice, tmpfs
 from ttsfleet_runtime.server import errors
 from ttsfleet_runtime.server.voice_store_local import LocalVoiceStore
 
@@ -34,19 +33,6 @@ def store(tmp_path) -> LocalVoiceStore:
     return LocalVoiceStore(tmp_path / "voices")
 
 
-def add(store: LocalVoiceStore, owner: str = "tenant-a"):
-    return store.create(
-        pcm=np.full(24000, 0.1, dtype=np.float32),
-        sample_rate=24000,
-        name="n",
-        transcript="t",
-        language="auto",
-        owner=owner,
-        consent_statement="yes",
-        prompt=b"prompt",
-    )
-
-
 def untouched(folder) -> bool:
     return sorted(p.name for p in folder.iterdir()) == sorted(
         ["reference.wav", "profile.json", "prompt.npz", "consent.json", "secret"]
@@ -57,7 +43,7 @@ def test_erasing_a_voice_folder_that_is_a_link_removes_the_link_only(store, outs
     planted = store.root / "voice_00000000000000ee"
     planted.symlink_to(outside, target_is_directory=True)
     (outside / "profile.json").write_text(json.dumps({"owner": "tenant-a"}))
-    good = add(store)
+    good = store_voice(store)
     assert [v.id for v in store.list(None)] == [good.id]  # the link is no voice
     # A tenant's erasure goes by profiles it can read without following a link...
     assert [e.voice_id for e in store.erase_owner("tenant-a")] == [good.id]
@@ -70,7 +56,7 @@ def test_erasing_a_voice_folder_that_is_a_link_removes_the_link_only(store, outs
 
 
 def test_export_never_reads_through_a_planted_part(store, outside):
-    voice = add(store)
+    voice = store_voice(store)
     audio = store.root / voice.id / "reference.wav"
     audio.unlink()
     audio.symlink_to(outside / "secret")
@@ -94,7 +80,7 @@ def test_start_up_cleanup_removes_a_planted_staging_link_only(store, outside):
 
 
 def test_a_voice_whose_profile_is_unreadable_is_erased_by_id(store):
-    voice = add(store)
+    voice = store_voice(store)
     (store.root / voice.id / "profile.json").write_text("{not json")
     assert store.list(None) == []  # skipped...
     result = subprocess.run(
@@ -109,7 +95,7 @@ def test_a_voice_whose_profile_is_unreadable_is_erased_by_id(store):
 
 
 def test_a_profile_that_is_a_link_is_not_read(store, outside):
-    voice = add(store)
+    voice = store_voice(store)
     profile = store.root / voice.id / "profile.json"
     (outside / "profile.json").write_text(json.dumps({**voice.profile(), "owner": "tenant-b"}))
     profile.unlink()
@@ -126,20 +112,11 @@ def test_a_voice_that_cannot_be_erased_does_not_stop_the_sweep(tmp_path):
 
     clock = Clock()
     store = LocalVoiceStore(tmp_path / "voices", retention_s=DAY, clock=clock)
-    stuck, other = add(store), add(store, owner="tenant-b")
+    stuck, other = store_voice(store), store_voice(store, owner="tenant-b")
     mount_point = store.root / stuck.id / "mounted"
     mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (it needs root): {mounted.stderr.strip()}")
-    try:
+    with tmpfs(mount_point, "size=16k"):
         clock.advance(2 * DAY)
         assert [e.voice_id for e in store.erase_expired()] == [other.id]
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
     assert [e.voice_id for e in store.erase_expired()] == [stuck.id]
     assert list(store.root.iterdir()) == []
