@@ -16,6 +16,7 @@ def request(
     text: str = "Hello there, how are you today?",
     voice: str = "ryan",
     request_id: str = "",
+    sample_format: str = "f32",
     **params,
 ) -> SynthesisRequest:
     return SynthesisRequest(
@@ -24,6 +25,7 @@ def request(
         language="english",
         params=fixed_length(**params),
         request_id=request_id,
+        sample_format=sample_format,
     )
 
 

@@ -114,6 +114,8 @@ class _Stream:
                             np.arange(n * SAMPLES_PER_FRAME) + done * SAMPLES_PER_FRAME
                         ) / SAMPLE_RATE
                         pcm = (0.3 * np.sin(2 * np.pi * self.pitch_hz * t)).astype(np.float32)
+                        if self.request.sample_format == "s16":  # as the codec worker gives it
+                            pcm = np.frombuffer(api.to_s16le(pcm), "<i2").astype(np.int16)
                         done += n
                         engine._frames_total += n
                         self._chunks.put_nowait(

@@ -18,6 +18,10 @@ from typing import Literal, Protocol
 import numpy as np
 
 FinishReason = Literal["eos", "length", "cancelled", "error", "shutdown"]
+# The samples a request's chunks carry: "s16", signed 16-bit by `to_s16le`'s rule (what every
+# response format but Opus holds), or "f32", float32 in [-1, 1].
+SampleFormat = Literal["s16", "f32"]
+SAMPLE_FORMATS: tuple[SampleFormat, ...] = ("s16", "f32")
 
 
 class EngineError(Exception):
@@ -199,37 +203,58 @@ class SynthesisRequest:
     # take them from its stream, the request's decode steps pause (it keeps its slot);
     # they resume once the caller has taken half of it. None: never paused.
     buffer_s: float | None = None
+    # What `AudioChunk.pcm` holds. "s16" is made on the device for a whole batch of
+    # streams at once, so a server that sends 16-bit samples only copies bytes.
+    sample_format: SampleFormat = "f32"
+
+    def __post_init__(self) -> None:
+        if self.sample_format not in SAMPLE_FORMATS:
+            raise InvalidRequest(
+                f"sample_format must be one of {', '.join(SAMPLE_FORMATS)}, "
+                f"not {self.sample_format!r}",
+                param="sample_format",
+            )
 
 
 S16_FULL_SCALE = 32767.0  # float 1.0 as a signed 16-bit sample
 
 
 def to_s16le(pcm: np.ndarray) -> bytes:
-    """Float PCM as signed 16-bit little-endian samples, the samples of every output
-    format but Opus: clipped to [-1, 1], scaled by `S16_FULL_SCALE`, rounded half to
-    even. The codec worker applies the same rule on the device to streamed chunks
-    (`AudioChunk.pcm16`)."""
+    """PCM as signed 16-bit little-endian samples, the samples of every output format
+    but Opus. Float samples are clipped to [-1, 1], scaled by `S16_FULL_SCALE` and
+    rounded half to even; int16 ones are taken as they are. The codec worker applies
+    the same rule on the device for requests that ask for "s16" samples
+    (`SynthesisRequest.sample_format`)."""
+    if pcm.dtype == np.int16:
+        return pcm.astype("<i2", copy=False).tobytes()
     clipped = np.clip(np.asarray(pcm, dtype=np.float32), -1.0, 1.0)
     return (clipped * S16_FULL_SCALE).round().astype("<i2").tobytes()
 
 
+def to_float32(pcm: np.ndarray) -> np.ndarray:
+    """PCM as float32 samples in [-1, 1]: int16 ones scaled by `S16_FULL_SCALE`."""
+    if pcm.dtype == np.int16:
+        return pcm.astype(np.float32) / S16_FULL_SCALE
+    return np.asarray(pcm, dtype=np.float32)
+
+
 @dataclasses.dataclass(frozen=True)
 class AudioChunk:
-    """A piece of the waveform, in order. `pcm` is float32 mono in [-1, 1].
+    """A piece of the waveform, in order: mono samples in the format its request named
+    (`SynthesisRequest.sample_format`), float32 in [-1, 1] or int16.
 
-    `pcm16`, when the engine gives it, is the same audio by `to_s16le`'s rule, made on
-    the device for a whole batch of streams at once: the server's event loop then
-    only copies bytes. Converting each chunk there with numpy cost the loop a fifth of
-    its busy time at 120 req/s on the H100, and its numpy calls released and re-took
-    the interpreter lock that the engine's threads wait for."""
+    The int16 samples are made on the device for a whole batch of streams at once, by
+    `to_s16le`'s rule: the server's event loop then only copies bytes. Converting each
+    chunk there with numpy cost the loop a fifth of its busy time at 120 req/s on the
+    H100, and its numpy calls released and re-took the interpreter lock that the
+    engine's threads wait for. Only the format asked for crosses from the device."""
 
-    pcm: np.ndarray
+    pcm: np.ndarray  # float32 or int16, by the request's sample_format
     sample_rate: int
     index: int  # 0-based chunk number within the stream
     frames: int  # codec frames this chunk covers
     t_admitted: float  # time.monotonic() when the request entered a batch slot
     t_emitted: float  # time.monotonic() when this chunk was handed out
-    pcm16: np.ndarray | None = None  # int16, as many samples as `pcm`
 
     @property
     def duration_s(self) -> float:
@@ -237,9 +262,11 @@ class AudioChunk:
 
     def s16le(self) -> bytes:
         """The chunk as signed 16-bit little-endian samples (`to_s16le`)."""
-        if self.pcm16 is not None:
-            return self.pcm16.astype("<i2", copy=False).tobytes()
         return to_s16le(self.pcm)
+
+    def float32(self) -> np.ndarray:
+        """The chunk as float32 samples in [-1, 1] (`to_float32`)."""
+        return to_float32(self.pcm)
 
 
 class AudioStream(Protocol):

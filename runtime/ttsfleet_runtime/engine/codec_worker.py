@@ -65,7 +65,7 @@ import torch
 
 from ..kernels.host_copy import to_host
 from ..speech_tokenizer.protocol import DecodedAudio, FrameDecoder
-from .api import S16_FULL_SCALE, AudioChunk, FinishReason
+from .api import S16_FULL_SCALE, AudioChunk, FinishReason, SampleFormat
 from .isolation import together_else_alone
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ class CodecStream:
     stream: object  # its EngineStream: the worker delivers chunks and ends to it
     voice: object  # its VoicePrompt: the decoder's conditioning (25 Hz)
     t_admitted: float | None
+    sample_format: SampleFormat = "f32"  # what its chunks carry (`SynthesisRequest`)
 
 
 @dataclasses.dataclass
@@ -272,17 +273,20 @@ class CodecWorker:
         # A stream that failed here, or one the engine ended at once (a cancel, a
         # failure elsewhere): its chunks until the engine's end are nobody's audio.
         jobs = [j for j in jobs if not (self._state(j.request).failed or j.request.stream.ended)]
-        audio: dict[int, _HostAudio] = {}
+        audio: dict[int, np.ndarray] = {}
 
         def decode(some: list[ChunkJob]) -> None:
             audio.update(zip(map(id, some), self._decode_together(n, some), strict=True))
 
         def finish(some: list[ChunkJob]) -> None:
-            rest = _on_host(self.codec.finish([self._state(job.request).slot for job in some]))
+            rest = _on_host(
+                self.codec.finish([self._state(job.request).slot for job in some]),
+                [job.request.sample_format for job in some],
+            )
             for job, tail in zip(some, rest, strict=True):
                 self._state(job.request).slot = None  # finish closed it
                 if len(tail):
-                    audio[id(job)] = audio[id(job)].then(tail)
+                    audio[id(job)] = np.concatenate([audio[id(job)], tail])
 
         decoded = together_else_alone(jobs, decode, self._decode_failed, "batched codec decode")
         ending = [job for job in decoded if job.last]
@@ -314,7 +318,7 @@ class CodecWorker:
         request.stream.end("error")
         self.on_failure(request.key)
 
-    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> list[_HostAudio]:
+    def _decode_together(self, n: int, jobs: list[ChunkJob]) -> list[np.ndarray]:
         """One decoder call over `jobs`' chunks -> each one's audio on the host."""
         states = [self._state(job.request) for job in jobs]
         for job, state in zip(jobs, states, strict=True):
@@ -327,9 +331,10 @@ class CodecWorker:
                 [np.concatenate([j.codes, j.codes[-1:].repeat(n - len(j.codes), 0)]) for j in jobs]
             )
         )
-        return _on_host(self.codec.decode([state.slot for state in states], codes))
+        decoded = self.codec.decode([state.slot for state in states], codes)
+        return _on_host(decoded, [job.request.sample_format for job in jobs])
 
-    def _deliver(self, n: int, decoded: list[tuple[ChunkJob, _HostAudio]]) -> None:
+    def _deliver(self, n: int, decoded: list[tuple[ChunkJob, np.ndarray]]) -> None:
         now = time.monotonic()
         spf = self.codec.timing.samples_per_frame
         for job, pcm in decoded:
@@ -350,8 +355,7 @@ class CodecWorker:
                 continue  # nothing final yet: these frames go with the next chunk
             stream.deliver(
                 AudioChunk(
-                    pcm=pcm.f32,
-                    pcm16=pcm.s16,
+                    pcm=pcm,
                     sample_rate=self.sample_rate,
                     index=stream.chunks_delivered,
                     frames=stream.frames_decoded - stream.frames_delivered,
@@ -373,42 +377,35 @@ def _urgency(group: tuple[int, list[ChunkJob]]) -> tuple[bool, int]:
     return (not first_audio, frames)
 
 
-@dataclasses.dataclass(frozen=True)
-class _HostAudio:
-    """A stream's audio on the host: float32, and the same as int16 (`api.to_s16le`'s
-    rule, applied on the device). Slices and joins keep the two aligned."""
-
-    f32: np.ndarray
-    s16: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.f32)
-
-    def __getitem__(self, cut: slice) -> _HostAudio:
-        return _HostAudio(self.f32[cut], self.s16[cut])
-
-    def then(self, more: _HostAudio) -> _HostAudio:
-        return _HostAudio(
-            np.concatenate([self.f32, more.f32]), np.concatenate([self.s16, more.s16])
-        )
-
-
-def _on_host(decoded: DecodedAudio) -> list[_HostAudio]:
-    """Each stream's audio of one decoder call on the host: one conversion to int16 for
-    the whole batch on the device, then one copy back of both."""
+def _on_host(decoded: DecodedAudio, formats: list[SampleFormat]) -> list[np.ndarray]:
+    """Each stream's audio of one decoder call on the host, in the sample format its
+    request named (`formats`, one per stream): int16 is made on the device for the whole
+    batch at once, and one copy brings back only the formats some stream asked for."""
     if not any(decoded.lengths):
-        empty = _HostAudio(np.zeros(0, np.float32), np.zeros(0, np.int16))
-        return [empty for _ in decoded.lengths]
+        return [np.zeros(0, _NUMPY_TYPES[fmt]) for fmt in formats]
     samples = decoded.samples.float().contiguous()
-    s16 = samples.clamp(-1.0, 1.0).mul_(S16_FULL_SCALE).round_().to(torch.int16)
-    # The float32 samples travel as int16 pairs beside them: one copy, one wait.
+    wanted = set(formats)
+    # Both formats in one copy (one wait): the float32 samples travel as int16 pairs.
+    parts = []
+    if "f32" in wanted:
+        parts.append(samples.view(torch.int16))
+    if "s16" in wanted:
+        parts.append(samples.clamp(-1.0, 1.0).mul_(S16_FULL_SCALE).round_().to(torch.int16))
+    host = to_host(torch.cat(parts) if len(parts) > 1 else parts[0]).numpy()
     n = samples.shape[0]
-    both = to_host(torch.cat([samples.view(torch.int16), s16])).numpy()
-    f32, s16_host = both[: 2 * n].view(np.float32), both[2 * n :]
-    cuts = np.cumsum(decoded.lengths[:-1])
+    by_format = {}
+    if "f32" in wanted:
+        by_format["f32"] = host[: 2 * n].view(np.float32)
+    if "s16" in wanted:
+        by_format["s16"] = host[-n:]
+    bounds = np.cumsum([0, *decoded.lengths])
     return [
-        _HostAudio(a, b) for a, b in zip(np.split(f32, cuts), np.split(s16_host, cuts), strict=True)
+        by_format[fmt][start:stop]
+        for fmt, start, stop in zip(formats, bounds[:-1], bounds[1:], strict=True)
     ]
+
+
+_NUMPY_TYPES = {"f32": np.float32, "s16": np.int16}
 
 
 def prime_pieces(frames: int, buckets: tuple[int, ...]) -> list[tuple[int, int]]:

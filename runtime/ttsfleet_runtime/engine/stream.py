@@ -24,7 +24,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 
-from .api import AudioChunk, EngineError, FinishReason
+from .api import AudioChunk, EngineError, FinishReason, SampleFormat
 
 
 class EngineStream:
@@ -35,8 +35,10 @@ class EngineStream:
         cancel: Callable[[object], None],
         pace: Callable[[object, bool], None] | None = None,
         buffer_s: float | None = None,
+        sample_format: SampleFormat = "f32",
     ):
         self.request_id = request_id
+        self.sample_format = sample_format  # what its chunks carry (in each codec job: CodecStream)
         self._loop = loop
         self._cancel = cancel  # the engine's: cancel(seq)
         self._pace = pace  # the engine's: pace(seq, paused)

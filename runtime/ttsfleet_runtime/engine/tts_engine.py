@@ -332,7 +332,14 @@ class TTSEngine:
             text, later = TextFeed(self.builder.text_ids), []
         loop = asyncio.get_running_loop()
         request_id = request.request_id or uuid.uuid4().hex
-        stream = EngineStream(request_id, loop, self._cancel, self.core.pace, request.buffer_s)
+        stream = EngineStream(
+            request_id,
+            loop,
+            self._cancel,
+            self.core.pace,
+            request.buffer_s,
+            request.sample_format,
+        )
         seed = params.seed if params.seed is not None else secrets.randbits(31)
         seq = Sequence(
             request_id,

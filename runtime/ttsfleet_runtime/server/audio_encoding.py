@@ -1,4 +1,8 @@
-"""Float PCM from the engine -> the bytes of each response format.
+"""PCM from the engine -> the bytes of each response format.
+
+The engine gives each request's audio in the sample format `sample_format` names for
+its response format: int16 for all but Opus (made on the device, so the bytes are
+only copied here), float32 for Opus, which libopus encodes from float.
 
 Whole files carry exact sizes in their headers. Streamed responses are encoded
 chunk by chunk as audio arrives:
@@ -19,7 +23,7 @@ import struct
 
 import numpy as np
 
-from ..engine.api import AudioChunk, to_s16le
+from ..engine.api import AudioChunk, SampleFormat, to_float32, to_s16le
 
 CONTENT_TYPES = {
     "wav": "audio/wav",
@@ -35,6 +39,11 @@ _SNDFILE_FORMATS = {"flac": ("FLAC", "PCM_16"), "opus": ("OGG", "OPUS")}
 MP3_BITRATE_KBPS = 64
 
 _UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def sample_format(fmt: str) -> SampleFormat:
+    """The samples the engine should give for response format `fmt`."""
+    return "f32" if fmt == "opus" else "s16"
 
 
 def supported_formats() -> tuple[str, ...]:
@@ -140,7 +149,7 @@ class StreamEncoder:
 
     def encode(self, chunk: AudioChunk) -> bytes:
         if self._ogg is not None:
-            self._ogg.write(np.asarray(chunk.pcm, dtype=np.float32))
+            self._ogg.write(chunk.float32())
             return self._sink.take()
         samples = chunk.s16le()
         if self._mp3 is not None:
@@ -177,8 +186,8 @@ def encode_file(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
 
         container, subtype = _SNDFILE_FORMATS[fmt]
         out = io.BytesIO()
-        soundfile.write(
-            out, np.asarray(pcm, dtype=np.float32), sample_rate, format=container, subtype=subtype
-        )
+        # int16 samples go in as they are (FLAC's PCM_16 keeps them exactly).
+        samples = pcm if pcm.dtype == np.int16 else to_float32(pcm)
+        soundfile.write(out, samples, sample_rate, format=container, subtype=subtype)
         return out.getvalue()
     raise ValueError(f"unknown response format {fmt!r}")

@@ -203,6 +203,7 @@ async def create_speech(body: SpeechRequest, request: Request):
         language=body.language,
         sampling=body.sampling_overrides(),
         request_id=state["request_id"],
+        sample_format=audio_encoding.sample_format(body.response_format),
     )
     utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
     headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}

@@ -270,6 +270,7 @@ class _Session:
             language=c.language,
             sampling=c.sampling_overrides(),
             request_id=f"{self.request_id}.{self.count}",
+            sample_format="s16",  # the session's audio is pcm_s16le
         )
 
     async def _next_message(self, current) -> dict | None:
@@ -376,7 +377,7 @@ class _Session:
                             "type": "audio",
                             "utterance": self.count,
                             "index": index,
-                            "samples": len(chunk.pcm),
+                            "samples": len(pcm) // 2,
                             "t_ms": round((time.monotonic() - submitted) * 1000, 1),
                         },
                     )

@@ -252,6 +252,7 @@ class Synthesizer:
         language: str,
         sampling: dict,
         request_id: str,
+        sample_format: api.SampleFormat,
     ) -> api.SynthesisRequest:
         if isinstance(text, str) and len(text) > self.max_input_chars:
             raise errors.invalid_request(
@@ -271,6 +272,7 @@ class Synthesizer:
             params=params,
             request_id=request_id,
             buffer_s=self.stream_buffer_s,
+            sample_format=sample_format,
         )
 
     def submit(self, request: api.SynthesisRequest, received_at: float) -> Utterance:
