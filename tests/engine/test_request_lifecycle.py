@@ -58,7 +58,9 @@ class Engine:
     def plan_and_prefill(self) -> list[Sequence]:
         planned = self.scheduler.plan().prefill
         for seq in planned:
-            self.scheduler.prefilled(seq, PROMPT)
+            if self.scheduler.prefilled(seq, PROMPT):
+                # Its text is whole: the engine hands the runner all of it, its end too.
+                self.scheduler.text_handed(seq, len(seq.text.ids), final=True)
         return planned
 
     def step(self, next_codes: dict[str, int] | None = None):
@@ -93,7 +95,6 @@ def sequence(name: str, frames: int = 50, later_pieces=()) -> Sequence:
         prompt_length=PROMPT,
     )
     seq.text.refresh()
-    seq.text_final = True  # the engine has handed all its text to the runner
     return seq
 
 
@@ -121,6 +122,20 @@ def test_a_request_lives_from_add_to_release():
 
     engine.iteration()
     assert engine.reset_slots == [0] and engine.scheduler.kv.used == 0
+
+
+def test_a_streamed_text_steps_only_as_far_as_its_text_is_handed():
+    engine = Engine()
+    seq = sequence("a")
+    engine.inbox.add(seq)
+    engine.drain()
+    engine.scheduler.plan()
+    engine.scheduler.prefilled(seq, PROMPT)
+    engine.scheduler.text_handed(seq, 2, final=False)  # two trailing ids so far
+    assert engine.step().frames == 1 and engine.step().frames == 1
+    assert engine.step() is None  # frame 2 needs a third id: the row waits
+    engine.scheduler.text_handed(seq, 0, final=True)  # the text ended
+    assert engine.step().frames == 1 and seq.frames == 3
 
 
 def test_an_abort_while_waiting_ends_it_without_a_slot():

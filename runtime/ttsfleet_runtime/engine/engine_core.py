@@ -22,75 +22,51 @@ changes the scheduler, so that readers on other threads (stats, the queue bound
 at admission) see it whole; nothing else takes it to write.
 
 Failure isolation: one request must never end another. Each per-sequence
-phase (taking its text, its prefill, its codec decode) fails only that
-sequence. The batched decode step is retryable, because the runner commits a
-row's state only at the end of a successful step and the engine advances its
-host-side bookkeeping only after one: when a step raises, the rows are
-bisected (steps over halves of them) until the rows whose presence makes it
-fail are found; those end with "error", the others step on. Sampling noise is
-counter-based per row (sampling.py), so a row samples the same codes in any
-of these sub-steps as in the full one: a bystander's audio is identical to a
-run without the fault.
+phase (taking its text: text_intake.py, its prefill, its codec decode) fails
+only that sequence; a decode step that fails is bisected down to the rows that
+make it fail (step_launch.py).
+
+Beside the loop: the graphs captured while idle after ready (background_capture.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..model import ops as talker_ops
 from ..model.config import TTSConfig
 from ..model.prompt import PromptBuilder
-from ..model.text_tokenizer import InvalidText
 from ..model.weights import LoadedModel, load_model
 from ..speech_tokenizer.rate12 import convs as codec_convs
-from .api import EngineError, FinishReason, InvalidRequest
+from .api import EngineError, FinishReason
+from .background_capture import BackgroundCapture
 from .codec_worker import CodecStream, CodecWorker
 from .commands import CodecFailed, Inbox
 from .compile_cache import use_compile_cache
 from .frame_decoder import FrameDecoder, FrameTiming, load_frame_decoder
-from .graph_capture import buckets_after_ready, buckets_before_ready, prefill_buckets
+from .graph_capture import buckets_before_ready, prefill_buckets
 from .isolation import together_else_alone
 from .kv_blocks import KVBlocks
-from .model_runner import ModelRunner, StepOutput
+from .model_runner import ModelRunner
 from .prefill_rows import PREFILL_PROMPTS, Prompt, SlotParams
 from .scheduler import Scheduler, StepRules, failure
-from .sequence import Sequence, Status
+from .sequence import Sequence
 from .startup import StartupClock
+from .step_launch import StepInFlight, launch_isolating
+from .text_intake import TextIntake
 
 log = logging.getLogger(__name__)
 
 # The engine thread's phases (`EngineCore.busy_s`); the codec thread's time is
 # the codec worker's `busy_s`.
 BUSY_PHASES = ("plan", "prefill", "decode", "step_wait", "postprocess")
-
-
-@dataclasses.dataclass
-class StepInFlight:
-    """A decode step the engine launched and has not applied yet: its rows, and
-    its codes on the device's way to the host (`output`) or already there
-    (`codes`, `nxt`: a step bisected around a failing row, run and waited for)."""
-
-    rows: list[Sequence]
-    output: StepOutput | None
-    launched_at: float | None  # None: the bisected sub-steps, not one step's period
-    codes: np.ndarray | None = None
-    nxt: np.ndarray | None = None
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """(frame codes [extent, groups], next first codes [extent]) on the host."""
-        if self.output is not None:
-            codes, nxt = self.output.result()
-            return codes.numpy(), nxt.numpy()
-        return self.codes, self.nxt
 
 
 class EngineCore:
@@ -123,9 +99,7 @@ class EngineCore:
         self.path = path
         self.compile_cache_dir = compile_cache_dir
         self.startup = startup or StartupClock()
-        self._graphs_left = 0  # captured after ready (engine and codec thread together)
-        self._capture_runner_later = False
-        self._background_started = 0.0
+        self.background_capture = BackgroundCapture(self.startup)
         self.config = config
         self.builder = builder
         self.timing = timing
@@ -164,6 +138,7 @@ class EngineCore:
         # take it for a whole view (see the module's docstring).
         self.lock = threading.RLock()
         self.inbox = Inbox(self.scheduler, self.lock)  # commands from other threads
+        self.text_intake = TextIntake(self.scheduler, builder, max_text_tokens)
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -258,67 +233,12 @@ class EngineCore:
         self._thread.start()
 
     def start_background_capture(self) -> None:
-        """Once serving: capture the graphs the start left out, the decode and
-        prefill ones on the engine thread and the codec's on its thread, each
-        while it has nothing else to do, the largest bucket first (the codec's
-        at every frame count), then the others smallest first. Until then a
-        batch larger than every captured graph captures its own (decode,
-        prefill) or runs eagerly (codec). `capture_background` records how
-        long until the last one."""
-        if not self.runner.use_graphs:
-            return
-        codec = [
-            (batch, frames)
-            for batch in buckets_after_ready(self.runner.batch_buckets)
-            for frames in self.codec_worker.frame_buckets
-            if not self.codec.has_graph(batch, frames)
-        ]
-        runner = len(self.runner.graphs_left) if self.capture_all_graphs else 0
-        with self.lock:
-            self._graphs_left = runner + len(codec)
-            self._background_started = time.monotonic()
-        self._capture_runner_later = runner > 0
-        if codec:
-            self.codec_worker.capture_later(codec, self._graph_captured)
-        self._wake.set()
-
-    def _graph_captured(self) -> None:
-        with self.lock:
-            self._graphs_left -= 1
-            if self._graphs_left:
-                return
-        seconds = time.monotonic() - self._background_started
-        self.startup.after_ready("capture_background", seconds)
-
-    def _capture_while_idle(self) -> bool:
-        """Capture one decode or prefill graph left for after ready: True when
-        there was one."""
-        if not self._capture_runner_later:
-            return False
-        started = time.monotonic()
-        try:
-            captured = self.runner.capture_next()
-        except Exception:
-            # Steps replay a larger captured graph instead, or capture their own
-            # bucket's on first use: slower, still correct.
-            log.exception("capturing a graph after start-up failed; capturing no more")
-            captured = None
-        if captured is None:
-            self._capture_runner_later = False
-            return False
-        # A request that arrives now waits for this: the longest one bounds what the
-        # first requests after ready may wait.
-        log.debug(
-            "captured a graph after ready",
-            extra={
-                "worker": "engine",
-                "graph": captured[0],
-                "bucket": captured[1],
-                "seconds": round(time.monotonic() - started, 3),
-            },
+        """Once serving: capture the graphs the start left out, each thread while it
+        has nothing else to do (background_capture.py)."""
+        self.background_capture.start(
+            self.runner, self.codec, self.codec_worker, self.capture_all_graphs
         )
-        self._graph_captured()
-        return True
+        self._wake.set()
 
     def stop(self) -> None:
         """Stop the thread (callers first finish what is left); blocks until it ends."""
@@ -416,7 +336,7 @@ class EngineCore:
                         self.scheduler.finish(seq, "error", failure("the engine failed", exc))
                 self._hand_over_ends()
                 did_work = True
-            if not did_work and not self._capture_while_idle():
+            if not did_work and not self.background_capture.capture_one():
                 self._wake.wait(timeout=0.05)
                 self._wake.clear()
 
@@ -469,7 +389,9 @@ class EngineCore:
                 prefilled += more
         with self.lock:
             # A final text has nothing left to take.
-            self._take_texts([s for s in self.scheduler.running.values() if not s.text_final])
+            self.text_intake.take(
+                self.runner, [s for s in self.scheduler.running.values() if not s.text_final]
+            )
             rows, extent, live = self.scheduler.step_rows()
             starved = self.scheduler.kv_deadlock()
             if starved is not None:
@@ -491,7 +413,9 @@ class EngineCore:
         long texts. -> (sequences prefilled, the time it returns). Only their text
         is taken here: the running streams' is taken once, before the step's rows."""
         with self.lock:
-            self._take_texts(list(self.scheduler.waiting) + list(self.scheduler.refill))
+            self.text_intake.take(
+                self.runner, list(self.scheduler.waiting) + list(self.scheduler.refill)
+            )
             spare_s = self._sample_leads(time.monotonic())
             plan = self.scheduler.plan(spare_s)
             self.prefill_deferred += plan.deferred
@@ -567,74 +491,6 @@ class EngineCore:
         self.underrun_steps += least_lead is not None and least_lead < 0
         return least_spare
 
-    def _take_texts(self, seqs: list[Sequence]) -> None:
-        """Commit newly arrived text ids and hand the runner the
-        trailing ones, of every sequence in `seqs` in one call (`ModelRunner.set_texts`:
-        a call per sequence cost ~8 torch calls each); a failure here ends only the
-        sequence that causes it (a failed call is retried one sequence at a time)."""
-        taken: list[tuple[Sequence, list[int], int]] = []
-        for seq in seqs:
-            try:
-                new = self._commit_text(seq)
-            except InvalidText as exc:  # a streamed delta that is not valid Unicode
-                self.scheduler.finish(seq, "error", InvalidRequest(str(exc), param="text"))
-            except Exception as exc:
-                self._text_failed(seq, exc)
-            else:
-                if new:
-                    taken.append((seq, new, seq.text_sent))
-        sent = together_else_alone(
-            taken,
-            lambda some: self.runner.set_texts([(seq.slot, new, at) for seq, new, at in some]),
-            lambda item, exc: self._text_failed(item[0], exc),
-            "storing the text of several requests",
-        )
-        for seq, new, _ in sent:
-            seq.text_sent += len(new)
-
-    def _text_failed(self, seq: Sequence, exc: Exception) -> None:
-        self._end_failed(
-            seq, exc, "taking a request's text failed; ending it", "reading the text failed"
-        )
-
-    def _end_failed(self, seq: Sequence, exc: Exception, message: str, what: str) -> None:
-        """Log `message` with `exc`, and end `seq` with "error" (its error says
-        `what`) unless it has ended already."""
-        log.error(message, exc_info=exc, extra={"request_id": seq.request_id})
-        self.scheduler.finish(seq, "error", failure(what, exc))
-
-    def _commit_text(self, seq: Sequence) -> list[int]:
-        """`seq`'s trailing text ids not handed to the runner yet (none when it has
-        none, or is not running: it may be ended here)."""
-        if seq.text.refresh() and seq.text.error is not None:
-            self.scheduler.finish(seq, "error")
-            return []
-        if seq.finished:
-            return []
-        if len(seq.text.ids) > self.max_text_tokens:
-            # Only a streamed text can get here: a whole one is split to fit.
-            self.scheduler.finish(
-                seq,
-                "error",
-                InvalidRequest(
-                    f"a streamed utterance may hold at most {self.max_text_tokens} text tokens; "
-                    "end the utterance (flush) before sending more text",
-                    param="text",
-                ),
-            )
-            return []
-        if (
-            seq.slot is None
-            or seq.status is not Status.RUNNING
-            or seq.awaiting_prefill
-            or seq.text_final
-        ):
-            return []
-        stream = self.builder.text_stream(seq.voice, seq.text.ids, seq.text.closed)
-        trailing = stream[seq.voice.prompt_text_ids :]  # what the prompt did not take
-        seq.text_final = seq.text.closed
-        return trailing[seq.text_sent :]
-
     def _prefill(self, seqs: list[Sequence]) -> None:
         """Prefill the planned sequences' current pieces into their slots in one
         packed call. A failure ends only the sequences that cause it: building
@@ -667,7 +523,7 @@ class EngineCore:
                         codes = seq.voice.ref_codes.numpy()
                         self.codec_worker.prime(_codec_stream(seq), codes)
                     started.append(seq)
-            self._take_texts(started)
+            self.text_intake.take(self.runner, started)
 
     def _prompt(self, seq: Sequence) -> Prompt:
         p = seq.params
@@ -690,21 +546,11 @@ class EngineCore:
         return Prompt(seq.slot, embeds, params)
 
     def _prefill_failed(self, seq: Sequence, exc: Exception) -> None:
+        log.error(
+            "prefill failed; ending the request", exc_info=exc, extra={"request_id": seq.request_id}
+        )
         with self.lock:
-            self._end_failed(seq, exc, "prefill failed; ending the request", "prefill failed")
-
-    def _launch(self, rows: list[Sequence], extent: int, live: int) -> StepOutput:
-        """Launch one decode step advancing `rows` (see `ModelRunner.launch_decode`)."""
-        active = [False] * extent
-        for seq in rows:
-            active[seq.slot] = True
-        return self.runner.launch_decode(extent, active, live)
-
-    def _step(self, rows: list[Sequence], extent: int, live: int) -> tuple[np.ndarray, np.ndarray]:
-        """One decode step advancing `rows`, waited for -> (frame codes [extent,
-        groups], next first codes [extent]) on the host."""
-        codes, nxt = self._launch(rows, extent, live).result()
-        return codes.numpy(), nxt.numpy()
+            self.scheduler.finish(seq, "error", failure("prefill failed", exc))
 
     def _others_in_batch(self, rows: list[Sequence]) -> bool:
         """Whether the batch holds occupied rows besides `rows` (not runnable now)."""
@@ -713,71 +559,24 @@ class EngineCore:
         return occupied > len(rows)
 
     def _launch_isolating(self, rows: list[Sequence], extent: int, live: int) -> StepInFlight:
-        """The decode step over `rows`, launched; when launching raises, the rows
-        that make it fail are found by bisection (steps over halves of them,
-        waited for), those end with "error" and the rest step. A failure that
-        surfaces only when the results are read (`StepInFlight.result`) is the
-        device's, not a row's: an asynchronous CUDA error leaves the context
-        unusable, so the loop's fault path ends every stream."""
-        try:
-            return StepInFlight(rows, self._launch(rows, extent, live), time.monotonic())
-        except Exception as exc:
-            log.warning(
-                "decode step failed; isolating the requests that cause it",
-                extra={"rows": len(rows), "error": repr(exc)},
-            )
-            first_failure = exc
-        stepped: list[Sequence] = []
-        culprits: list[tuple[Sequence, Exception]] = []
-        codes = np.zeros((extent, self.runner.groups), dtype=np.int64)
-        nxt = np.zeros(extent, dtype=np.int64)
-
-        def attempt(group: list[Sequence]) -> None:
-            # A row stepped in an earlier attempt sits one position further on;
-            # as a bystander now it still writes there, which must be in view.
-            length = live + 1 if stepped else live
-            try:
-                group_codes, group_nxt = self._step(group, extent, length)
-            except Exception as exc:
-                if len(group) == 1:
-                    culprits.append((group[0], exc))
-                    return
-                half = len(group) // 2
-                attempt(group[:half])
-                attempt(group[half:])
-                return
-            for seq in group:
-                codes[seq.slot] = group_codes[seq.slot]
-                nxt[seq.slot] = group_nxt[seq.slot]
-            stepped.extend(group)
-
-        if len(rows) == 1:
-            # Nothing to bisect: the step's own exception is this row's (an
-            # OOM must stay recognisable as one to the server).
-            culprits.append((rows[0], first_failure))
-        else:
-            half = len(rows) // 2
-            attempt(rows[:half])
-            attempt(rows[half:])
-        if len(culprits) == len(rows) and (len(rows) > 1 or self._others_in_batch(rows)):
-            # No row is to blame: each fails alone, so the fault is the
-            # batch's (the device) or a row that is in it but never a
-            # candidate (a stalled text, one waiting to prefill its next
-            # piece). Nothing was stepped: hand it to the loop-fault path.
-            raise first_failure
+        """The decode step over `rows`, launched; the rows that make it fail end with
+        "error" (step_launch.py)."""
+        launched = launch_isolating(self.runner, rows, extent, live, self._others_in_batch)
         with self.lock:
-            for seq, exc in culprits:
+            for seq, exc in launched.culprits:
                 log.error(
                     "decode step fails with this request; ending it",
                     extra={"request_id": seq.request_id, "error": repr(exc)},
                 )
                 self.scheduler.finish(seq, "error", failure("generation failed", exc))
-        return StepInFlight(stepped, None, None, codes, nxt)
+        return launched.step
 
 
 def _codec_stream(seq: Sequence) -> CodecStream:
     """What the codec worker reads of `seq` (it never sees the Sequence itself)."""
-    return CodecStream(seq.key, seq.request_id, seq.stream, seq.voice, seq.t_admitted)
+    return CodecStream(
+        seq.key, seq.request_id, seq.stream, seq.voice, seq.t_admitted, seq.stream.sample_format
+    )
 
 
 def _engine_stream(device: str, high_priority: bool):

@@ -239,6 +239,12 @@ class Scheduler(Generic[S]):
         seq.awaiting_prefill = False
         return True
 
+    def text_handed(self, seq: Sequence, ids: int, final: bool) -> None:
+        """`ids` more trailing text ids of `seq`'s piece are in its runner row, and with
+        `final` the text's end: the frames it may step to follow (`runnable`)."""
+        seq.text_sent += ids
+        seq.text_final = final
+
     def finish(self, seq: Sequence, reason: FinishReason, error: EngineError | None = None) -> bool:
         """End `seq` now: out of the queue or its slot (free for the next plan), its
         end recorded for the engine (`take_ends`) and its slot and KV blocks for
