@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttsfleet_runtime.kernels.host_copy import ids_on
 from ttsfleet_runtime.model.prompt import PromptBuilder
 from ttsfleet_runtime.model.text_tokenizer import TextTokenizer
 from ttsfleet_runtime.model.weights import load_model
+from ttsfleet_runtime.transfers import ids_on
 
 
 @pytest.fixture(scope="module")

@@ -63,8 +63,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..kernels.host_copy import to_host
 from ..speech_tokenizer.protocol import DecodedAudio, FrameDecoder
+from ..transfers import to_host
 from .api import S16_FULL_SCALE, AudioChunk, FinishReason, SampleFormat
 from .isolation import together_else_alone
 

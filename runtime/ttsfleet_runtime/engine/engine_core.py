@@ -11,7 +11,7 @@ step's codes, applies them and launches the next step. Everything the engine
 thread sends the device goes down that one stream, so the device sees it in
 the order the thread issued it; what the thread must not do meanwhile is read
 the step's results early or reuse host memory a queued copy still reads
-(kernels/host_copy.py).
+(transfers.py).
 
 The async front end (tts_engine.py) and the codec worker only send commands
 (commands.py: add, abort, pause/resume, a codec failure) into `inbox`, which this thread

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from ..kernels.host_copy import to_device
 from ..model.config import TTSConfig
 from ..model.prompt import VoicePrompt
 from ..speech_tokenizer.protocol import DecodedAudio, FrameDecoder, FrameTiming
@@ -19,6 +18,7 @@ from ..speech_tokenizer.rate12.convs import EAGER as EAGER_CONVS
 from ..speech_tokenizer.rate12.convs import ConvRoute
 from ..speech_tokenizer.rate12.streaming import StreamingCodec
 from ..speech_tokenizer.rate25 import DecoderVoice, StreamingDecoder25Hz, read_config
+from ..transfers import to_device
 
 
 class Codec12Hz:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ..kernels.host_copy import array_to_device
+from ..transfers import array_to_device
 from .prefill_rows import ROWS_END
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from ..kernels.host_copy import array_to_device
 from ..model.config import DecoderConfig
+from ..transfers import array_to_device
 from .kv_blocks import SCRATCH_BLOCK, blocks_for
 
 

@@ -33,8 +33,8 @@ import threading
 import numpy as np
 import torch
 
-from ..kernels.host_copy import HostCopy, array_to_device, ids_on
 from ..model.weights import LoadedModel
+from ..transfers import HostCopy, array_to_device, ids_on
 from .frame_decoder import read_timing
 from .graph_capture import BATCH_BUCKETS, GraphCapture, prefill_buckets
 from .kv_blocks import BLOCK_POSITIONS, MIN_STREAM_SECONDS, blocks_for, stream_blocks

@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..kernels.host_copy import to_device, to_host
 from ..model.config import TTSConfig
 from ..model.speaker_encoder import load_speaker_encoder, min_samples
 from ..speech_tokenizer.rate12.encoder import load_codec_encoder
 from ..speech_tokenizer.rate25.encoder import DecoderVoiceExtractor, load_speech_encoder_25hz
+from ..transfers import to_device, to_host
 from .api import ClonedVoice, InvalidRequest
 from .resampling import resample
 
@@ -92,7 +92,7 @@ class VoiceEncoders:
         )
         for_codec = torch.from_numpy(at_codec_rate) if transcript is not None else None
         with self._lock, self.device_scope():
-            # Pinned copies (kernels/host_copy.py): a pageable one would wait behind
+            # Pinned copies (transfers.py): a pageable one would wait behind
             # the codec thread's copies in the driver's shared staging buffer.
             embedding = to_host(self.speaker.embed(to_device(for_speaker, self.device))).numpy()
             codes = None

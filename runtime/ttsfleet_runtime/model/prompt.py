@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from ..kernels.host_copy import ids_on, to_device
+from ..transfers import ids_on, to_device
 from .config import TTSConfig
 from .text_tokenizer import TextTokenizer
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..kernels.host_copy import to_device
+from ..transfers import to_device
 from .config import SpeakerEncoderConfig, TTSConfig
 from .weights import checkpoint_files
 

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from ...kernels.host_copy import ids_on
+from ...transfers import ids_on
 from ..slots import SlotPool
 from .decoder import CodecDecoder
 

@@ -1,4 +1,4 @@
-"""kernels.host_copy.PinnedStaging, the ring of pinned buffers small host -> device
+"""The host-device transfers (transfers.py): the ring of pinned buffers small host -> device
 copies go through. On a CPU the ring is unpinned and its events are recorded here, so
 the reuse rule (a buffer is refilled only after the transfer that read it) is tested
 without a GPU."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ttsfleet_runtime.kernels.host_copy import PinnedStaging, array_to_device, ids_on
+from ttsfleet_runtime.transfers import PinnedStaging, array_to_device, ids_on
 
 
 class RecordedEvent:
