@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from ttsfleet_runtime.bench.common import Budget, run_sections
+from ttsfleet_runtime.bench.common import Budget, run_sections, timed
 
 REPO = Path(__file__).resolve().parents[1]
 NAME_CHARS = 120
@@ -241,6 +241,78 @@ def codec_section(codec, B: int, n: int, args) -> dict:
             codec.close(slot)
 
 
+def codec25_section(codec, B: int, n: int, args) -> dict:
+    """The 25 Hz decoder as the codec worker calls it (`Codec25Hz.decode`; on a GPU with
+    the DiT's windows as the CUDA graph a server captures, the vocoder eager) for B
+    streams in steady state: each past its first block, every call `n` more codes a
+    stream (12: one DiT block each, what a running stream needs every 0.48 s of audio).
+    Then each stage alone at the call's shapes: the DiT windows (eager and graphed) and
+    the vocoder's windows (eager, as served; graphed: what a graph would save)."""
+    decoder = codec.decoder  # the StreamingDecoder25Hz
+    config = decoder.decoder.config.mel_generator
+    device, dtype = decoder.device, decoder.noise.dtype
+    if args.device == "cuda" and not codec.has_graph(B, n):
+        codec.capture([B], [n])
+    slots = [decoder.open(None) for _ in range(B)]
+    try:
+        first = torch.randint(0, config.num_embeds - 1, (B, 2 * decoder.block_codes, 1))
+        codec.decode(slots, first)  # the first blocks: every stream has history
+        step_codes = torch.randint(0, config.num_embeds - 1, (B, n, 1))
+        seconds = B * n / decoder.frame_rate  # audio a call makes, past the first block
+        r = dict(batch=B, codes_per_stream=n, audio_s_per_call=round(seconds, 3))
+        r["dit_graphed"] = codec.has_graph(B, n)
+        on_gpu = args.device == "cuda"
+        r |= profile_step(
+            lambda: codec.decode(slots, step_codes), args.device, args.iters, 2 if on_gpu else 1
+        )
+        r["audio_s_per_s"] = round(seconds / (r["eager_wall_ms"] / 1000), 3)
+        width = decoder.window_frames
+        dit_inputs = (
+            torch.randint(0, config.num_embeds - 1, (B, width // decoder.repeats), device=device),
+            torch.randn(B, width, config.mel_dim, device=device, dtype=dtype),
+            torch.zeros(B, config.enc_dim, device=device, dtype=dtype),
+            torch.zeros(B, config.enc_emb_dim, device=device, dtype=dtype),
+            torch.ones(B, width, dtype=torch.bool, device=device),
+        )
+        frames = decoder.vocoder_left + decoder.block_frames + decoder.vocoder_right
+        mel = torch.randn(B, frames, config.mel_dim, device=device, dtype=dtype)
+
+        def dit():
+            return decoder.decoder.dit.sample(*dit_inputs)
+
+        def vocoder():
+            return decoder.decoder.bigvgan(mel)
+
+        iters = max(3, args.iters) if on_gpu else args.iters  # a CPU call takes seconds
+        r["dit_windows_eager_ms"] = round(statistics.median(timed(dit, iters)), 3)
+        r["vocoder_eager_ms"] = round(statistics.median(timed(vocoder, iters)), 3)
+        r["window_frames"], r["vocoder_frames"] = width, frames
+        if on_gpu:
+            r["dit_windows_graph"] = graphed_ms(dit, args.replays // 10)
+            try:
+                r["vocoder_graph"] = graphed_ms(vocoder, args.replays // 10)
+            except Exception as e:  # what stands in the way of a graph is worth knowing
+                r["vocoder_graph"] = dict(error=repr(e)[:300])
+        return r
+    finally:
+        for slot in slots:
+            decoder.close(slot)
+
+
+def graphed_ms(fn: Callable[[], object], replays: int) -> dict:
+    """`fn` captured as a CUDA graph, its replays timed (`replay_ms`)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return replay_ms(graph.replay, max(10, replays))
+
+
 # ---------------------------------------------------------------- driver
 def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[tuple]):
     from ttsfleet_runtime.bench.common import ready_checkpoint
@@ -281,10 +353,16 @@ def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> No
     sections = [
         (f"decode_B{b}", lambda b=b: decode_section(engine.runner, b, args)) for b in decode_batches
     ]
-    sections += [
-        (f"codec_B{b}_n{n}", lambda b=b, n=n: codec_section(engine.codec.codec, b, n, args))
-        for b, n in codec_steps
-    ]
+    if args.tokenizer_rate == 25:
+        sections += [
+            (f"codec25_B{b}_n{n}", lambda b=b, n=n: codec25_section(engine.codec, b, n, args))
+            for b, n in codec_steps
+        ]
+    else:
+        sections += [
+            (f"codec_B{b}_n{n}", lambda b=b, n=n: codec_section(engine.codec.codec, b, n, args))
+            for b, n in codec_steps
+        ]
     with torch.inference_mode():
         run_sections(
             sections,
@@ -315,10 +393,19 @@ def row(section: dict) -> str:
     if "kernels_per_step" not in section:
         return section.get("error") or section.get("skipped") or "?"
     graph = section.get("graph_ms")
-    return (
+    line = (
         f"{section['kernels_per_step']:>8.0f} {ms(section['gpu_us_per_step']):>9.3f} "
         f"{section['distinct']:>8} {'-' if graph is None else f'{graph:.3f}':>9}"
     )
+    if "dit_windows_eager_ms" in section:  # a 25 Hz decoder call and its stages
+        line += (
+            f"  call {section['eager_wall_ms']:.1f} ms = {section['audio_s_per_s']} audio-s/s;"
+            f" alone: DiT {section['dit_windows_eager_ms']:.1f} ms"
+            f" (graph {section.get('dit_windows_graph', {}).get('graph_ms', '-')}),"
+            f" vocoder {section['vocoder_eager_ms']:.1f} ms"
+            f" (graph {section.get('vocoder_graph', {}).get('graph_ms', '-')})"
+        )
+    return line
 
 
 def table(results: dict) -> str:
@@ -343,7 +430,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     ap.add_argument("--batches", default="1,32,128", help="decode batch sizes")
-    ap.add_argument("--codec", default="1x1,1x8,32x8,128x8", help="codec steps, BxFRAMES")
+    ap.add_argument(
+        "--tokenizer-rate",
+        type=int,
+        choices=(12, 25),
+        default=12,
+        help="random checkpoints of this speech tokenizer rate (Hz); 25: the codec steps "
+        "profile the 25 Hz decoder in steady state (BxCODES a stream a call; 12 = a block)",
+    )
+    ap.add_argument("--codec", default=None, help="codec steps, BxFRAMES (default by rate)")
     ap.add_argument("--kv-len", type=int, default=256, help="occupied KV positions per row")
     ap.add_argument("--max-len", type=int, default=512, help="KV positions per slot")
     ap.add_argument("--iters", type=int, default=5, help="profiled steps")
@@ -351,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=500, help="skip sections after this")
     args = ap.parse_args(argv)
     args.budget = Budget(args.budget_s)
+    if args.codec is None:
+        args.codec = (
+            "1x12,8x12,32x12,64x12,128x12" if args.tokenizer_rate == 25 else "1x1,1x8,32x8,128x8"
+        )
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device: use --device cpu")

@@ -57,3 +57,27 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(tmp_path, tiny_c
     assert "--kv-len 600" in size["decode_B1"]["error"]
     assert size["codec_B1_n1"]["kernels_per_step"] > 0
     assert size["summary"]["kernels_per_step_b1"] is None
+
+
+def test_the_25hz_decoder_is_profiled_in_steady_state_with_its_stages(
+    tmp_path, tiny_25hz_custom_voice
+):
+    out, stdout = profile(
+        tmp_path,
+        tiny_25hz_custom_voice,
+        "--tokenizer-rate",
+        "25",
+        "--batches",
+        "1",
+        "--codec",
+        "2x12",
+    )
+    call = out["sizes"]["tiny"]["codec25_B2_n12"]
+    assert "error" not in call, call.get("traceback")
+    assert call["batch"] == 2 and call["codes_per_stream"] == 12
+    # One block of 12 codes a stream: 0.48 s of audio each, at 25 codes a second.
+    assert call["audio_s_per_call"] == 0.96
+    assert call["kernels_per_step"] > 10 and call["audio_s_per_s"] > 0
+    assert call["dit_windows_eager_ms"] > 0 and call["vocoder_eager_ms"] > 0
+    assert call["dit_graphed"] is False  # no graphs on the CPU
+    assert "codec25_B2_n12" in stdout and "audio-s/s" in stdout
