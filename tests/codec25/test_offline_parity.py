@@ -75,6 +75,49 @@ def test_vocoder_equals_reference(reference, decoder):
     torch.testing.assert_close(torch.stack(ours), expected, rtol=0, atol=1e-6)
 
 
+def test_the_fused_vocoder_sends_every_activation_through_the_kernel(
+    reference, speech_tokenizer_dir, monkeypatch
+):
+    # What a CUDA device runs: each anti-aliased activation as kernels.anti_aliased_snake,
+    # with its own filter and factors. The kernel itself is checked against the torch
+    # activation in tests/kernels (a whole vocoder is too slow in Triton's interpreter):
+    # here it is stood in for by the torch activation of the module it was called for.
+    from ttsfleet_runtime.kernels import anti_aliased_snake as kernel
+    from ttsfleet_runtime.speech_tokenizer.rate25 import load_speech_tokenizer_25hz
+    from ttsfleet_runtime.speech_tokenizer.rate25.vocoder import AntiAliasedSnake
+
+    fused = load_speech_tokenizer_25hz(speech_tokenizer_dir, fused_activations=True)
+    activations = [m for m in fused.bigvgan.modules() if isinstance(m, AntiAliasedSnake)]
+    assert activations and all(m.fused for m in activations)
+    by_factors = {id(m.act.frequency): m for m in activations}
+    called = []
+
+    def torch_activation(x, lowpass, frequency, inverse_magnitude):
+        module = by_factors[id(frequency)]
+        assert lowpass is module.lowpass and inverse_magnitude is module.act.inverse_magnitude
+        called.append(module)
+        module.fused = False
+        try:
+            return module(x)
+        finally:
+            module.fused = True
+
+    monkeypatch.setattr(kernel, "anti_aliased_snake", torch_activation)
+    mel = torch.randn(2, 20, 80, generator=torch.Generator().manual_seed(5)) - 3
+    with torch.no_grad():
+        expected = reference.bigvgan(mel.transpose(1, 2))
+    ours = fused.vocode(mel, torch.tensor([20, 20]))
+    torch.testing.assert_close(torch.stack(ours), expected, rtol=0, atol=1e-6)
+    assert sorted(map(id, called)) == sorted(map(id, activations))  # each once, none left
+
+
+def test_the_vocoder_is_fused_on_a_cuda_device_only(speech_tokenizer_dir):
+    from ttsfleet_runtime.speech_tokenizer.rate25 import load_speech_tokenizer_25hz
+
+    on_cpu = load_speech_tokenizer_25hz(speech_tokenizer_dir, device="cpu")
+    assert not any(getattr(m, "fused", False) for m in on_cpu.bigvgan.modules())
+
+
 def test_decode_equals_reference_decode(reference, decoder):
     codes = random_codes(2, 2, 30)
     voices = [random_voice(3), random_voice(4)]

@@ -50,10 +50,14 @@ def kaiser_sinc_lowpass(cutoff: float, half_width: float, taps: int) -> torch.Te
 
 
 class AntiAliasedSnake(nn.Module):
-    """SnakeBeta at twice the rate: upsample 2x, activate, downsample 2x. [B, C, T]."""
+    """SnakeBeta at twice the rate: upsample 2x, activate, downsample 2x. [B, C, T].
+
+    With `fused` (set by `Vocoder`), one Triton kernel (kernels/anti_aliased_snake.py)
+    instead of torch's nine."""
 
     def __init__(self, channels: int):
         super().__init__()
+        self.fused = False
         self.act = SnakeBeta(channels)
         taps = ANTI_ALIAS_TAPS
         self.register_buffer("lowpass", kaiser_sinc_lowpass(0.25, 0.3, taps), persistent=False)
@@ -61,6 +65,12 @@ class AntiAliasedSnake(nn.Module):
         self.up_crop = (self.up_pad * 2 + (taps - 2) // 2, self.up_pad * 2 + (taps - 1) // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            from ...kernels.anti_aliased_snake import anti_aliased_snake
+
+            return anti_aliased_snake(
+                x, self.lowpass, self.act.frequency, self.act.inverse_magnitude
+            )
         channels = x.shape[1]
         kernel = self.lowpass.to(x.dtype).expand(channels, -1, -1)
         up = F.pad(x, (self.up_pad, self.up_pad), mode="replicate")
@@ -134,7 +144,10 @@ class AMPBlock(nn.Module):
 
 
 class Vocoder(nn.Module):
-    def __init__(self, config: VocoderConfig):
+    """`fused_activations`: every anti-aliased activation as one Triton kernel (a CUDA
+    device); else torch's operations (any device)."""
+
+    def __init__(self, config: VocoderConfig, fused_activations: bool = False):
         super().__init__()
         self.config = config
         channels = config.upsample_initial_channel
@@ -165,13 +178,16 @@ class Vocoder(nn.Module):
         last = channels >> len(config.upsample_rates)
         self.activation_post = AntiAliasedSnake(last)
         self.conv_post = nn.Conv1d(last, 1, 7, padding=3, bias=False)
+        for module in self.modules():
+            if isinstance(module, AntiAliasedSnake):
+                module.fused = fused_activations
 
     @staticmethod
     def normalised_spectrogram(mel: torch.Tensor) -> torch.Tensor:
         """Log mel -> dB, floored at -115 dB, shifted by -20 dB, scaled to [-1, 1]."""
-        floor = torch.exp(
-            torch.tensor(-115 / 20.0 * math.log(10), device=mel.device, dtype=mel.dtype)
-        )
+        # A Python number, not a tensor made per call: a tensor built from the host is a
+        # copy to the device, which a CUDA graph cannot capture.
+        floor = math.exp(-115 / 20.0 * math.log(10))
         decibels = 20 * torch.log10(torch.clamp(torch.exp(mel), min=floor)) - 20
         return torch.clamp(2 * ((decibels + 115) / 115) - 1, -1, 1)
 
