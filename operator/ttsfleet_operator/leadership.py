@@ -158,16 +158,29 @@ class LeaderElection:
     def _fields(self) -> dict:
         return {"lease": f"{self.namespace}/{self.name}", "identity": self.identity}
 
+    async def _call(self, method, *args, timeout: float) -> dict:
+        """One request, its JSON body back; any status but 2xx raises ApiException (the
+        client raises none itself for unparsed responses)."""
+        response = await method(*args, _preload_content=False, _request_timeout=timeout)
+        try:
+            body = await response.read()
+        finally:
+            response.release()
+        if not 200 <= response.status <= 299:
+            raise client.ApiException(
+                status=response.status, reason=body.decode(errors="replace")[:500]
+            )
+        return json.loads(body)
+
     async def _read(self, timeout: float) -> dict | None:
         try:
-            response = await self.api.read_namespaced_lease(
-                self.name, self.namespace, _preload_content=False, _request_timeout=timeout
+            return await self._call(
+                self.api.read_namespaced_lease, self.name, self.namespace, timeout=timeout
             )
         except client.ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return json.loads(await response.read())
 
     def _spec(self, previous: LeaseRecord | None, now: str) -> dict:
         taking_over = previous is None or previous.holder != self.identity
@@ -194,8 +207,8 @@ class LeaderElection:
                 "spec": self._spec(None, _micro_time()),
             }
             try:
-                await self.api.create_namespaced_lease(
-                    self.namespace, body, _preload_content=False, _request_timeout=timeout
+                await self._call(
+                    self.api.create_namespaced_lease, self.namespace, body, timeout=timeout
                 )
             except client.ApiException as exc:
                 if exc.status == 409:  # another contender created it first
@@ -208,8 +221,12 @@ class LeaderElection:
             return False
         lease["spec"] = self._spec(record, _micro_time())
         try:
-            await self.api.replace_namespaced_lease(
-                self.name, self.namespace, lease, _preload_content=False, _request_timeout=timeout
+            await self._call(
+                self.api.replace_namespaced_lease,
+                self.name,
+                self.namespace,
+                lease,
+                timeout=timeout,
             )
         except client.ApiException as exc:
             if exc.status == 409:  # written by another contender since we read it
@@ -275,12 +292,12 @@ class LeaderElection:
             if lease is not None and _record(lease).holder == self.identity:
                 lease["spec"]["holderIdentity"] = ""
                 lease["spec"]["renewTime"] = _micro_time()
-                await self.api.replace_namespaced_lease(
+                await self._call(
+                    self.api.replace_namespaced_lease,
                     self.name,
                     self.namespace,
                     lease,
-                    _preload_content=False,
-                    _request_timeout=timeout,
+                    timeout=timeout,
                 )
                 log.info("leadership released", extra=self._fields())
         except _API_ERRORS as exc:
