@@ -234,14 +234,11 @@ class LeaderElection:
             raise
         return True
 
-    def _set_leading(self, leading: bool) -> None:
+    def _set_leading(self, leading: bool, message: str) -> None:
         if leading == self.leading:
             return
         self.leading = leading
-        log.info(
-            "leadership acquired" if leading else "leadership lost",
-            extra={**self._fields(), "leading": leading},
-        )
+        log.info(message, extra={**self._fields(), "leading": leading})
         self.on_change(leading)
 
     async def acquire(self) -> None:
@@ -250,7 +247,7 @@ class LeaderElection:
         while True:
             try:
                 if await self.try_acquire_or_renew(self.timing.retry_period):
-                    self._set_leading(True)
+                    self._set_leading(True, "leadership acquired")
                     return
             except _API_ERRORS as exc:
                 log.warning(
@@ -279,7 +276,7 @@ class LeaderElection:
                 continue
             taken = self.observation.held_by_another(self.identity, self.timing, self.clock())
             if taken or self.clock() - last_renewed >= self.timing.renew_deadline:
-                self._set_leading(False)
+                self._set_leading(False, "leadership lost")
                 on_lost()
                 return
 
@@ -299,10 +296,9 @@ class LeaderElection:
                     lease,
                     timeout=timeout,
                 )
-                log.info("leadership released", extra=self._fields())
         except _API_ERRORS as exc:
             log.warning(
                 "could not release the lease; the follower waits out its duration",
                 extra={**self._fields(), "error": str(exc)},
             )
-        self._set_leading(False)
+        self._set_leading(False, "leadership released")
