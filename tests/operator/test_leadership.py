@@ -3,9 +3,14 @@ which timings are safe. The election against a real API server is e2e/test_opera
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
+
 import pytest
 
+from support.ports import free_port
 from ttsfleet_operator.leadership import LeaseRecord, LeaseTiming, Observation
+from ttsfleet_operator.operator_main import _FollowerHealth
 
 TIMING = LeaseTiming(lease_duration=8, renew_deadline=5, retry_period=1)
 
@@ -63,3 +68,19 @@ def test_nothing_seen_yet_is_nothing_held():
 def test_timings_where_two_replicas_could_act_at_once_are_refused(duration, deadline, retry):
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         LeaseTiming(lease_duration=duration, renew_deadline=deadline, retry_period=retry)
+
+
+def test_a_waiting_follower_answers_the_pods_probes_on_the_liveness_address():
+    # The pod's liveness and readiness probes hit kopf's endpoint, which only the leader
+    # runs: a follower must answer there itself, or it would be restarted (and never count
+    # as available for the PodDisruptionBudget).
+    port = free_port()
+    with _FollowerHealth(f"http://127.0.0.1:{port}/healthz"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            assert response.status == 200
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert missing.value.code == 404
+    # Handed over: the port is free for kopf's own endpoint.
+    with _FollowerHealth(f"http://127.0.0.1:{port}/healthz"):
+        pass
