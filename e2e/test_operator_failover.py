@@ -11,10 +11,14 @@ Failover time is measured two ways and kept in `failover.json` in the test's tmp
 (docs/operator-ha.md quotes it): SIGKILL -> the Lease names the other process, and
 SIGKILL -> the other process applied a change made right after the kill (a second
 TTSService's spec.replicas shows in its status.observedGeneration).
+
+And the other half of the safety argument: a leader whose renewals are refused exits
+before its Lease can pass to anyone.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import time
@@ -24,11 +28,12 @@ import pytest
 from support.operator_fixtures import (
     SYSTEM_NAMESPACE,
     Operator,
+    install_chart,
     load_sample,
     tts,
     wait_ready,
 )
-from ttsfleet_operator import leadership
+from ttsfleet_operator import leadership, operator_main
 from ttsfleet_operator.canary import state_machine as sm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -38,11 +43,14 @@ LEASE = leadership.DEFAULT_LEASE_NAME
 ELECTION_ARGS = ("--leader-election", "--leader-election-namespace", SYSTEM_NAMESPACE)
 
 
-def lease_holder(cluster) -> str:
+def lease(cluster) -> dict:
+    """The Lease's spec; {} before anyone created it."""
     proc = cluster.kubectl("get", "lease", LEASE, "-n", SYSTEM_NAMESPACE, "-o", "json", check=False)
-    if proc.returncode != 0:
-        return ""
-    return json.loads(proc.stdout)["spec"].get("holderIdentity") or ""
+    return json.loads(proc.stdout)["spec"] if proc.returncode == 0 else {}
+
+
+def lease_holder(cluster) -> str:
+    return lease(cluster).get("holderIdentity") or ""
 
 
 def identity(op: Operator) -> str | None:
@@ -199,3 +207,41 @@ def _kill_leader_mid_canary(cluster, namespace, replicas, tmp_path):
     assert reasons.count("CanaryStarted") == 1, reasons
     assert reasons.count("CanaryAnalysisInconclusive") == final["inconclusive"], reasons
     assert acted(follower)
+
+
+def test_a_leader_that_cannot_renew_exits_before_its_lease_can_pass(
+    cluster, operator_install, operator, namespace
+):
+    """Renewals refused (here: the chart's Lease RoleBinding removed, as a network cut
+    would look from the API server's side): the leader stops acting by exiting, and does
+    so while its Lease still holds, so no follower could have taken over first."""
+    operator.stop()
+    leader = Operator(operator_install.kubeconfig, operator.log_path.parent / "renew-cut.log")
+    try:
+        leader.start(namespaces=[namespace], extra_args=ELECTION_ARGS)
+        cluster.wait_for(
+            lambda: identity(leader) and lease_holder(cluster) == identity(leader),
+            timeout=60,
+            what="the operator to hold the Lease",
+        )
+        cluster.kubectl("delete", "rolebinding", "ttsfleet-leader-election", "-n", SYSTEM_NAMESPACE)
+        code = cluster.wait_for(
+            lambda: leader.proc.poll() is not None and (leader.proc.returncode, time.time()),
+            timeout=60,
+            interval=0.1,
+            what="the leader to exit once it cannot renew",
+        )
+        exit_code, exited_at = code
+        assert exit_code == operator_main.LOST_LEADERSHIP_EXIT, leader.log_tail()
+        assert '"leadership lost' in leader.log_path.read_text()
+        # Its last renewal that went through (the Lease still names it), plus the duration a
+        # follower waits, is still ahead when it has gone.
+        spec = lease(cluster)
+        assert spec["holderIdentity"] == identity(leader)
+        renewed = datetime.datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00"))
+        expires = renewed.timestamp() + spec["leaseDurationSeconds"]
+        assert exited_at < expires, (exited_at, spec)
+    finally:
+        leader.stop()
+        install_chart(cluster)  # the RoleBinding back
+        operator.start()

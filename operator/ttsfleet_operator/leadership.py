@@ -153,7 +153,7 @@ class LeaderElection:
         self.clock = clock
         self.observation = Observation()
         self.leading = False
-        self._resource_version: str | None = None
+        self._renewed_at = 0.0
 
     def _fields(self) -> dict:
         return {"lease": f"{self.namespace}/{self.name}", "identity": self.identity}
@@ -245,8 +245,10 @@ class LeaderElection:
         """Wait as a follower until this process holds the Lease."""
         log.info("waiting for leadership", extra=self._fields())
         while True:
+            sent = self.clock()
             try:
                 if await self.try_acquire_or_renew(self.timing.retry_period):
+                    self._renewed_at = sent
                     self._set_leading(True, "leadership acquired")
                     return
             except _API_ERRORS as exc:
@@ -258,7 +260,9 @@ class LeaderElection:
     async def hold(self, on_lost: Callable[[], None]) -> None:
         """Renew every retry_period; once renew_deadline passes since the last successful
         renewal's request, or another contender holds the Lease, call `on_lost`."""
-        last_renewed = self.clock()
+        # The deadline counts from when the last write that succeeded was SENT (see the
+        # module docstring): the acquiring one, at first.
+        last_renewed = self._renewed_at
         while True:
             await asyncio.sleep(self.timing.retry_period)
             sent = self.clock()

@@ -145,10 +145,22 @@ class _Contender:
             )
             await election.acquire()
             self._leading.set()
-            holding = asyncio.create_task(election.hold(on_lost=_exit_lost_leadership))
+            holding = asyncio.create_task(_hold_or_exit(election))
             await self._stop.wait()
             holding.cancel()
             await election.release()
+
+
+async def _hold_or_exit(election: leadership.LeaderElection) -> None:
+    """Renew until lost; a renewal loop that dies of anything unforeseen ends the process
+    too: a leader that no longer renews must not go on acting."""
+    try:
+        await election.hold(on_lost=_exit_lost_leadership)
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        log.exception("lease renewal stopped unexpectedly", extra={"lease": election.name})
+        _exit_lost_leadership()
 
 
 def _exit_lost_leadership() -> None:
