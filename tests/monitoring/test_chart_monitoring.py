@@ -138,7 +138,7 @@ def test_prometheus_rules_are_the_rule_files_with_the_values_applied(rendered, t
     ]
     assert target["expr"] == "vector(0.3)"
     urls = [r["annotations"]["runbook_url"] for r in alert_rules if "alert" in r]
-    assert len(urls) == len(alerts()) == 11
+    assert len(urls) == len(alerts()) == 12
     assert all(url.startswith("https://wiki.example/tts.md#ttsfleet") for url in urls), urls
     # What the Prometheus Operator loads must still be a valid rule file.
     for name, rule in rules.items():
