@@ -298,8 +298,12 @@ def toolbox_image(real_node: RealNode, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def versions() -> dict[str, str]:
-    """The pinned versions (hack/versions.env)."""
-    return pinned_versions()
+    """The pinned versions (hack/versions.env), KUBE_VERSION being the release this run's
+    cluster runs: TTSFLEET_KUBE_RELEASE=oldest picks KUBE_OLDEST_VERSION (hack/kube-release.sh)."""
+    pinned = pinned_versions()
+    if os.environ.get("TTSFLEET_KUBE_RELEASE", "newest") == "oldest":
+        pinned["KUBE_VERSION"] = pinned["KUBE_OLDEST_VERSION"]
+    return pinned
 
 
 @pytest.fixture

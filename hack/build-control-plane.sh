@@ -7,6 +7,8 @@ set -euo pipefail
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=hack/versions.env
 source "${HACK_DIR}/versions.env"
+# shellcheck source=hack/kube-release.sh
+source "${HACK_DIR}/kube-release.sh"
 MODULES_DIR="${HACK_DIR}/control-plane"
 
 usage() {
@@ -37,6 +39,9 @@ Environment:
   TTSFLEET_CACHE    cache root (default \$HOME/.cache/ttsfleet)
   BUILD_JOBS        parallel compile jobs (default 2); builds run under nice -n 10
   TTSFLEET_REAL_NODE  0 = skip kubelet and kube-proxy (default 1)
+  TTSFLEET_KUBE_RELEASE  newest (default, ${KUBE_VERSION}) | oldest (the oldest supported
+                    minor, KUBE_OLDEST_VERSION in hack/versions.env; control plane only,
+                    no real node)
 EOF
 }
 
@@ -151,14 +156,20 @@ write_simple_mod() { # dir module version tool...
 }
 
 update_modules() {
-  log "update-modules: regenerating consumer modules from hack/versions.env"
-  mkdir -p "${MODULES_DIR}"/{kubernetes,kubernetes-node,kwok,etcd}
-  write_kubernetes_mod kubernetes control-plane "${KUBE_CONTROL_PLANE_CMDS[@]}"
-  write_kubernetes_mod kubernetes-node node "${KUBE_NODE_CMDS[@]}"
+  log "update-modules: regenerating consumer modules from hack/versions.env (${TTSFLEET_KUBE_RELEASE:-newest} release)"
+  local dirs=("${KUBE_MODULE_DIR}" kwok etcd)
+  mkdir -p "${MODULES_DIR}"/{"${KUBE_MODULE_DIR}",kwok,etcd}
+  write_kubernetes_mod "${KUBE_MODULE_DIR}" control-plane "${KUBE_CONTROL_PLANE_CMDS[@]}"
+  if [[ "${KUBE_MODULE_DIR}" == kubernetes ]]; then
+    # The real node runs only the newest release.
+    mkdir -p "${MODULES_DIR}/kubernetes-node"
+    write_kubernetes_mod kubernetes-node node "${KUBE_NODE_CMDS[@]}"
+    dirs+=(kubernetes-node)
+  fi
   write_simple_mod kwok sigs.k8s.io/kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
   write_simple_mod etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" go.etcd.io/etcd/server/v3
   local d
-  for d in kubernetes kubernetes-node kwok etcd; do
+  for d in "${dirs[@]}"; do
     rm -f "${MODULES_DIR}/${d}/go.sum"
     (cd "${MODULES_DIR}/${d}" && GOFLAGS=-mod=mod nice -n 10 go mod tidy) \
       || die "step 'update-modules': go mod tidy failed in hack/control-plane/${d}"
@@ -169,10 +180,15 @@ has_require() { # dir module version
   grep -Eq "(^require |^[[:space:]]+)$2 $3( // indirect)?\$" "${MODULES_DIR}/$1/go.mod"
 }
 check_modules() {
-  if ! { has_require kubernetes k8s.io/kubernetes "${KUBE_VERSION}" \
-      && grep -q "k8s.io/api => k8s.io/api ${KUBE_STAGING_VERSION}\$" "${MODULES_DIR}/kubernetes/go.mod" \
-      && has_require kubernetes-node k8s.io/kubernetes "${KUBE_VERSION}" \
+  local node_ok=1
+  if [[ "${KUBE_MODULE_DIR}" == kubernetes ]]; then
+    has_require kubernetes-node k8s.io/kubernetes "${KUBE_VERSION}" \
       && grep -q "k8s.io/api => k8s.io/api ${KUBE_STAGING_VERSION}\$" "${MODULES_DIR}/kubernetes-node/go.mod" \
+      || node_ok=0
+  fi
+  if ! { has_require "${KUBE_MODULE_DIR}" k8s.io/kubernetes "${KUBE_VERSION}" \
+      && grep -q "k8s.io/api => k8s.io/api ${KUBE_STAGING_VERSION}\$" "${MODULES_DIR}/${KUBE_MODULE_DIR}/go.mod" \
+      && (( node_ok )) \
       && has_require kwok sigs.k8s.io/kwok "${KWOK_VERSION}" \
       && has_require etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}"; }; then
     die "step 'check recipe': hack/control-plane/*/go.mod do not match hack/versions.env; run hack/build-control-plane.sh --update-modules"
@@ -239,7 +255,7 @@ kube_ldflags() {
   # buildDate: the release's publication time from the module proxy (reproducible).
   local date="${KUBE_BUILD_DATE:-}"
   if [[ -z "${date}" ]]; then
-    date="$(cd "${MODULES_DIR}/kubernetes" && go list -m -json "k8s.io/kubernetes@${KUBE_VERSION}" \
+    date="$(cd "${MODULES_DIR}/${KUBE_MODULE_DIR}" && go list -m -json "k8s.io/kubernetes@${KUBE_VERSION}" \
       | sed -n 's/^[[:space:]]*"Time": "\([^"]*\)",*$/\1/p')" \
       || die "step 'version info': go list -m k8s.io/kubernetes@${KUBE_VERSION} failed (GOPROXY=${GOPROXY})"
   fi
@@ -273,10 +289,11 @@ build_one etcd etcd go.etcd.io/etcd/server/v3 etcd_ldflags
 build_one kwok kwok sigs.k8s.io/kwok/cmd/kwok kwok_ldflags
 build_one kwokctl kwok sigs.k8s.io/kwok/cmd/kwokctl kwok_ldflags
 for c in "${KUBE_CONTROL_PLANE_CMDS[@]}"; do
-  build_one "${c}" kubernetes "k8s.io/kubernetes/cmd/${c}" kube_ldflags
+  build_one "${c}" "${KUBE_MODULE_DIR}" "k8s.io/kubernetes/cmd/${c}" kube_ldflags
 done
-# The real node's binaries (hack/realnode/); not needed when it is switched off.
-if [[ "${TTSFLEET_REAL_NODE:-1}" != 0 ]]; then
+# The real node's binaries (hack/realnode/); not needed when it is switched off, and the
+# real node runs only the newest release.
+if [[ "${KUBE_MODULE_DIR}" == kubernetes ]] && [[ "${TTSFLEET_REAL_NODE:-1}" != 0 ]]; then
   for c in "${KUBE_NODE_CMDS[@]}"; do
     build_one "${c}" kubernetes-node "k8s.io/kubernetes/cmd/${c}" kube_ldflags
   done
@@ -286,7 +303,7 @@ fi
 got="$("${BIN_DIR}/kube-apiserver" --version 2>&1 || true)"
 [[ "${got}" == "Kubernetes ${KUBE_VERSION}" ]] \
   || die "step 'verify': kube-apiserver --version says '${got}', want 'Kubernetes ${KUBE_VERSION}'"
-if [[ "${TTSFLEET_REAL_NODE:-1}" != 0 ]]; then
+if [[ "${KUBE_MODULE_DIR}" == kubernetes ]] && [[ "${TTSFLEET_REAL_NODE:-1}" != 0 ]]; then
   got="$("${BIN_DIR}/kubelet" --version 2>&1 || true)"
   [[ "${got}" == "Kubernetes ${KUBE_VERSION}" ]] \
     || die "step 'verify': kubelet --version says '${got}', want 'Kubernetes ${KUBE_VERSION}'"

@@ -8,6 +8,8 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${HACK_DIR}/.." && pwd)"
 # shellcheck source=hack/versions.env
 source "${HACK_DIR}/versions.env"
+# shellcheck source=hack/kube-release.sh
+source "${HACK_DIR}/kube-release.sh"
 
 usage() {
   cat <<EOF
@@ -33,6 +35,10 @@ Environment:
   TTSFLEET_CACHE             cache root (default \$HOME/.cache/ttsfleet)
   TTSFLEET_KIND_NODE_IMAGE   kind only: node image (default: kind ${KIND_VERSION}'s own)
   TTSFLEET_REAL_NODE         kwok only: 0 = no real node (default 1; needs root)
+  TTSFLEET_KUBE_RELEASE      kwok only: newest (default, ${KUBE_VERSION}) | oldest (the oldest
+                             supported minor, KUBE_OLDEST_VERSION in hack/versions.env; needs
+                             TTSFLEET_REAL_NODE=0). A running cluster of the other release
+                             is recreated.
 
 kwok provider: 'kwokctl create cluster --runtime binary' with the binaries that
 hack/build-control-plane.sh built (Kubernetes ${KUBE_VERSION}, etcd ${ETCD_VERSION},
@@ -152,10 +158,10 @@ kwok_write_kubeconfig() {
 }
 
 # What the cluster was created from: a running cluster made from another kwokctl.yaml
-# (say, a narrower Service range) is recreated, not reused.
+# (say, a narrower Service range) or another Kubernetes release is recreated, not reused.
 KWOK_CONFIG="${REPO_ROOT}/e2e/cluster/kwokctl.yaml"
 KWOK_CONFIG_STAMP="${CLUSTER_DIR}/kwokctl.sha256"
-kwok_config_hash() { sha256sum "${KWOK_CONFIG}" | cut -d' ' -f1; }
+kwok_config_hash() { { cat "${KWOK_CONFIG}"; echo "${KUBE_VERSION}"; } | sha256sum | cut -d' ' -f1; }
 kwok_config_current() { [[ -f "${KWOK_CONFIG_STAMP}" && "$(cat "${KWOK_CONFIG_STAMP}")" == "$(kwok_config_hash)" ]]; }
 
 kwok_create() {
@@ -181,7 +187,7 @@ kwok_up() {
   # A warm build is a no-op (seconds); a cold one builds everything, a version bump rebuilds.
   "${HACK_DIR}/build-control-plane.sh" >/dev/null || die "step 'build control plane': hack/build-control-plane.sh failed"
   if kwok_exists && ! kwok_config_current; then
-    log "kwok cluster '${NAME}' was created from another e2e/cluster/kwokctl.yaml; recreating it"
+    log "kwok cluster '${NAME}' was created from another e2e/cluster/kwokctl.yaml or Kubernetes release; recreating it"
     kwokctl_env "${KWOKCTL}" delete cluster --name "${NAME}" --kubeconfig "${NO_KUBECONFIG}" >&2 || true
   fi
   if kwok_exists; then
@@ -398,6 +404,11 @@ fi
 
 case "${CMD}" in
   up)
+    # The real node's kubelet is the newest release's; a kubelet newer than its API server
+    # is outside the version skew Kubernetes supports.
+    if [[ "${TTSFLEET_KUBE_RELEASE:-newest}" != newest && "${PROVIDER}" == kwok && "${TTSFLEET_REAL_NODE:-1}" != 0 ]]; then
+      die "TTSFLEET_KUBE_RELEASE=${TTSFLEET_KUBE_RELEASE} runs without the real node: set TTSFLEET_REAL_NODE=0"
+    fi
     case "${PROVIDER}" in
       kwok) kwok_up ;;
       kind) kind_up ;;

@@ -95,6 +95,28 @@ def _operator_run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         metrics_port=args.metrics_port,
         prometheus_url=args.prometheus_url or None,
+        election=_election_settings(args),
+    )
+
+
+def _election_settings(args: argparse.Namespace):
+    from ttsfleet_operator import leadership, operator_main
+
+    if not args.leader_election:
+        return None
+    given = {
+        field: value
+        for field, value in (
+            ("lease_duration", args.lease_duration),
+            ("renew_deadline", args.renew_deadline),
+            ("retry_period", args.retry_period),
+        )
+        if value is not None
+    }
+    return operator_main.LeaderElectionSettings(
+        namespace=args.leader_election_namespace,
+        name=args.leader_election_lease or leadership.DEFAULT_LEASE_NAME,
+        timing=leadership.LeaseTiming(**given),
     )
 
 
@@ -157,6 +179,35 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--kubeconfig",
         help="kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)",
+    )
+    election = run.add_argument_group(
+        "leader election", "of several replicas only the Lease's holder acts (docs/operator-ha.md)"
+    )
+    election.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="wait as a follower until this process holds the Lease (the chart turns it on)",
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "ttsfleet-system",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else ttsfleet-system)",
+    )
+    # Unset: the defaults of leadership.py (DEFAULT_LEASE_NAME, LeaseTiming), listed in
+    # docs/operator-ha.md.
+    election.add_argument("--leader-election-lease", help="name of the Lease (ttsfleet-operator)")
+    election.add_argument(
+        "--lease-duration",
+        type=float,
+        help="seconds a follower waits on an unchanged Lease before taking it (8)",
+    )
+    election.add_argument(
+        "--renew-deadline",
+        type=float,
+        help="seconds a leader may go without renewing before it exits (5)",
+    )
+    election.add_argument(
+        "--retry-period", type=float, help="seconds between renewals and looks (1)"
     )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=_operator_run)

@@ -26,6 +26,12 @@ metric means, exactly:
   pass left the rollout in, as `state_machine.METRIC_STATE` names it. A service
   that never had a canary has no series.
 
+- ttsfleet_operator_leader (gauge): 1 while this process is the one that acts (holds
+  the leader-election Lease, or runs without leader election), 0 while it waits as a
+  follower. Of a healthy install's replicas exactly one reports 1.
+- ttsfleet_operator_leader_transitions_total (counter): times this process became leader
+  or stopped being it.
+
 The fleet gauges and the canary state come from each pass's outcome
 (reconcile.Outcome: what it rendered, the phase it stepped to); nothing here
 renders or validates a TTSService again.
@@ -55,6 +61,8 @@ MANAGED_OBJECTS = "ttsfleet_operator_managed_objects"
 REPLICAS = "ttsfleet_operator_replicas"
 ON_DEMAND_FLOOR = "ttsfleet_operator_on_demand_floor"
 CANARY_STATE = "ttsfleet_operator_canary_state"
+LEADER = "ttsfleet_operator_leader"
+LEADER_TRANSITIONS = "ttsfleet_operator_leader_transitions_total"
 
 ALL = (
     RECONCILE_DURATION,
@@ -63,6 +71,8 @@ ALL = (
     REPLICAS,
     ON_DEMAND_FLOOR,
     CANARY_STATE,
+    LEADER,
+    LEADER_TRANSITIONS,
 )
 
 # The `state` label's values, from the canary phases (canary/state_machine.py); the alert
@@ -116,7 +126,7 @@ class OperatorMetrics:
     """
 
     def __init__(self):
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
         self.duration = Histogram(
@@ -132,9 +142,18 @@ class OperatorMetrics:
             ["namespace", "service", "reason", "kind"],
             registry=self.registry,
         )
+        self.leader = Gauge(
+            LEADER, "1 while this process is the operator replica that acts", registry=self.registry
+        )
+        self.leader_transitions = Counter(
+            LEADER_TRANSITIONS.removesuffix("_total"),
+            "Times this process became leader or stopped being it",
+            registry=self.registry,
+        )
         self._lock = threading.Lock()
         self._shapes: dict[Key, FleetShape | None] = {}
         self._canary: dict[Key, str] = {}
+        self._leading: bool | None = None
         self._error_labels: dict[Key, set[tuple[str, str]]] = collections.defaultdict(set)
         self.registry.register(_FleetCollector(self))
 
@@ -179,6 +198,15 @@ class OperatorMetrics:
             raise ValueError(f"unknown canary state {state!r}; known: {', '.join(CANARY_STATES)}")
         with self._lock:
             self._canary[(namespace, service)] = state
+
+    def set_leader(self, leading: bool) -> None:
+        """Whether this process acts; a change from what the gauge says counts a transition
+        (the first setting at start-up is none)."""
+        with self._lock:
+            if self._leading is not None and self._leading != leading:
+                self.leader_transitions.inc()
+            self._leading = leading
+        self.leader.set(1 if leading else 0)
 
     def forget(self, namespace: str, service: str) -> None:
         """A TTSService is gone: drop every series that names it."""

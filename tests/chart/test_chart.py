@@ -13,15 +13,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from support.tools import tool
+from support.tools import helm_kube_version_args, tool
 from ttsfleet_operator import child_kinds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ttsfleet"
-KUBERNETES_VERSIONS = ["1.35", "1.36", "1.37"]
+# The supported range's oldest minor (Chart.yaml's kubeVersion) through the newest schemas.
+KUBERNETES_VERSIONS = ["1.34", "1.35", "1.36", "1.37"]
 
 
 def helm(*args: str) -> subprocess.CompletedProcess:
+    if args[0] == "template" and "--kube-version" not in args:
+        args = (*args, *helm_kube_version_args())
     return subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=120)
 
 
@@ -37,7 +40,12 @@ def test_helm_lint_strict_passes():
 
 
 @pytest.mark.parametrize(
-    "values", [[], ["--set", "watchNamespaces={voice,music}", "--set", "verbose=true"]]
+    "values",
+    [
+        [],
+        ["--set", "watchNamespaces={voice,music}", "--set", "verbose=true"],
+        ["--set", "replicaCount=1", "--set", "leaderElection.enabled=false"],
+    ],
 )
 def test_every_rendered_manifest_is_valid_kubernetes(values):
     manifests = template(*values)
@@ -91,7 +99,12 @@ def test_watching_namespaces_uses_namespaced_roles_only():
     manifests = template("--set", "watchNamespaces={voice,music}")
     kinds = [m["kind"] for m in manifests]
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
-    roles = [m for m in manifests if m["kind"] == "Role"]
+    # The leader-election Lease's Role lives in the release namespace, apart.
+    roles = [
+        m
+        for m in manifests
+        if m["kind"] == "Role" and not m["metadata"]["name"].endswith("-leader-election")
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["music", "voice"]
     assert all(rules_by_resource(r["rules"]) == expected_rules() for r in roles)
     (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
@@ -105,9 +118,6 @@ def test_watching_namespaces_uses_namespaced_roles_only():
 
 def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
     (deployment,) = [m for m in template() if m["kind"] == "Deployment"]
-    assert (
-        deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
-    )
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/ttsfleet/operator:0.1.0"
@@ -130,6 +140,9 @@ def test_operator_pod_is_restricted_and_probed_on_kopf_liveness():
         ["--set", "image.pullPolicy=Sometimes"],
         ["--set", "watchNamespaces={Bad_NS}"],
         ["--set", "unknownValue=1"],
+        # Two replicas that both act would fight over every TTSService.
+        ["--set", "leaderElection.enabled=false"],
+        ["--set", "replicaCount=0"],
     ],
 )
 def test_values_schema_refuses_bad_values(bad):
@@ -154,3 +167,78 @@ def test_operator_pod_runs_as_the_operator_images_user():
     (user,) = re.findall(r"^USER (\d+)", dockerfile, flags=re.MULTILINE)
     (deployment,) = [m for m in template() if m["kind"] == "Deployment"]
     assert str(deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"]) == user
+
+
+def test_two_replicas_elect_a_leader_by_default():
+    manifests = template()
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    # A new pod starts as a follower; the old leader hands the Lease over as it stops.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {
+        "--leader-election",
+        "--leader-election-namespace=$(POD_NAMESPACE)",
+        "--leader-election-lease=ttsfleet-operator",
+    } <= set(container["args"])
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == deployment["spec"]["selector"]["matchLabels"]
+    )
+
+
+def test_a_disruption_budget_keeps_one_replica_through_drains():
+    manifests = template()
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    (budget,) = [m for m in manifests if m["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert budget["metadata"]["namespace"] == "ttsfleet-system"
+
+
+def test_lease_rbac_grants_create_and_the_named_lease_only():
+    manifests = template()
+    (role,) = [m for m in manifests if m["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "ttsfleet-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["ttsfleet-operator"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    (binding,) = [m for m in manifests if m["kind"] == "RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ttsfleet", "namespace": "ttsfleet-system"}
+    ]
+
+
+def test_one_replica_without_election_renders_neither_lease_rbac_nor_budget():
+    manifests = template("--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
+    kinds = {m["kind"] for m in manifests}
+    assert not kinds & {"Role", "RoleBinding", "PodDisruptionBudget"}
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert not any(arg.startswith("--leader-election") for arg in container["args"])
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+
+
+def test_chart_states_the_supported_kubernetes_range():
+    oldest = KUBERNETES_VERSIONS[0]
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"] == f">={oldest}.0-0"
+    assert helm("template", "ttsfleet", str(CHART), "--kube-version", f"{oldest}.0").returncode == 0
+    older = f"1.{int(oldest.split('.')[1]) - 1}.9"
+    refused = helm("template", "ttsfleet", str(CHART), "--kube-version", older)
+    assert refused.returncode != 0 and "kubeVersion" in refused.stderr, refused.stderr

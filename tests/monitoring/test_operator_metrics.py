@@ -267,3 +267,16 @@ async def test_metrics_are_served_over_http_with_every_catalogued_name(
     for name in metrics.ALL:
         wanted = name + "_count" if name == metrics.RECONCILE_DURATION else name
         assert wanted in names, name
+
+
+def test_leader_gauge_follows_leadership_and_each_change_counts_one_transition(operator_metrics):
+    operator_metrics.set_leader(False)  # a follower starting up: no transition yet
+    assert sample(operator_metrics, metrics.LEADER) == 0
+    assert sample(operator_metrics, metrics.LEADER_TRANSITIONS) == 0
+    operator_metrics.set_leader(True)
+    operator_metrics.set_leader(True)  # told again: not a change
+    assert sample(operator_metrics, metrics.LEADER) == 1
+    assert sample(operator_metrics, metrics.LEADER_TRANSITIONS) == 1
+    operator_metrics.set_leader(False)
+    assert sample(operator_metrics, metrics.LEADER) == 0
+    assert sample(operator_metrics, metrics.LEADER_TRANSITIONS) == 2

@@ -33,6 +33,7 @@ ALERTS = {
     "TTSFleetCUDAOutOfMemory",
     "TTSFleetOperatorReconcileErrors",
     "TTSFleetOperatorDown",
+    "TTSFleetOperatorNoLeader",
     "TTSFleetRuntimeTargetDown",
     "TTSFleetNoReadyPods",
 }

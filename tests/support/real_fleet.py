@@ -148,6 +148,12 @@ def install_operator_pod(
         "image.pullPolicy=Never",
         "--set",
         "resyncSeconds=5",
+        # One operator pod: the 2-core node's room is for the runtime pods, and the tests
+        # here look at the pod that made the fleet (two replicas: e2e/test_operator_failover.py).
+        "--set",
+        "replicaCount=1",
+        "--set",
+        "leaderElection.enabled=false",
         "--set-string",
         f"nodeSelector.{CPU_SERVING_KEY.replace('.', chr(92) + '.')}=true",
         "--set",

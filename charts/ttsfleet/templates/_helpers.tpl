@@ -20,6 +20,11 @@ app.kubernetes.io/part-of: ttsfleet
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* The leader-election Lease, in the release namespace. */}}
+{{- define "ttsfleet.leaseName" -}}
+{{- printf "%s-operator" (include "ttsfleet.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "ttsfleet.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "ttsfleet.fullname" .) .Values.serviceAccount.name -}}
@@ -38,7 +43,8 @@ The operator's permissions: exactly the requests it makes.
   status as it changes, not at the next resync.
 - events: the reconciler creates one per change or failure.
 No get (the operator only lists), no scale (the HPA controller has its own),
-no CRD or namespace watching (kopf's scanning is off), no peering (standalone).
+no CRD or namespace watching (kopf's scanning is off), no peering (standalone; leader
+election uses a Lease, granted apart in leader-election.yaml).
 */}}
 {{- define "ttsfleet.rules" -}}
 - apiGroups: ["ttsfleet.io"]
