@@ -75,7 +75,7 @@ def register(
         settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
-        memo.cluster = await KubeCluster.connect(kubeconfig)
+        memo.cluster = await KubeCluster.connect(kubeconfig, metrics.count_request)
         memo.reconciler = Reconciler(memo.cluster, analyse=analyse)
         memo.resync = Resync(metrics.instrument(memo.reconciler.reconcile), resync_seconds)
         memo.child_watch = ChildWatch()

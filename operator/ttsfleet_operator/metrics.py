@@ -55,6 +55,7 @@ MANAGED_OBJECTS = "ttsfleet_operator_managed_objects"
 REPLICAS = "ttsfleet_operator_replicas"
 ON_DEMAND_FLOOR = "ttsfleet_operator_on_demand_floor"
 CANARY_STATE = "ttsfleet_operator_canary_state"
+API_REQUESTS = "ttsfleet_operator_api_requests_total"
 
 ALL = (
     RECONCILE_DURATION,
@@ -63,6 +64,7 @@ ALL = (
     REPLICAS,
     ON_DEMAND_FLOOR,
     CANARY_STATE,
+    API_REQUESTS,
 )
 
 # The `state` label's values, from the canary phases (canary/state_machine.py); the alert
@@ -132,6 +134,14 @@ class OperatorMetrics:
             ["namespace", "service", "reason", "kind"],
             registry=self.registry,
         )
+        # Every request the operator's own API client sends (kube_cluster.py), by verb and
+        # resource: what a pass costs the API server, and that an idle pass writes nothing.
+        self.api_requests = Counter(
+            API_REQUESTS.removesuffix("_total"),
+            "Requests the operator's API client sent, by HTTP verb and resource",
+            ["verb", "resource"],
+            registry=self.registry,
+        )
         self._lock = threading.Lock()
         self._shapes: dict[Key, FleetShape | None] = {}
         self._canary: dict[Key, str] = {}
@@ -160,6 +170,9 @@ class OperatorMetrics:
             return outcome
 
         return instrumented
+
+    def count_request(self, verb: str, resource: str) -> None:
+        self.api_requests.labels(verb=verb, resource=resource).inc()
 
     def observe(self, body: dict, outcome: object) -> None:
         """The fleet and canary phase a pass of `body` reported in its outcome."""
