@@ -44,12 +44,15 @@ DELETED = "DELETED"
 
 
 def _trimmed(obj: Mapping, kind: str, api_version: str) -> dict:
-    """The object as kept: no managedFields (nothing reads them; they are most of its size)."""
-    obj = copy.deepcopy(dict(obj))
-    obj.get("metadata", {}).pop("managedFields", None)
-    obj.setdefault("apiVersion", api_version)
-    obj.setdefault("kind", kind)
-    return obj
+    """The object as kept: no managedFields (nothing reads them; they are most of its size).
+
+    Shallow: what is kept shares its nested values with `obj`, which nobody changes
+    afterwards (a watch event's body, an apply's answer); `list` hands out deep copies."""
+    kept = {**obj, "metadata": dict(obj.get("metadata") or {})}
+    kept["metadata"].pop("managedFields", None)
+    kept.setdefault("apiVersion", api_version)
+    kept.setdefault("kind", kind)
+    return kept
 
 
 class CachedCluster:
