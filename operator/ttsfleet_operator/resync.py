@@ -22,6 +22,11 @@ for a change (`reconcile_now`, `soon`) are never held back: a fix must show at o
 
 `soon` waits `coalesce_seconds` before it asks, so a burst of child events (pods of a
 Deployment going ready one by one) costs one pass.
+
+At most `max_concurrent_passes` passes run at once, over all keys (a bulk apply of 1,000
+TTSServices would otherwise start 1,000 passes together: each holds its rendering and
+its requests in flight, the operator's memory peaks with them, and no pass finishes
+sooner for it, the API server and the event loop being the limits).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ Key = tuple[str, str]  # (namespace, name)
 # 10-minute window of the TTSFleetOperatorReconcileErrors alert, which must keep seeing
 # the failures.
 BACKOFF_CAP_SECONDS = 300.0
+# Passes running at once; more only queue on the event loop and the API client's pool.
+MAX_CONCURRENT_PASSES = 16
 
 
 def _has_version(obj: object) -> bool:
@@ -56,8 +63,10 @@ class Resync:
         coalesce_seconds: float = 1.0,
         backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        max_concurrent_passes: int = MAX_CONCURRENT_PASSES,
     ):
         self.reconcile = reconcile
+        self.slots = asyncio.Semaphore(max_concurrent_passes)
         self.period_seconds = period_seconds
         self.coalesce_seconds = coalesce_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
@@ -112,25 +121,29 @@ class Resync:
 
     async def _work(self, key: Key) -> None:
         try:
-            while (future := self.pending.pop(key, None)) is not None:
-                body = self.bodies.get(key)
-                if body is None or body["metadata"].get("deletionTimestamp"):
-                    future.set_result(None)
-                    continue
-                began = self.clock()
-                try:
-                    outcome = await self.reconcile(copy.deepcopy(body))
-                except Exception as error:
-                    self._record(key, began, failed=True)
-                    future.set_exception(error)
-                    continue
-                self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
-                written = getattr(outcome, "written", None)
-                # Newer than the body this pass began from: the next pass begins there.
-                # (Not for a key forgotten meanwhile: its TTSService is gone.)
-                if key in self.bodies and _has_version(written):
-                    self.remember(written)
-                future.set_result(outcome)
+            while key in self.pending:
+                async with self.slots:
+                    # Taken once the pass may run: requests made while it waited for a
+                    # slot share it, and its body is the newest by then.
+                    future = self.pending.pop(key)
+                    body = self.bodies.get(key)
+                    if body is None or body["metadata"].get("deletionTimestamp"):
+                        future.set_result(None)
+                        continue
+                    began = self.clock()
+                    try:
+                        outcome = await self.reconcile(copy.deepcopy(body))
+                    except Exception as error:
+                        self._record(key, began, failed=True)
+                        future.set_exception(error)
+                        continue
+                    self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
+                    written = getattr(outcome, "written", None)
+                    # Newer than the body this pass began from: the next pass begins there.
+                    # (Not for a key forgotten meanwhile: its TTSService is gone.)
+                    if key in self.bodies and _has_version(written):
+                        self.remember(written)
+                    future.set_result(outcome)
         finally:
             if self.workers.get(key) is asyncio.current_task():
                 del self.workers[key]

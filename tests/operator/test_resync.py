@@ -319,3 +319,45 @@ async def test_a_change_is_reconciled_at_once_even_while_backing_off():
     assert await resync.pass_once() == 0 and resync.backing_off(("voice", "a"))
     await resync.reconcile_now(body("a"))  # kopf's update handler: a spec change
     assert seen == ["a", "a"]
+
+
+async def test_at_most_the_configured_number_of_passes_run_at_once():
+    running, most = 0, 0
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=3)
+    passes = [asyncio.ensure_future(resync.reconcile_now(body(f"s{i}"))) for i in range(10)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert running == 3
+    release.set()
+    await asyncio.gather(*passes)
+    assert most == 3
+
+
+async def test_a_request_made_while_its_pass_waits_for_a_slot_shares_that_pass():
+    seen = []
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append((obj["metadata"]["name"], obj["metadata"].get("generation")))
+        await release.wait()
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=1)
+    busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
+    await asyncio.sleep(0)
+    first = asyncio.ensure_future(resync.reconcile_now(body("a")))
+    await asyncio.sleep(0)
+    newer = {**body("a"), "metadata": {**body("a")["metadata"], "generation": 2}}
+    second = asyncio.ensure_future(resync.reconcile_now(newer))
+    release.set()
+    await asyncio.gather(busy, first, second)
+    # One pass over "a", from the body newest when its slot came.
+    assert seen == [("busy", None), ("a", 2)]
