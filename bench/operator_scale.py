@@ -403,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         operator.stop()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
-        progress(f"wrote {args.out}; deleting namespace {ns}")
-        kubectl(kubectl_path, kubeconfig, "delete", "namespace", ns, "--wait=false")
+        # Waited for: an operator started later (the e2e's, another run's) would find
+        # hundreds of TTSServices terminating and queue its work behind theirs.
+        progress(f"wrote {args.out}; deleting namespace {ns} (minutes at N=1000)")
+        kubectl(kubectl_path, kubeconfig, "delete", "namespace", ns, "--wait=true")
     return 0
 
 
