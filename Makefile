@@ -66,6 +66,12 @@ unit: venv tools ## fast tests: no cluster, no GPU
 	@echo "==> unit tests (tests/)"
 	PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" $(PYTEST) tests --durations=25
 
+.PHONY: bench-operator
+bench-operator: venv control-plane ## the operator at scale on a local kwok cluster (SERVICES=1000 CHANGES=20 OUT=...)
+	TTSFLEET_REAL_NODE=0 PYTHONPATH=operator:runtime PATH="$(BIN):$(TTSFLEET_CACHE)/tools/bin:$$PATH" \
+		$(BIN)/python bench/operator_scale.py --services $(or $(SERVICES),1000) \
+		--changes $(or $(CHANGES),20) --out $(or $(OUT),/tmp/operator-scale.json)
+
 .PHONY: prometheus-adapter
 prometheus-adapter: ## build (or reuse) prometheus-adapter from its Go module, for the real HPA e2e
 	hack/prometheus-adapter.sh >/dev/null

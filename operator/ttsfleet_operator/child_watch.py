@@ -1,22 +1,28 @@
 """Which events of a TTSService's watched children call for a pass over it.
 
+Every child kind but the optional HTTPRoute is watched (`child_kinds.WATCHED`; the same
+events keep the cache passes read them from, child_cache.py). A child that is gone asks
+for a pass over its owner at once, whatever its kind: the pass re-creates it, without
+waiting for the resync period.
+
 The TTSService status (ready replicas, Ready / Progressing / Degraded, the model
-cache's phase) is computed from its Deployments', fill Jobs' and claims' status.
-Without watching them it follows pods becoming ready, or a node taking them down,
-only at the next resync period. An event asks for a
-pass over its owner when a field `status.compute_status` reads has changed, or when
-the Deployment is gone (drift correction re-creates it). Metadata and spec are never
-compared: the operator's own patches to a Deployment then ask for no pass that would
-patch it again, so passes cannot feed themselves. Which kinds are watched:
-`child_kinds.WATCHED`.
+cache's phase) is computed from its Deployments', fill Jobs' and claims' status
+(`ChildKind.status_read`). Without watching them it follows pods becoming ready, or a
+node taking them down, only at the next resync period. An event of those kinds asks
+for a pass over its owner when a field `status.compute_status` reads has changed.
+Metadata and spec are never compared: the operator's own patches to a child then ask
+for no pass that would patch it again, so passes cannot feed themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ttsfleet_operator import tts_service
+from ttsfleet_operator import child_kinds, tts_service
 from ttsfleet_operator.resync import Key
+
+# Kinds whose status the TTSService status reads.
+STATUS_READ = frozenset(kind.kind for kind in child_kinds.ALL if kind.status_read)
 
 STATUS_FIELDS = (
     # Deployments
@@ -74,13 +80,16 @@ class ChildWatch:
         A child not seen before counts as changed: at start, the TTSService's pass may
         have read it before this watch listed it (pods ready in between would go
         unreported until the period). Listings after a watch reconnects (type None)
-        are compared like any other event.
+        are compared like any other event. Of the kinds whose status nothing reads,
+        only a deletion counts.
         """
         uid = child["metadata"].get("uid", "")
         owner = owner_key(child)
         if event_type == DELETED:
             self.digests.pop(uid, None)
             return owner
+        if child.get("kind") not in STATUS_READ:
+            return None
         digest = status_digest(child)
         previous = self.digests.get(uid)
         self.digests[uid] = digest

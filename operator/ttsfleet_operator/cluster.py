@@ -7,9 +7,29 @@ method is one API request, so counting calls counts requests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 FIELD_MANAGER = "ttsfleet-operator"
+
+
+def resource_version(obj: Mapping) -> int | None:
+    """The resourceVersion as a number; None where there is none that is one.
+
+    The API documents it as opaque; every API server stores etcd's revision there, and
+    informers compare it too: we do so only to keep the newer of two copies of one object."""
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+def is_newer(candidate: Mapping, current: Mapping | None) -> bool:
+    """`candidate` should replace `current`: there is none, or it is not older."""
+    if current is None:
+        return True
+    new, old = resource_version(candidate), resource_version(current)
+    return new is None or old is None or new >= old
 
 
 class ApiError(Exception):

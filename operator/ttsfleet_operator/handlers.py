@@ -1,8 +1,10 @@
 """kopf wiring, kept thin: every handler delegates to `Reconciler.reconcile`.
 
-Create/update/resume handlers react to changes at once; the watch-fed resync
-loop (resync.py) corrects drift, and a TTSService's pass comes soon after its
-Deployments' status changes (child_watch.py). Logic lives in reconcile.py and render/.
+Create/update/resume handlers react to changes at once; the per-service work queue
+(resync.py) runs every pass, the period's drift correction too, and a TTSService's
+pass comes soon after a child's status changes or a child is deleted (child_watch.py).
+The same child events keep the cache passes list children from (child_cache.py).
+Logic lives in reconcile.py and render/.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import kopf
 from ttsfleet_operator import child_kinds, labels, tts_service
 from ttsfleet_operator.canary import analysis
 from ttsfleet_operator.canary.prometheus import Prometheus
+from ttsfleet_operator.child_cache import CachedCluster
 from ttsfleet_operator.child_watch import ChildWatch
 from ttsfleet_operator.kube_cluster import KubeCluster, connection_info, load_configuration
 from ttsfleet_operator.metrics import OperatorMetrics
@@ -75,7 +78,8 @@ def register(
         settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
-        memo.cluster = await KubeCluster.connect(kubeconfig)
+        memo.api = await KubeCluster.connect(kubeconfig, metrics.count_request)
+        memo.cluster = CachedCluster(memo.api)
         memo.reconciler = Reconciler(memo.cluster, analyse=analyse)
         memo.resync = Resync(metrics.instrument(memo.reconciler.reconcile), resync_seconds)
         memo.child_watch = ChildWatch()
@@ -87,7 +91,7 @@ def register(
         memo.resync_task.cancel()
         await asyncio.gather(memo.resync_task, return_exceptions=True)
         await memo.resync.stop()
-        await memo.cluster.close()
+        await memo.api.close()
 
     # Async, as every handler touching Resync: it holds asyncio tasks (kopf runs sync
     # handlers in threads).
@@ -101,6 +105,7 @@ def register(
             memo.resync.remember(_plain(body))
 
     async def child_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
+        memo.cluster.observe(event.get("type"), body)
         owner = memo.child_watch.owner_to_refresh(event.get("type"), body)
         if owner is not None:
             memo.resync.soon(owner)
@@ -118,6 +123,6 @@ def register(
     @kopf.on.create(**RESOURCE, registry=registry)
     @kopf.on.update(**RESOURCE, registry=registry)
     async def reconcile(body: kopf.Body, memo: kopf.Memo, **_) -> None:
-        await memo.resync.reconcile_locked(_plain(body))
+        await memo.resync.reconcile_now(_plain(body))
         # A failed pass is not retried through kopf (that would write progress
         # annotations); the resync loop tries again next period.

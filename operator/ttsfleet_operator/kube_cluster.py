@@ -14,6 +14,7 @@ import datetime
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio import client, config
@@ -71,14 +72,30 @@ def collection_path(api_version: str, kind: str, namespace: str) -> str:
 SERVED_CACHE_SECONDS = 60.0
 
 
+# Told of every request sent: (HTTP verb, resource), e.g. ("PATCH", "deployments").
+RequestCounter = Callable[[str, str], None]
+
+
+def resource_of(path: str) -> str:
+    """The resource a request path names: its plural, `/status` kept; discovery for group paths."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
+        rest = parts[parts.index("namespaces") + 2 :]
+        return "/".join([rest[0], *rest[2:]])
+    return "discovery"
+
+
 class KubeCluster:
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, count_request: RequestCounter | None = None):
         self.api = api
         self._served: dict[tuple[str, str], tuple[bool, float]] = {}
+        self._count_request = count_request
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None) -> KubeCluster:
-        return cls(client.ApiClient(await load_configuration(kubeconfig)))
+    async def connect(
+        cls, kubeconfig: str | None = None, count_request: RequestCounter | None = None
+    ) -> KubeCluster:
+        return cls(client.ApiClient(await load_configuration(kubeconfig)), count_request)
 
     async def close(self) -> None:
         await self.api.close()
@@ -92,6 +109,8 @@ class KubeCluster:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict | None:
+        if self._count_request is not None:
+            self._count_request(method, resource_of(path))
         response = await self.api.call_api(
             path,
             method,

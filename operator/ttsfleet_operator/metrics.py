@@ -63,6 +63,7 @@ ON_DEMAND_FLOOR = "ttsfleet_operator_on_demand_floor"
 CANARY_STATE = "ttsfleet_operator_canary_state"
 LEADER = "ttsfleet_operator_leader"
 LEADER_TRANSITIONS = "ttsfleet_operator_leader_transitions_total"
+API_REQUESTS = "ttsfleet_operator_api_requests_total"
 
 ALL = (
     RECONCILE_DURATION,
@@ -73,6 +74,7 @@ ALL = (
     CANARY_STATE,
     LEADER,
     LEADER_TRANSITIONS,
+    API_REQUESTS,
 )
 
 # The `state` label's values, from the canary phases (canary/state_machine.py); the alert
@@ -150,6 +152,14 @@ class OperatorMetrics:
             "Times this process became leader or stopped being it",
             registry=self.registry,
         )
+        # Every request the operator's own API client sends (kube_cluster.py), by verb and
+        # resource: what a pass costs the API server, and that an idle pass writes nothing.
+        self.api_requests = Counter(
+            API_REQUESTS.removesuffix("_total"),
+            "Requests the operator's API client sent, by HTTP verb and resource",
+            ["verb", "resource"],
+            registry=self.registry,
+        )
         self._lock = threading.Lock()
         self._shapes: dict[Key, FleetShape | None] = {}
         self._canary: dict[Key, str] = {}
@@ -179,6 +189,9 @@ class OperatorMetrics:
             return outcome
 
         return instrumented
+
+    def count_request(self, verb: str, resource: str) -> None:
+        self.api_requests.labels(verb=verb, resource=resource).inc()
 
     def observe(self, body: dict, outcome: object) -> None:
         """The fleet and canary phase a pass of `body` reported in its outcome."""

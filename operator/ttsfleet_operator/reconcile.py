@@ -367,13 +367,15 @@ class Reconciler:
         cache: ModelCacheStatus | None = None,
     ) -> None:
         """Events for what changed, then the status if it differs."""
+        # One Event per verb and pass, naming every child: a new TTSService's first pass
+        # creates six, and six Events would be as many writes as its children.
         for verb, items in (
             ("Created", outcome.created),
             ("Updated", outcome.updated),
             ("Deleted", outcome.deleted),
         ):
-            for item in items:
-                await self._event(body, "Normal", verb, f"{verb} {item}")
+            if items:
+                await self._event(body, "Normal", verb, f"{verb} {', '.join(items)}")
         previous = body.get("status") or {}
         if outcome.problem:
             if not _already_reported(previous, outcome.problem):

@@ -1,52 +1,58 @@
-"""The level-based safety net: every TTSService is reconciled again each period.
+"""One queue of work per TTSService: who asks for a pass, and which body it reconciles.
 
-kopf's own timers would add a finalizer to every TTSService (so deleting one
-would hang while the operator is down). This loop needs none: it reconciles the
-latest body kopf's watch delivered (`remember`/`forget`), under the same
-per-object lock the change handlers take, so passes never overlap.
+Passes are asked for by kopf's create/update/resume handlers (`reconcile_now`), by a
+child's watch event (`soon`, child_watch.py) and by the period (`pass_once`, the
+level-based safety net; kopf's own timers would add a finalizer to every TTSService, so
+deleting one would hang while the operator is down). For each key (namespace, name):
 
-A pass that waited on the lock may hold the very body the pass before it started
-from, whose status that pass has since replaced (the watch delivers the write a
-moment later). Stepping the canary again from that stale status would repeat the
-transition (a second CanaryStarted, a step analysed twice): so a body with a
-resourceVersion some status write was computed from is swapped for the object the
-latest write returned. Every such version is older than that object: writes to one
-object are serialised by its lock. Several passes may queue on the lock holding the
-same old body (the change handler's, the period's, one a child's change asked
-for), so every version a write superseded is kept, not only the last one.
+- at most one pass runs at a time (one worker task per key);
+- every request made before a pass starts shares that pass (coalescing); a request made
+  while it runs gets the next one, so none is lost;
+- a pass reconciles the newest body known when it starts, never the body its requester
+  held: `remember` keeps the newer of the watch's body and the object the last status
+  write returned (by resourceVersion). The watch delivers a pass's own status write a
+  moment after it; a pass starting in between still begins from that write, so a stale
+  body never steps the canary twice (a second CanaryStarted, a step analysed twice).
 
 A pass that fails (its outcome names a problem, or it raises) is retried by the period
 with exponential back-off per object: one period after the first failure, then 2, 4, ...
 periods, capped at `backoff_cap_seconds`; the first pass that succeeds resets it. A
 broken child then costs an apply request every few minutes, not every period. Passes
-for a change (kopf's create/update/resume handlers, `soon`) are never held back: a
-fix must show at once.
+for a change (`reconcile_now`, `soon`) are never held back: a fix must show at once.
 
-Between periods, `soon` asks for one object's pass shortly (its child Deployments'
-status changed, or one was deleted: child_watch.py). Requests within
-`coalesce_seconds` of the first share one pass, which lists the children afresh
-when it starts; a request after it has started gets a pass of its own, so none is lost.
+`soon` waits `coalesce_seconds` before it asks, so a burst of child events (pods of a
+Deployment going ready one by one) costs one pass.
+
+At most `max_concurrent_passes` passes run at once, over all keys (a bulk apply of 1,000
+TTSServices would otherwise start 1,000 passes together: each holds its rendering and
+its requests in flight, the operator's memory peaks with them, and no pass finishes
+sooner for it, the API server and the event loop being the limits).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from ttsfleet_operator.cluster import is_newer
+
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name)
 
-# Superseded versions kept per object: far more than passes ever queue on one lock.
-SUPERSEDED_KEPT = 64
 # Longest wait before the period retries an object whose passes keep failing. Under the
 # 10-minute window of the TTSFleetOperatorReconcileErrors alert, which must keep seeing
 # the failures.
 BACKOFF_CAP_SECONDS = 300.0
+# Passes running at once; more only queue on the event loop and the API client's pool.
+MAX_CONCURRENT_PASSES = 16
+
+
+def _has_version(obj: object) -> bool:
+    return isinstance(obj, dict) and bool((obj.get("metadata") or {}).get("resourceVersion"))
 
 
 class Resync:
@@ -57,23 +63,25 @@ class Resync:
         coalesce_seconds: float = 1.0,
         backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        max_concurrent_passes: int = MAX_CONCURRENT_PASSES,
     ):
         self.reconcile = reconcile
+        self.slots = asyncio.Semaphore(max_concurrent_passes)
         self.period_seconds = period_seconds
         self.coalesce_seconds = coalesce_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
         self.clock = clock
         # key -> (passes failed in a row, clock time from which the period retries it)
         self.failing: dict[Key, tuple[int, float]] = {}
+        # key -> the newest body known (the watch's, or what our status write returned)
         self.bodies: dict[Key, dict] = {}
-        self.locks: collections.defaultdict[Key, asyncio.Lock] = collections.defaultdict(
-            asyncio.Lock
-        )
-        # key -> (resourceVersions status writes were computed from, the object the latest returned)
-        self.superseded: dict[Key, tuple[collections.deque[str], dict]] = {}
-        # key -> the pass `soon` scheduled that has not started yet
+        # key -> the pass asked for that has not started; its requesters await it
+        self.pending: dict[Key, asyncio.Future] = {}
+        # key -> the one task running that key's passes, one after another
+        self.workers: dict[Key, asyncio.Task] = {}
+        # key -> the request `soon` will make when its wait ends
         self.scheduled: dict[Key, asyncio.Task] = {}
-        # every pass `soon` started, until it finishes (asyncio keeps only weak references)
+        # every task this queue started, until it finishes (asyncio keeps only weak references)
         self.tasks: set[asyncio.Task] = set()
 
     @staticmethod
@@ -81,43 +89,64 @@ class Resync:
         return body["metadata"].get("namespace", "default"), body["metadata"]["name"]
 
     def remember(self, body: dict) -> None:
-        self.bodies[self.key(body)] = copy.deepcopy(body)
+        """Keep `body` unless the one known is newer (resourceVersion)."""
+        key = self.key(body)
+        if is_newer(body, self.bodies.get(key)):
+            self.bodies[key] = copy.deepcopy(body)
 
     def forget(self, body: dict) -> None:
         key = self.key(body)
         self.bodies.pop(key, None)
-        self.locks.pop(key, None)
-        self.superseded.pop(key, None)
         self.failing.pop(key, None)
         pending = self.scheduled.pop(key, None)
         if pending is not None:
             pending.cancel()
 
-    async def reconcile_locked(self, body: dict) -> object:
-        key = self.key(body)
-        async with self.locks[key]:
-            started = version = body["metadata"].get("resourceVersion")
-            stale, newest = self.superseded.get(key, ((), None))
-            if version is not None and version in stale:
-                body = copy.deepcopy(newest)
-                version = body["metadata"].get("resourceVersion")
-            began = self.clock()
-            try:
-                outcome = await self.reconcile(body)
-            except Exception:
-                self._record(key, began, failed=True)
-                raise
-            self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
-            written = getattr(outcome, "written", None)
-            if (
-                version is not None
-                and isinstance(written, dict)
-                and (written.get("metadata") or {}).get("resourceVersion")
-            ):
-                older = collections.deque(stale, maxlen=SUPERSEDED_KEPT)
-                older.extend(v for v in dict.fromkeys((started, version)) if v not in older)
-                self.superseded[key] = (older, copy.deepcopy(written))
-            return outcome
+    async def reconcile_now(self, body: dict) -> object:
+        """A pass over `body`'s key (its newest known body), shared with any not yet started."""
+        self.remember(body)
+        return await self.request(self.key(body))
+
+    def request(self, key: Key) -> asyncio.Future:
+        """Ask for a pass over `key`; the future is its outcome (None: nothing to reconcile)."""
+        future = self.pending.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self.pending[key] = future
+        if key not in self.workers:
+            worker = asyncio.create_task(self._work(key), name=f"ttsfleet-pass-{key[0]}/{key[1]}")
+            self.workers[key] = worker
+            self._keep(worker)
+        return future
+
+    async def _work(self, key: Key) -> None:
+        try:
+            while key in self.pending:
+                async with self.slots:
+                    # Taken once the pass may run: requests made while it waited for a
+                    # slot share it, and its body is the newest by then.
+                    future = self.pending.pop(key)
+                    body = self.bodies.get(key)
+                    if body is None or body["metadata"].get("deletionTimestamp"):
+                        future.set_result(None)
+                        continue
+                    began = self.clock()
+                    try:
+                        outcome = await self.reconcile(copy.deepcopy(body))
+                    except Exception as error:
+                        self._record(key, began, failed=True)
+                        future.set_exception(error)
+                        continue
+                    self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
+                    written = getattr(outcome, "written", None)
+                    # Newer than the body this pass began from: the next pass begins there.
+                    # (Not for a key forgotten meanwhile: its TTSService is gone.)
+                    if key in self.bodies and _has_version(written):
+                        self.remember(written)
+                    future.set_result(outcome)
+        finally:
+            if self.workers.get(key) is asyncio.current_task():
+                del self.workers[key]
 
     def retry_delay(self, failures: int) -> float:
         """Seconds from a failed pass until the period retries it, after `failures` in a row."""
@@ -139,37 +168,38 @@ class Resync:
         return failing is not None and self.clock() < failing[1]
 
     def soon(self, key: Key) -> None:
-        """One pass over `key` after `coalesce_seconds`, shared by every request until it starts."""
+        """A pass over `key` after `coalesce_seconds`, shared by every request until then."""
         if key in self.scheduled or key not in self.bodies:
             return
         task = asyncio.create_task(
             self._pass_soon(key), name=f"ttsfleet-resync-soon-{key[0]}/{key[1]}"
         )
         self.scheduled[key] = task
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._keep(task)
 
     async def _pass_soon(self, key: Key) -> None:
         await asyncio.sleep(self.coalesce_seconds)
-        # From here on, a new request schedules another pass: this one may list the
-        # children before the change that request reports.
         if self.scheduled.get(key) is asyncio.current_task():
             del self.scheduled[key]
-        body = self.bodies.get(key)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return
         try:
-            await self.reconcile_locked(body)
+            await self.request(key)
         except Exception:  # the periodic pass tries again
             log.exception("resync failed", extra={"namespace": key[0], "service": key[1]})
 
+    def _keep(self, task: asyncio.Task) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
     async def stop(self) -> None:
-        """Cancel the passes `soon` scheduled or started."""
+        """Cancel the passes asked for or running."""
         self.scheduled.clear()
         tasks = list(self.tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for future in self.pending.values():
+            future.cancel()
+        self.pending.clear()
 
     async def pass_once(self) -> int:
         """Reconcile every known object once, but those backing off; returns how many."""
@@ -179,7 +209,7 @@ class Resync:
             if body is None or body["metadata"].get("deletionTimestamp") or self.backing_off(key):
                 continue
             try:
-                await self.reconcile_locked(body)
+                await self.request(key)
             except Exception:  # one broken object must not stop the others' resync
                 log.exception("resync failed", extra={"namespace": key[0], "service": key[1]})
             count += 1

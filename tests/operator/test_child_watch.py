@@ -1,4 +1,4 @@
-"""Child Deployment events: which ask for a pass over their TTSService, and which do not."""
+"""Child events: which ask for a pass over their TTSService, and which do not."""
 
 import asyncio
 import copy
@@ -7,6 +7,7 @@ import kopf
 import pytest
 
 from ttsfleet_operator import child_kinds, handlers, labels
+from ttsfleet_operator.child_cache import CachedCluster
 from ttsfleet_operator.child_watch import ChildWatch
 from ttsfleet_operator.resync import Resync
 
@@ -179,6 +180,7 @@ async def test_a_child_event_schedules_one_coalesced_pass_over_its_owner():
     memo = kopf.Memo()
     memo.resync = Resync(reconcile, period_seconds=600, coalesce_seconds=0.01)
     memo.child_watch = ChildWatch()
+    memo.cluster = CachedCluster(cluster=None)
     memo.resync.remember({"metadata": {"name": "demo", "namespace": "voice"}})
     handler = registered_watches()["apps/deployments"]
     await handler.fn(event={"type": None}, body=deployment(ready=0), memo=memo)
@@ -186,6 +188,30 @@ async def test_a_child_event_schedules_one_coalesced_pass_over_its_owner():
         await handler.fn(event={"type": "MODIFIED"}, body=deployment(ready=ready), memo=memo)
     await asyncio.gather(*memo.resync.tasks)
     assert passes == ["demo"]
+    # The same events keep the cache the pass lists children from.
+    (cached,) = memo.cluster.objects[("voice", "Deployment")].values()
+    assert cached["status"]["readyReplicas"] == 3
+
+
+def service_child(uid="s-1", **status) -> dict:
+    child = deployment(uid=uid)
+    child.update(apiVersion="v1", kind="Service", spec={"ports": [{"port": 80}]}, status=status)
+    child["metadata"]["name"] = "demo"
+    return child
+
+
+def test_a_deleted_child_of_any_kind_asks_for_a_pass_over_its_owner():
+    # The pass re-creates it at once, not at the next period.
+    watch = seen(ChildWatch(), service_child())
+    assert watch.owner_to_refresh("DELETED", service_child()) == OWNER
+
+
+def test_events_of_a_kind_whose_status_nothing_reads_ask_for_nothing_until_it_is_deleted():
+    # Services, ConfigMaps, PDBs, HPAs: the HPA controller rewrites its status every
+    # 15 s; a pass for each would cost a pass per HPA per 15 s and change nothing.
+    watch = ChildWatch()
+    assert watch.owner_to_refresh(None, service_child()) is None
+    assert watch.owner_to_refresh("MODIFIED", service_child(loadBalancer={"x": 1})) is None
 
 
 def cache_child(kind: str, status: dict, deleting: bool = False) -> dict:

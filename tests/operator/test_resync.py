@@ -1,4 +1,5 @@
-"""The resync loop: every known TTSService again each period, one pass at a time per object."""
+"""The work queue of passes: every known TTSService again each period, one pass at a time
+per object, requests before a pass starts sharing it, each pass from the newest body."""
 
 import asyncio
 import copy
@@ -54,7 +55,8 @@ async def test_passes_over_one_object_never_overlap():
         running -= 1
 
     resync = Resync(reconcile, period_seconds=30)
-    await asyncio.gather(*(resync.reconcile_locked(body("a")) for _ in range(5)))
+    resync.remember(body("a"))
+    await asyncio.gather(*(resync.reconcile_now(body("a")) for _ in range(5)))
     assert overlaps == 0
 
 
@@ -82,9 +84,16 @@ class Written:
         self.written = written
 
 
-async def test_a_body_a_status_write_superseded_is_not_reconciled_again():
-    # The create handler's pass writes the status (Canary started) while the resync pass
-    # waits on the lock holding the same, older body: that pass must see the written
+def versioned(name, version, status=None):
+    obj = {**body(name), "metadata": {**body(name)["metadata"], "resourceVersion": version}}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+async def test_a_pass_asked_for_while_another_runs_begins_from_that_pass_status_write():
+    # The create handler's pass writes the status (Canary started) while the period asks
+    # for a pass holding the same, older body: that pass must begin from the written
     # object, or it would step the canary from the old status again (a second CanaryStarted).
     seen = []
     gate = asyncio.Event()
@@ -93,24 +102,25 @@ async def test_a_body_a_status_write_superseded_is_not_reconciled_again():
         seen.append((obj["metadata"]["resourceVersion"], obj.get("status")))
         if len(seen) == 1:
             await gate.wait()
-            return Written(
-                {**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"}, "status": {"x": 1}}
-            )
+            return Written(versioned("a", "2", {"x": 1}))
         return Written(None)
 
     resync = Resync(reconcile, period_seconds=30)
-    created = {**body("a"), "metadata": {**body("a")["metadata"], "resourceVersion": "1"}}
-    resync.remember(created)
-    handler = asyncio.create_task(resync.reconcile_locked(created))
+    created = versioned("a", "1")
+    handler = asyncio.create_task(resync.reconcile_now(created))
     await asyncio.sleep(0)
     waiting = asyncio.create_task(resync.pass_once())
     await asyncio.sleep(0)
     gate.set()
     await asyncio.gather(handler, waiting)
     assert seen == [("1", None), ("2", {"x": 1})]
-    # A body the watch delivered later (another version) is reconciled as delivered.
-    newer = {**created, "metadata": {**created["metadata"], "resourceVersion": "3"}}
-    await resync.reconcile_locked(newer)
+    # The watch delivers the write late, then a body kopf's handler still holds: neither
+    # steps the known body back.
+    resync.remember(versioned("a", "2", {"x": 1}))
+    await resync.reconcile_now(copy.deepcopy(created))
+    assert seen[-1] == ("2", {"x": 1})
+    # A newer body the watch delivered (a spec change) is reconciled as delivered.
+    await resync.reconcile_now(versioned("a", "3"))
     assert seen[-1] == ("3", None)
 
 
@@ -200,11 +210,11 @@ async def test_stop_cancels_the_passes_requested_soon():
     assert seen == [] and not resync.tasks and not resync.scheduled
 
 
-async def test_a_body_several_status_writes_superseded_is_not_reconciled_again():
-    # More passes queue on the lock than one write supersedes: the create handler's pass
-    # (version 1) writes 2; the periodic pass, swapped to 2, writes 3; a pass a child's
-    # change asked for still holds version 1 and must start from 3, not step the canary
-    # from version 1's status again (a second CanaryStarted, seen in e2e).
+async def test_requests_queued_behind_a_running_pass_share_one_pass_from_its_write():
+    # More requests queue behind a running pass than one write supersedes: the create
+    # handler's pass (version 1) writes 2; the period's request and a child's change both
+    # still hold version 1. They share one pass, which begins from 2; nothing steps the
+    # canary from version 1's status again (a second CanaryStarted, seen in e2e).
     seen = []
     gate = asyncio.Event()
 
@@ -214,25 +224,18 @@ async def test_a_body_several_status_writes_superseded_is_not_reconciled_again()
         if len(seen) == 1:
             await gate.wait()
         newer = str(int(version) + 1)
-        return Written(
-            {
-                **obj,
-                "metadata": {**obj["metadata"], "resourceVersion": newer},
-                "status": {"v": newer},
-            }
-        )
+        return Written(versioned("a", newer, {"v": newer}))
 
     resync = Resync(reconcile, period_seconds=30)
-    created = {**body("a"), "metadata": {**body("a")["metadata"], "resourceVersion": "1"}}
-    first = asyncio.create_task(resync.reconcile_locked(created))
+    created = versioned("a", "1")
+    first = asyncio.create_task(resync.reconcile_now(created))
     await asyncio.sleep(0)
-    queued = [
-        asyncio.create_task(resync.reconcile_locked(copy.deepcopy(created))) for _ in range(2)
-    ]
+    queued = [asyncio.create_task(resync.reconcile_now(copy.deepcopy(created))) for _ in range(2)]
     await asyncio.sleep(0)
     gate.set()
-    await asyncio.gather(first, *queued)
-    assert seen == ["1", "2", "3"]
+    outcomes = await asyncio.gather(first, *queued)
+    assert seen == ["1", "2"]
+    assert outcomes[1] is outcomes[2], "the queued requests share one pass"
 
 
 class FakeClock:
@@ -314,5 +317,47 @@ async def test_a_change_is_reconciled_at_once_even_while_backing_off():
     await resync.pass_once()
     clock.now = 10
     assert await resync.pass_once() == 0 and resync.backing_off(("voice", "a"))
-    await resync.reconcile_locked(body("a"))  # kopf's update handler: a spec change
+    await resync.reconcile_now(body("a"))  # kopf's update handler: a spec change
     assert seen == ["a", "a"]
+
+
+async def test_at_most_the_configured_number_of_passes_run_at_once():
+    running, most = 0, 0
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=3)
+    passes = [asyncio.ensure_future(resync.reconcile_now(body(f"s{i}"))) for i in range(10)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert running == 3
+    release.set()
+    await asyncio.gather(*passes)
+    assert most == 3
+
+
+async def test_a_request_made_while_its_pass_waits_for_a_slot_shares_that_pass():
+    seen = []
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append((obj["metadata"]["name"], obj["metadata"].get("generation")))
+        await release.wait()
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=1)
+    busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
+    await asyncio.sleep(0)
+    first = asyncio.ensure_future(resync.reconcile_now(body("a")))
+    await asyncio.sleep(0)
+    newer = {**body("a"), "metadata": {**body("a")["metadata"], "generation": 2}}
+    second = asyncio.ensure_future(resync.reconcile_now(newer))
+    release.set()
+    await asyncio.gather(busy, first, second)
+    # One pass over "a", from the body newest when its slot came.
+    assert seen == [("busy", None), ("a", 2)]

@@ -363,6 +363,12 @@ _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\
 def write_requests(cluster) -> dict[tuple[str, str, str, str], float]:
     """The API server's own count of write requests on the kinds the operator writes,
     by (verb, group, resource, subresource), from `apiserver_request_total`."""
+    return api_requests(cluster, WRITE_VERBS)
+
+
+def api_requests(cluster, verbs: tuple[str, ...]) -> dict[tuple[str, str, str, str], float]:
+    """`apiserver_request_total` of `verbs` (LIST, APPLY, ...) on the kinds the operator
+    writes, by (verb, group, resource, subresource)."""
     counts: dict[tuple[str, str, str, str], float] = {}
     for line in cluster.kubectl("get", "--raw", "/metrics").stdout.splitlines():
         match = _SAMPLE.match(line)
@@ -375,7 +381,7 @@ def write_requests(cluster) -> dict[tuple[str, str, str, str], float]:
             labels.get("subresource", ""),
         )
         if (
-            labels.get("verb") in WRITE_VERBS
+            labels.get("verb") in verbs
             and key in OPERATOR_WRITES
             and labels.get("dry_run", "") == ""
         ):
