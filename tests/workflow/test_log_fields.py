@@ -46,6 +46,6 @@ def test_the_check_sees_a_reserved_field():
     """The scan itself finds `extra={"thread": ...}` (so an empty result above means
     something)."""
     assert "thread" in RESERVED and "process" in RESERVED
-    source = ROOT / "runtime/ttsfleet_runtime/engine/engine_core.py"
+    source = ROOT / "runtime/ttsfleet_runtime/engine/background_capture.py"
     keys = {key for _, key in extra_keys(source)}
     assert "worker" in keys  # the background capture's field, scanned like any other
