@@ -182,6 +182,12 @@ class LeaderElection:
                 return None
             raise
 
+    async def _write(self, lease: dict, timeout: float) -> dict:
+        """Replace the Lease with `lease` (its resourceVersion makes a stale write a 409)."""
+        return await self._call(
+            self.api.replace_namespaced_lease, self.name, self.namespace, lease, timeout=timeout
+        )
+
     def _spec(self, previous: LeaseRecord | None, now: str) -> dict:
         taking_over = previous is None or previous.holder != self.identity
         transitions = 0 if previous is None else previous.transitions
@@ -221,13 +227,7 @@ class LeaderElection:
             return False
         lease["spec"] = self._spec(record, _micro_time())
         try:
-            await self._call(
-                self.api.replace_namespaced_lease,
-                self.name,
-                self.namespace,
-                lease,
-                timeout=timeout,
-            )
+            await self._write(lease, timeout)
         except client.ApiException as exc:
             if exc.status == 409:  # written by another contender since we read it
                 return False
@@ -293,13 +293,7 @@ class LeaderElection:
             if lease is not None and _record(lease).holder == self.identity:
                 lease["spec"]["holderIdentity"] = ""
                 lease["spec"]["renewTime"] = _micro_time()
-                await self._call(
-                    self.api.replace_namespaced_lease,
-                    self.name,
-                    self.namespace,
-                    lease,
-                    timeout=timeout,
-                )
+                await self._write(lease, timeout)
         except _API_ERRORS as exc:
             log.warning(
                 "could not release the lease; the follower waits out its duration",
