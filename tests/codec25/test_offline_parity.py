@@ -67,6 +67,80 @@ def test_mel_equals_reference(reference, decoder):
     torch.testing.assert_close(mel, expected, rtol=0, atol=2e-5)
 
 
+def test_a_fused_dit_layer_equals_the_torch_layer(decoder):
+    # What a CUDA device runs in each layer: the norms, gated residuals and rotary
+    # positions as kernels.dit_ops (here in Triton's interpreter: one layer, since the
+    # whole sampler is minutes there).
+    dit = decoder.dit
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 50, dit.config.hidden_size, generator=g)  # 3 blocks
+    time = dit.time_embed(torch.tensor([0.3, 0.7]))
+    valid = torch.ones(2, 50, dtype=torch.bool)
+    valid[1, 40:] = False
+    rotary = dit.rotary_embed(50, x.device)
+    kinds = {(layer.looks_back, layer.looks_ahead): layer for layer in dit.transformer_blocks}
+    assert len(kinds) == 3  # look-back, look-ahead, neither
+    for layer in kinds.values():
+        mask = dit.attention_masks(valid)[(layer.looks_back, layer.looks_ahead)]
+        with torch.no_grad():
+            want = layer(x, time, rotary, mask)
+            got = layer(x, time, rotary, mask, fused=True)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_the_fused_sampler_sends_every_layer_through_the_kernels(
+    speech_tokenizer_dir, decoder, monkeypatch
+):
+    # The kernels themselves are checked above and in tests/kernels; here they are stood
+    # in for by their torch definitions, counted, and the mel must not change.
+    from ttsfleet_runtime.kernels import dit_ops
+    from ttsfleet_runtime.speech_tokenizer.rate25 import load_speech_tokenizer_25hz, mel_generator
+
+    calls = []
+
+    def norm(x, scale, shift):
+        calls.append("norm")
+        return mel_generator._modulated_norm(x, scale, shift)
+
+    def residual(x, gate, y):
+        calls.append("residual")
+        return x + gate * y
+
+    def residual_norm(x, gate, y, scale, shift):
+        calls.append("residual_norm")
+        summed = x + gate * y
+        return summed, mel_generator._modulated_norm(summed, scale, shift)
+
+    def rotate(q, k, cos, sin, head_dim):
+        calls.append("rotate")
+        batch, frames, _ = q.shape
+
+        def one(t):
+            split = t.view(batch, frames, -1, head_dim).transpose(1, 2)
+            return mel_generator._rotate(split, cos, sin).transpose(1, 2).reshape(t.shape)
+
+        return one(q), one(k)
+
+    for name, stand_in in (
+        ("modulated_norm", norm),
+        ("gated_residual", residual),
+        ("gated_residual_norm", residual_norm),
+        ("rotate_pairs", rotate),
+    ):
+        monkeypatch.setattr(dit_ops, name, stand_in)
+    fused = load_speech_tokenizer_25hz(speech_tokenizer_dir, fused_kernels=True)
+    assert fused.dit.fused_kernels and not decoder.dit.fused_kernels
+    codes = random_codes(3, 2, 20)
+    conditions = [decoder.condition(random_voice(i)) for i in (3, 4)]
+    noise = reference_noise(9, 2)
+    want, _ = decoder.generate_mel(codes, conditions, noise)
+    got, _ = fused.generate_mel(codes, conditions, noise)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    steps, layers = mel_generator.FLOW_STEPS - 1, len(decoder.dit.transformer_blocks)
+    for name in ("norm", "residual", "residual_norm", "rotate"):
+        assert calls.count(name) == steps * layers, name
+
+
 def test_vocoder_equals_reference(reference, decoder):
     mel = torch.randn(2, 70, 80, generator=torch.Generator().manual_seed(3)) - 3
     with torch.no_grad():
@@ -86,7 +160,7 @@ def test_the_fused_vocoder_sends_every_activation_through_the_kernel(
     from ttsfleet_runtime.speech_tokenizer.rate25 import load_speech_tokenizer_25hz
     from ttsfleet_runtime.speech_tokenizer.rate25.vocoder import AntiAliasedSnake
 
-    fused = load_speech_tokenizer_25hz(speech_tokenizer_dir, fused_activations=True)
+    fused = load_speech_tokenizer_25hz(speech_tokenizer_dir, fused_kernels=True)
     activations = [m for m in fused.bigvgan.modules() if isinstance(m, AntiAliasedSnake)]
     assert activations and all(m.fused for m in activations)
     by_factors = {id(m.act.frequency): m for m in activations}
@@ -111,11 +185,12 @@ def test_the_fused_vocoder_sends_every_activation_through_the_kernel(
     assert sorted(map(id, called)) == sorted(map(id, activations))  # each once, none left
 
 
-def test_the_vocoder_is_fused_on_a_cuda_device_only(speech_tokenizer_dir):
+def test_the_kernels_are_fused_on_a_cuda_device_only(speech_tokenizer_dir):
     from ttsfleet_runtime.speech_tokenizer.rate25 import load_speech_tokenizer_25hz
 
     on_cpu = load_speech_tokenizer_25hz(speech_tokenizer_dir, device="cpu")
     assert not any(getattr(m, "fused", False) for m in on_cpu.bigvgan.modules())
+    assert not on_cpu.dit.fused_kernels
 
 
 def test_decode_equals_reference_decode(reference, decoder):

@@ -48,11 +48,11 @@ class CheckpointMismatch(ValueError):
 
 
 class Decoder25Hz(nn.Module):
-    def __init__(self, config: SpeechTokenizer25HzConfig, fused_activations: bool = False):
+    def __init__(self, config: SpeechTokenizer25HzConfig, fused_kernels: bool = False):
         super().__init__()
         self.config = config
-        self.dit = MelGenerator(config.mel_generator)
-        self.bigvgan = Vocoder(config.vocoder, fused_activations)
+        self.dit = MelGenerator(config.mel_generator, fused_kernels)
+        self.bigvgan = Vocoder(config.vocoder, fused_kernels)
 
     @property
     def samples_per_code(self) -> int:
@@ -145,16 +145,16 @@ def load_speech_tokenizer_25hz(
     folder: str | Path,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
-    fused_activations: bool | None = None,
+    fused_kernels: bool | None = None,
 ) -> Decoder25Hz:
     """The decoder of a speech tokenizer folder (config.json + model.safetensors).
-    `fused_activations` (default: on a CUDA device): the vocoder's anti-aliased
-    activations as one Triton kernel each (`Vocoder`)."""
+    `fused_kernels` (default: on a CUDA device): the DiT's elementwise steps and the
+    vocoder's anti-aliased activations as Triton kernels (`MelGenerator`, `Vocoder`)."""
     folder = Path(folder)
     config = read_config(folder)
-    if fused_activations is None:
-        fused_activations = device is not None and torch.device(device).type == "cuda"
-    decoder = Decoder25Hz(config, fused_activations)
+    if fused_kernels is None:
+        fused_kernels = device is not None and torch.device(device).type == "cuda"
+    decoder = Decoder25Hz(config, fused_kernels)
     expected = decoder.state_dict()
     path = folder / "model.safetensors"
     if not path.exists():

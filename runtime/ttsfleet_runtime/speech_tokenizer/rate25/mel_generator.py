@@ -153,22 +153,32 @@ class Attention(nn.Module):
         super().__init__()
         inner = config.head_dim * config.num_attention_heads
         self.heads = config.num_attention_heads
+        self.head_dim = config.head_dim
         self.to_q = nn.Linear(config.hidden_size, inner)
         self.to_k = nn.Linear(config.hidden_size, inner)
         self.to_v = nn.Linear(config.hidden_size, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, config.hidden_size)])
 
     def forward(
-        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,
+        fused: bool = False,
     ) -> torch.Tensor:
         batch, frames, _ = x.shape
 
         def heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(batch, frames, self.heads, -1).transpose(1, 2)
 
-        q, k, v = heads(self.to_q(x)), heads(self.to_k(x)), heads(self.to_v(x))
-        q, k = _rotate(q, *rotary), _rotate(k, *rotary)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if fused:
+            from ...kernels.dit_ops import rotate_pairs
+
+            q, k = rotate_pairs(self.to_q(x), self.to_k(x), *rotary, head_dim=self.head_dim)
+            q, k = heads(q), heads(k)
+        else:
+            q, k = _rotate(heads(self.to_q(x)), *rotary), _rotate(heads(self.to_k(x)), *rotary)
+        out = F.scaled_dot_product_attention(q, k, heads(self.to_v(x)), attn_mask=mask)
         return self.to_out[0](out.transpose(1, 2).reshape(batch, frames, -1))
 
 
@@ -195,18 +205,28 @@ class DiTLayer(nn.Module):
         time: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor,
+        fused: bool = False,
     ) -> torch.Tensor:
         shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = self.attn_norm.modulation(time)
+        if fused:
+            from ...kernels import dit_ops
+
+            attended = self.attn(dit_ops.modulated_norm(x, scale_a, shift_a), rotary, mask, True)
+            x, normed = dit_ops.gated_residual_norm(x, gate_a, attended, scale_f, shift_f)
+            return dit_ops.gated_residual(x, gate_f, self.ff.ff(normed))
         x = x + gate_a * self.attn(_modulated_norm(x, scale_a, shift_a), rotary, mask)
         return x + gate_f * self.ff.ff(_modulated_norm(x, scale_f, shift_f))
 
 
 class MelGenerator(nn.Module):
-    """The DiT (`decoder.dit.*`) and its flow-matching sampler."""
+    """The DiT (`decoder.dit.*`) and its flow-matching sampler. `fused_kernels`: each
+    layer's norms, gated residuals and rotary positions as Triton kernels
+    (kernels/dit_ops.py; a CUDA device), else torch's operations (any device)."""
 
-    def __init__(self, config: MelGeneratorConfig):
+    def __init__(self, config: MelGeneratorConfig, fused_kernels: bool = False):
         super().__init__()
         self.config = config
+        self.fused_kernels = fused_kernels
         self.time_embed = TimestepEmbedding(config.hidden_size)
         self.text_embed = CodeEmbedding(config)
         self.input_embed = InputEmbedding(config)
@@ -259,7 +279,8 @@ class MelGenerator(nn.Module):
         time = self.time_embed(t.expand(mel.shape[0]))
         x = self.input_embed(mel, speaker, code_embedding, xvector)
         for layer in self.transformer_blocks:
-            x = layer(x, time, rotary, masks[(layer.looks_back, layer.looks_ahead)])
+            mask = masks[(layer.looks_back, layer.looks_ahead)]
+            x = layer(x, time, rotary, mask, self.fused_kernels)
         scale, shift = self.norm_out.modulation(time)
         return self.proj_out(_modulated_norm(x, scale, shift))
 

@@ -144,10 +144,10 @@ class AMPBlock(nn.Module):
 
 
 class Vocoder(nn.Module):
-    """`fused_activations`: every anti-aliased activation as one Triton kernel (a CUDA
+    """`fused_kernels`: every anti-aliased activation as one Triton kernel (a CUDA
     device); else torch's operations (any device)."""
 
-    def __init__(self, config: VocoderConfig, fused_activations: bool = False):
+    def __init__(self, config: VocoderConfig, fused_kernels: bool = False):
         super().__init__()
         self.config = config
         channels = config.upsample_initial_channel
@@ -180,7 +180,7 @@ class Vocoder(nn.Module):
         self.conv_post = nn.Conv1d(last, 1, 7, padding=3, bias=False)
         for module in self.modules():
             if isinstance(module, AntiAliasedSnake):
-                module.fused = fused_activations
+                module.fused = fused_kernels
 
     @staticmethod
     def normalised_spectrogram(mel: torch.Tensor) -> torch.Tensor:
