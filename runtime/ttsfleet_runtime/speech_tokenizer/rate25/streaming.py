@@ -44,6 +44,9 @@ from ..slots import SlotPool
 from .decoder import Decoder25Hz, DecoderVoice, SpeakerCondition
 
 NOISE_FRAMES = 30000  # 10 minutes of mel frames, as many as the reference draws
+# The most first-block vocoder windows a graph is captured for (batches of new streams
+# are small; a larger one runs eagerly).
+FIRST_BLOCKS_BATCH = 16
 DEFAULT_SEED = 0
 
 
@@ -108,7 +111,19 @@ class StreamingDecoder25Hz:
         )
         self._streams: dict[int, _Stream] = {}
         self._slots = SlotPool(max_streams, "25 Hz decoder")
-        self._graphs: dict[int, object] = {}
+        self._graphs: dict[int, _CapturedWindows] = {}
+        # window frames -> batch -> graph
+        self._vocoder_graphs: dict[int, dict[int, _CapturedVocoder]] = {}
+        self._pool = None  # one memory pool for every graph, sized by the first (largest)
+        # The vocoder windows that recur, the graphed ones: a stream's first blocks (its
+        # left context grows a block at a time: 0, 24, 48 frames) and, from then on, the
+        # steady window (the whole left context, a block and the look-ahead). A stream's
+        # last blocks (`finish`, no look-ahead, often part of a block) run eagerly.
+        ahead = self.block_frames + self.vocoder_right
+        self.first_vocoder_frames = tuple(
+            range(ahead, self.vocoder_left + ahead, self.block_frames)
+        )
+        self.steady_vocoder_frames = self.vocoder_left + ahead
 
     # ---------------------------------------------------------------- slots
     def open(self, voice: DecoderVoice | None) -> int:
@@ -267,7 +282,12 @@ class StreamingDecoder25Hz:
                 for i, (x, crop) in enumerate(zip(inputs, crops, strict=True))
                 if (x.shape[0], crop) == (length, (left, frames))
             ]
-            waves = self.decoder.bigvgan(torch.stack([inputs[i] for i in rows])).float()
+            mel = torch.stack([inputs[i] for i in rows])
+            graph = _smallest_fitting(self._vocoder_graphs.get(length, {}), len(rows))
+            if graph is not None:
+                waves = graph.run(mel)
+            else:
+                waves = self.decoder.bigvgan(mel).float()
             for i, wave in zip(rows, waves, strict=True):
                 out[i] = wave[left * spm : (left + frames) * spm]
         return out
@@ -281,24 +301,52 @@ class StreamingDecoder25Hz:
 
     # ---------------------------------------------------------------- CUDA graphs
     def capture(self, batch_sizes: list[int], frame_counts: list[int] | None = None) -> None:
-        """Capture the DiT's window sampling (all 9 flow steps, both guidance halves) as
-        one CUDA graph per batch size: its shapes depend only on the number of blocks in
-        a call, never on the stream's age or the codes per call (`frame_counts` is
-        accepted for the codec protocol and does not change any shape here). Calls with
-        more blocks than the largest graph, and the vocoder, run eagerly."""
+        """Capture, per batch size, the DiT's window sampling (all 9 flow steps, both
+        guidance halves) and the vocoder on the steady window (`steady_vocoder_frames`),
+        and up to `FIRST_BLOCKS_BATCH` the vocoder on the windows of a stream's first
+        blocks (`first_vocoder_frames`: few streams start in one call). The shapes
+        depend only on the number of blocks in a call, never on the codes per call
+        (`frame_counts` is accepted for the codec protocol and changes no shape). Calls
+        with more blocks than the largest graph run eagerly. Every graph shares one
+        memory pool; capture the largest first, as the engine does."""
         del frame_counts
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
-        pool = None
-        for batch in sorted(set(batch_sizes), reverse=True):  # largest first: sizes the pool
+        for batch in sorted(set(batch_sizes), reverse=True):
             if batch not in self._graphs:
-                graph = _CapturedWindows(self, batch, pool)
-                pool = graph.graph.pool()
-                self._graphs[batch] = graph
+                self._graphs[batch] = _CapturedWindows(self, batch, self._pool)
+                self._pool = self._graphs[batch].graph.pool()
+            lengths = [self.steady_vocoder_frames]
+            if batch <= FIRST_BLOCKS_BATCH:
+                lengths += self.first_vocoder_frames
+            for frames in lengths:
+                graphs = self._vocoder_graphs.setdefault(frames, {})
+                if batch not in graphs:
+                    graphs[batch] = _CapturedVocoder(self, batch, frames, self._pool)
 
     def _graph_for(self, jobs: int):
-        sizes = [b for b in self._graphs if b >= jobs]
-        return self._graphs[min(sizes)] if sizes else None
+        return _smallest_fitting(self._graphs, jobs)
+
+
+def _smallest_fitting(graphs: dict, rows: int):
+    sizes = [b for b in graphs if b >= rows]
+    return graphs[min(sizes)] if sizes else None
+
+
+def _captured(device: torch.device, pool, run):
+    """A CUDA graph of `run()` (after two warm-up runs on a side stream: the allocator,
+    lazy initialisations) and its output."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), torch.inference_mode():
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    capturing = torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local")
+    with torch.inference_mode(), capturing:
+        output = run()
+    return graph, output
 
 
 class _CapturedWindows:
@@ -316,16 +364,7 @@ class _CapturedWindows:
         self.valid = torch.zeros(batch, width, dtype=torch.bool, device=device)
         sample = owner.decoder.dit.sample
         args = (self.codes, self.noise, self.speaker, self.xvector, self.valid)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side), torch.inference_mode():
-            for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
-                sample(*args)
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        capturing = torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local")
-        with torch.inference_mode(), capturing:
-            self.mel = sample(*args)
+        self.graph, self.mel = _captured(device, pool, lambda: sample(*args))
 
     def run(self, codes, noise, speaker, xvector, valid) -> torch.Tensor:
         n = codes.shape[0]
@@ -341,3 +380,27 @@ class _CapturedWindows:
         self.valid[:n].copy_(valid)
         self.graph.replay()
         return self.mel[:n].clone()
+
+
+class _CapturedVocoder:
+    """One CUDA graph of the vocoder on a fixed number of windows of one length. The vocoder
+    treats each row alone, so rows past the call's (zeros) change no other row."""
+
+    def __init__(self, owner: StreamingDecoder25Hz, batch: int, frames: int, pool):
+        config = owner.decoder.config.mel_generator
+        self.mel = torch.zeros(
+            batch,
+            frames,
+            config.mel_dim,
+            dtype=owner.noise.dtype,
+            device=owner.device,
+        )
+        vocoder = owner.decoder.bigvgan
+        self.graph, self.waves = _captured(owner.device, pool, lambda: vocoder(self.mel).float())
+
+    def run(self, mel: torch.Tensor) -> torch.Tensor:
+        n = mel.shape[0]
+        self.mel[n:].zero_()
+        self.mel[:n].copy_(mel)
+        self.graph.replay()
+        return self.waves[:n].clone()
