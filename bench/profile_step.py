@@ -29,6 +29,7 @@ import dataclasses
 import datetime
 import gc
 import json
+import math
 import os
 import platform
 import socket
@@ -243,11 +244,13 @@ def codec_section(codec, B: int, n: int, args) -> dict:
 
 def codec25_section(codec, B: int, n: int, args) -> dict:
     """The 25 Hz decoder as the codec worker calls it (`Codec25Hz.decode`; on a GPU with
-    the DiT's windows as the CUDA graph a server captures, the vocoder eager) for B
-    streams in steady state: each past its first block, every call `n` more codes a
-    stream (12: one DiT block each, what a running stream needs every 0.48 s of audio).
-    Then each stage alone at the call's shapes: the DiT windows (eager and graphed) and
-    the vocoder's windows (eager, as served; graphed: what a graph would save)."""
+    the DiT's windows and the steady vocoder window as the CUDA graphs a server captures)
+    for B streams in steady state: each past its first block, every call `n` more codes
+    a stream (12: one DiT block each, what a running stream needs every 0.48 s of audio).
+    Then each stage alone at the call's shapes: the DiT windows (eager and graphed, and
+    graphed with torch's elementwise operations instead of kernels/dit_ops.py) and the
+    vocoder's windows (eager and graphed); at the smallest batch, the DiT's accuracy with
+    and without the kernels against a float32 copy."""
     decoder = codec.decoder  # the StreamingDecoder25Hz
     config = decoder.decoder.config.mel_generator
     device, dtype = decoder.device, decoder.noise.dtype
@@ -289,6 +292,15 @@ def codec25_section(codec, B: int, n: int, args) -> dict:
         r["window_frames"], r["vocoder_frames"] = width, frames
         if on_gpu:
             r["dit_windows_graph"] = graphed_ms(dit, args.replays // 10)
+            dit_model = decoder.decoder.dit
+            if dit_model.fused_kernels:
+                dit_model.fused_kernels = False
+                try:
+                    r["dit_windows_torch_ops_graph"] = graphed_ms(dit, args.replays // 10)
+                    if B == 1:
+                        r["dit_accuracy"] = dit_accuracy(dit_model, dit_inputs)
+                finally:
+                    dit_model.fused_kernels = True
             try:
                 r["vocoder_graph"] = graphed_ms(vocoder, args.replays // 10)
             except Exception as e:  # what stands in the way of a graph is worth knowing
@@ -297,6 +309,29 @@ def codec25_section(codec, B: int, n: int, args) -> dict:
     finally:
         for slot in slots:
             decoder.close(slot)
+
+
+def dit_accuracy(dit, inputs) -> dict:
+    """SNR (dB) of the DiT's mel in its dtype, with torch's elementwise operations and
+    with kernels/dit_ops.py, against a float32 copy on the same inputs."""
+    import copy
+
+    reference = copy.deepcopy(dit).float()
+    reference.fused_kernels = False
+    exact = reference.sample(*(x.float() if x.is_floating_point() else x for x in inputs))
+    del reference
+
+    def snr(mel: torch.Tensor) -> float:
+        error = (mel.float() - exact).pow(2).mean()
+        return round(10 * math.log10(exact.pow(2).mean().item() / max(error.item(), 1e-30)), 2)
+
+    out = {"torch_ops_snr_db": snr(dit.sample(*inputs))}
+    dit.fused_kernels = True
+    try:
+        out["fused_snr_db"] = snr(dit.sample(*inputs))
+    finally:
+        dit.fused_kernels = False
+    return out
 
 
 def graphed_ms(fn: Callable[[], object], replays: int) -> dict:

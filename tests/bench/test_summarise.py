@@ -297,3 +297,36 @@ def test_the_codec_figure_joins_an_existing_summary_and_changes_nothing_else(tmp
         assert after["sizes"][size].pop("codec_ms_b128_n8") == 19.656
         assert before["sizes"][size].pop("codec_ms_b128_n8") == 58.547
     assert after == before
+
+
+def test_another_tokenizer_rate_is_a_block_beside_the_12_hz_figures(tmp_path):
+    ours = {"env": dict(gpu="g", date="d"), "1.7B": ours_size([3.0], [10.0])}
+    before = summarise(tmp_path, dict(ours=ours))
+    files = {
+        "ours": {"env": dict(gpu="g", date="d2"), "1.7B": ours_size([12.0], [38.0])},
+        "capacity": dict(sizes={"1.7B": capacity_run(knee=20.0)}),
+        "startup": dict(sizes={"1.7B": dict(startup_s=14.6, startup_s_cold=67.2)}),
+    }
+    args = []
+    for flag, content in files.items():
+        (tmp_path / f"{flag}25.json").write_text(json.dumps(content))
+        args += [f"--{flag}", str(tmp_path / f"{flag}25.json")]
+    out = tmp_path / "summary.json"
+    subprocess.run(
+        [sys.executable, *SUMMARISE, "--tokenizer-rate", "25", *args, "--out", str(out)],
+        check=True,
+    )
+    after = json.loads(out.read_text())
+    block = after["sizes"]["1.7B"].pop("25Hz")
+    assert after == before  # the 12 Hz figures, device and notes untouched
+    assert block["ours"]["ms_per_frame_b1"] == 12.0 and block["ours"]["ttfa_ms_b1"] == 38.0
+    assert block["load"]["knee_rps"] == 20.0
+    assert (block["startup_s"], block["startup_s_cold"]) == (14.6, 67.2)
+    assert "faster_qwen3_tts" not in block and "codec_ms_b128_n8" not in block
+    refused = subprocess.run(
+        [sys.executable, *SUMMARISE, "--tokenizer-rate", "25", "--capacity", args[3]]
+        + ["--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "--ours" in refused.stderr

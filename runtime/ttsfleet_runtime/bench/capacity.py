@@ -32,18 +32,22 @@ import time
 import traceback
 from pathlib import Path
 
-from .common import Budget, checkpoint_path
+from .common import Budget, add_tokenizer_rate_argument, checkpoint_path
 
 
 def write_checkpoint(size: str, args, folder: Path) -> dict:
-    ckpt = checkpoint_path(size, argparse.Namespace(model=None, ckpt_dir=args.ckpt_dir))
+    ckpt = checkpoint_path(
+        size,
+        argparse.Namespace(model=None, ckpt_dir=args.ckpt_dir, tokenizer_rate=args.tokenizer_rate),
+    )
     if os.path.exists(os.path.join(ckpt, "model.safetensors")):
         return {"checkpoint": ckpt, "written_s": 0.0}
     start = time.monotonic()
     with open(folder / "checkpoint.log", "w") as out:
         subprocess.run(
             [sys.executable, "-m", "ttsfleet_runtime", "checkpoint", "--random"]
-            + ["--size", size, "--out", ckpt, "--device", args.device],
+            + ["--size", size, "--out", ckpt, "--device", args.device]
+            + ["--tokenizer-rate", str(args.tokenizer_rate)],
             stdout=out,
             stderr=subprocess.STDOUT,
             check=True,
@@ -207,6 +211,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--utterance-s", type=float, default=4.0, help="--max-audio-seconds of the rates"
     )
     ap.add_argument("--max-batch", type=int, default=128, help="serve --max-batch for the rates")
+    add_tokenizer_rate_argument(ap)
     ap.add_argument(
         "--burst",
         default="256,192,128",

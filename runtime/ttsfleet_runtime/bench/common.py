@@ -82,6 +82,19 @@ def run_sections(
         dump()
 
 
+def add_tokenizer_rate_argument(ap) -> None:
+    """`--tokenizer-rate`: which random checkpoint a benchmark writes and runs."""
+    from ..checkpoint.sizes import TOKENIZER_RATES
+
+    ap.add_argument(
+        "--tokenizer-rate",
+        type=int,
+        choices=TOKENIZER_RATES,
+        default=12,
+        help="random checkpoints of this speech tokenizer rate (Hz)",
+    )
+
+
 def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
     """Where the random checkpoint of `size`, `variant` and the tokenizer rate (the
     `--tokenizer-rate` of benchmarks that have one; else 12 Hz) lives, or `args.model`."""

@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 
-from .common import TEXT, Budget, checkpoint_path, ready_checkpoint
+from .common import TEXT, Budget, add_tokenizer_rate_argument, checkpoint_path, ready_checkpoint
 
 
 def request(frames: int, seed: int, text: str = TEXT):
@@ -386,13 +386,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--model", default=None, help="time this checkpoint instead (give one --sizes label)"
     )
     ap.add_argument("--frames", type=int, default=120)
-    ap.add_argument(
-        "--tokenizer-rate",
-        type=int,
-        choices=(12, 25),
-        default=12,
-        help="random checkpoints of this speech tokenizer rate (Hz)",
-    )
+    add_tokenizer_rate_argument(ap)
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--first-chunk-frames", type=int, default=1)

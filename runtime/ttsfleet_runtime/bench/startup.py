@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ttsfleet_runtime import metrics
 
-from .common import Budget, ready_checkpoint
+from .common import Budget, add_tokenizer_rate_argument, ready_checkpoint
 
 STARTS = ("cold", "warm")
 
@@ -185,6 +185,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sizes", default="1.7B,0.6B", help="1.7B, 0.6B or tiny (CPU checks)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--max-batch", type=int, default=256, help="serve --max-batch (its default)")
+    add_tokenizer_rate_argument(ap)
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
     ap.add_argument("--model", help="a checkpoint folder to serve instead of the random one")

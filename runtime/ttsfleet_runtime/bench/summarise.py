@@ -203,6 +203,34 @@ def merge_capacity(runs: list[dict | None]) -> dict | None:
     return runs[0] | {"sizes": sizes}
 
 
+def add_rate_block(args: argparse.Namespace) -> int:
+    """Each size's figures at another tokenizer rate, as a block beside the 12 Hz ones
+    (`"25Hz": {ours, load, startup_s, ...}`): no peer serves that rate to compare."""
+    if not args.ours or args.peer or args.codec:
+        print(
+            "a rate block takes --ours (with --profile, --capacity, --startup) and no "
+            "--peer or --codec",
+            file=sys.stderr,
+        )
+        return 2
+    ours: dict = {}
+    for path in args.ours:
+        ours = load(path) | ours
+    block = summarise(
+        ours,
+        None,
+        load_optional(args.profile),
+        capacity=merge_capacity([load_optional(path) for path in args.capacity]),
+        startup=load_optional(args.startup) if args.startup else None,
+    )
+    summary = json.loads(Path(args.out).read_text())
+    for size, entry in block["sizes"].items():
+        summary["sizes"].setdefault(size, {})[f"{args.tokenizer_rate}Hz"] = entry
+        print(size, f"{args.tokenizer_rate}Hz", json.dumps(entry))
+    Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--ours",
@@ -221,10 +249,20 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="capacity.json of `bench capacity` (load figures; again for a run split by size)",
     )
     ap.add_argument("--startup", help="startup.json of `bench startup` (startup_s per size)")
+    ap.add_argument(
+        "--tokenizer-rate",
+        type=int,
+        default=12,
+        help="the runs' speech tokenizer rate: other than 12, their figures (--ours, "
+        "--profile, --capacity, --startup) become each size's `<rate>Hz` block in the "
+        "existing --out, the 12 Hz figures untouched",
+    )
     ap.add_argument("--out", default="bench/results/summary.json")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tokenizer_rate != 12:
+        return add_rate_block(args)
     if not args.ours:
         # Start-up, capacity and the codec are timed in leases of their own (fresh server
         # processes, not the engine benchmark's): their figures join the summary of the
