@@ -206,6 +206,10 @@ class SynthesisRequest:
     # What `AudioChunk.pcm` holds. "s16" is made on the device for a whole batch of
     # streams at once, so a server that sends 16-bit samples only copies bytes.
     sample_format: SampleFormat = "f32"
+    # Word timestamps from the engine's text-to-frame alignment, in the chunks'
+    # `words` (engine/word_timing.py). Off by default: it costs the engine thread a
+    # little bookkeeping per frame and a tokenisation with offsets.
+    timestamps: bool = False
 
     def __post_init__(self) -> None:
         if self.sample_format not in SAMPLE_FORMATS:
@@ -239,6 +243,25 @@ def to_float32(pcm: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
+class TimedWord:
+    """One word with its time in the stream's audio, in seconds from its start (the
+    rule: engine/word_timing.py).
+
+    `characters` are the request text's characters from the end of the word before
+    (the whitespace between them, which takes no time) to the end of this word, so
+    the `characters` of all words of a request, joined, are its text up to its last
+    timed word. `char_start_s`/`char_end_s` are theirs, one each."""
+
+    word: str
+    start_s: float
+    end_s: float
+    text_offset: int  # where `characters` start in the request's text
+    characters: tuple[str, ...]
+    char_start_s: tuple[float, ...]
+    char_end_s: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class AudioChunk:
     """A piece of the waveform, in order: mono samples in the format its request named
     (`SynthesisRequest.sample_format`), float32 in [-1, 1] or int16.
@@ -255,6 +278,9 @@ class AudioChunk:
     frames: int  # codec frames this chunk covers
     t_admitted: float  # time.monotonic() when the request entered a batch slot
     t_emitted: float  # time.monotonic() when this chunk was handed out
+    # The words whose timing became known up to this chunk (requests that ask for
+    # `SynthesisRequest.timestamps`): usually ahead of the audio that speaks them.
+    words: tuple[TimedWord, ...] = ()
 
     @property
     def duration_s(self) -> float:

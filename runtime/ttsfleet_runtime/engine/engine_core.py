@@ -438,7 +438,9 @@ class EngineCore:
             outcome = self.scheduler.postprocess(step.rows, codes, nxt, self.rules)
             self.frames_total += outcome.frames
         for chunk in outcome.chunks:
-            self.codec_worker.chunk(_codec_stream(chunk.seq), chunk.codes, last=chunk.last)
+            self.codec_worker.chunk(
+                _codec_stream(chunk.seq), chunk.codes, last=chunk.last, words=chunk.words
+            )
         for seq, exc in outcome.failed:
             log.error(
                 "bookkeeping after a step failed; ending the request",

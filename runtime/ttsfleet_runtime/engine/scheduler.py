@@ -157,6 +157,7 @@ class Chunk:
     codes: np.ndarray  # [frames, groups]
     index: int
     last: bool
+    words: tuple = ()  # TimedWords timed since the stream's chunk before (timestamps)
 
 
 @dataclasses.dataclass
@@ -441,6 +442,9 @@ class Scheduler(Generic[S]):
     def _apply_frame(
         self, seq: Sequence, frame: np.ndarray, next_code: int, rules: StepRules, out: StepOutcome
     ) -> None:
+        clock = seq.word_clock
+        if clock is not None:  # the text this frame was conditioned on (word_timing.py)
+            clock.frame_made(seq.piece_frames, seq.frames, seq.text.ids, seq.text.committed)
         seq.pending.append(frame)
         if seq.all_codes is not None:  # kept for tests and debugging only
             seq.all_codes.append(frame)
@@ -456,14 +460,21 @@ class Scheduler(Generic[S]):
             reason = "length"
         elif said_eos:
             # The piece is spoken; the next one continues the same stream.
+            if clock is not None:
+                clock.piece_ended(seq.frames)
             seq.start_next_piece()
+            if clock is not None:
+                clock.next_piece(seq.piece, seq.frames)
             self.refill.append(seq)
             out.next_piece.append(seq)
         elif seq.position + 1 >= rules.max_len:
             reason = "length"
+        if reason is not None and clock is not None:
+            clock.piece_ended(seq.frames)
         if reason is not None or len(seq.pending) >= rules.chunk_limit(seq.chunks):
+            words = clock.take() if clock is not None else ()
             out.chunks.append(
-                Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None)
+                Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None, words=words)
             )
             seq.chunks += 1
             seq.pending = []

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from .api import EngineError, FinishReason, SamplingParams
+from .word_timing import WordClock
 
 
 class TextFeed:
@@ -44,6 +45,8 @@ class TextFeed:
         self._closed = text is not None
         self._dirty = ids is None
         self.ids: list[int] = list(ids) if ids is not None else []
+        # The text `ids` are of: the whole text, or a streamed one's committed part.
+        self.committed = self._text if self._closed else ""
         self.error: BaseException | None = None
 
     def feed(self, delta: str) -> None:
@@ -77,6 +80,7 @@ class TextFeed:
         grew = len(ids) > len(self.ids)
         if len(ids) >= len(self.ids):
             self.ids = ids
+            self.committed = stable
         return grew or closed
 
 
@@ -135,6 +139,9 @@ class Sequence:
         # Its caller has more audio waiting than its buffer (a `Pause` command, applied
         # by the scheduler): left out of the decode steps until a `Resume`.
         self.paused = False
+        # Word timestamps, only where the request asks (`SynthesisRequest.timestamps`):
+        # the scheduler records in it where each text token was read (word_timing.py).
+        self.word_clock: WordClock | None = None
         # Every frame, only where a test or a debugging run asks (`keep_codes`).
         self.all_codes: list[np.ndarray] | None = [] if keep_codes else None
 

@@ -52,6 +52,7 @@ from .startup import StartupClock
 from .stream import EngineStream
 from .text_pieces import split_text
 from .voice_encoders import VoiceEncoders
+from .word_timing import WordClock
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +355,16 @@ class TTSEngine:
             # Retry hints speak of users' slots: only the warm-up comes before ready.
             times_slot=self._ready,
         )
+        if request.timestamps:
+            whole = request.text if isinstance(request.text, str) else None
+            seq.word_clock = WordClock(
+                self.builder.tokenizer.encode_offsets,
+                self.timing.frame_rate_hz,
+                voice.prompt_text_ids,
+                len(voice.ref_text_ids),
+                whole,
+                [text.committed, *later] if whole is not None else None,
+            )
         stream.seq = seq
         self._admit(lambda: self.core.add(seq))
         if not isinstance(request.text, str):

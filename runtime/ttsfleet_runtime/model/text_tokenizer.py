@@ -70,6 +70,12 @@ class TextTokenizer:
                 ) from e
             raise
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """`encode`'s ids and each one's characters [start, end) in `text` (word
+        timestamps map tokens to words by them)."""
+        encoding = self._tok.encode(text, add_special_tokens=False)
+        return encoding.ids, [tuple(span) for span in encoding.offsets]
+
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
 
