@@ -177,3 +177,20 @@ def test_an_in_context_clone_reads_its_text_after_the_transcript():
         ("cd", 0.1, 0.4),
         ("ef", 0.4, 0.8),
     ]
+
+
+async def test_at_25_hz_a_frame_is_40_ms_and_held_back_words_come_with_the_audio(
+    make_engine, tiny_25hz_custom_voice
+):
+    """The 25 Hz decoder holds audio back until a DiT block's look-ahead arrives:
+    the words timed meanwhile wait for the next chunk with audio, none is lost."""
+    engine = await make_engine(tiny_25hz_custom_voice, max_batch=1)
+    chunks, pcm = await collect(engine.submit(timed(TEXT, frames=60)))
+    words = words_of(chunks)
+    assert [w.word for w in words] == TEXT.split()
+    _, offsets = engine.builder.tokenizer.encode_offsets(TEXT)
+    for word in re.finditer(r"\S+", TEXT):
+        token = next(i for i, (a, b) in enumerate(offsets) if a <= word.start() < b)
+        timed_word = next(w for w in words if w.word == word.group())
+        assert abs(timed_word.start_s - token / 25) < 1e-9
+    assert abs(words[-1].end_s - len(pcm) / 24000) < 1e-9 and len(pcm) == 60 * 960
