@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -61,6 +62,8 @@ import numpy as np
 from .api import EngineError, FinishReason
 from .kv_blocks import KVBlocks
 from .sequence import Sequence, Status
+
+log = logging.getLogger(__name__)
 
 # The guard's threshold: a playing stream with less spare time than this
 # could underrun if the decode step waited for a full packed prefill (up to
@@ -510,3 +513,12 @@ def failure(what: str, exc: BaseException) -> EngineError:
     error = EngineError(f"{what}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+def end_with_error(scheduler: Scheduler, seq: Sequence, what: str, exc: BaseException) -> None:
+    """A failure of `seq`'s own (`what` failed with `exc`): logged once with its request
+    id and traceback, then `seq` ends with "error" and the failure as its error. The one
+    rule for every phase that ends a request it cannot serve (taking its text, its
+    prefill, a decode step it makes fail); the caller holds the engine's lock."""
+    log.error("%s; ending the request", what, exc_info=exc, extra={"request_id": seq.request_id})
+    scheduler.finish(seq, "error", failure(what, exc))
