@@ -9,6 +9,7 @@ import asyncio
 import re
 
 from support.engine_requests import PROSE, collect, fixed_length, says_eos_after_two_frames
+from support.reference_model import reference_cloned_voice
 from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 from ttsfleet_runtime.engine.text_pieces import split_text
 from ttsfleet_runtime.engine.word_timing import WordClock
@@ -194,3 +195,38 @@ async def test_at_25_hz_a_frame_is_40_ms_and_held_back_words_come_with_the_audio
         timed_word = next(w for w in words if w.word == word.group())
         assert abs(timed_word.start_s - token / 25) < 1e-9
     assert abs(words[-1].end_s - len(pcm) / 24000) < 1e-9 and len(pcm) == 60 * 960
+
+
+async def test_an_in_context_clone_times_words_by_what_the_runner_read(make_engine, tiny_base):
+    """A clone's prompt holds its transcript and the text's first tokens beside the
+    recording's frames: those words start at frame 0, later ones where the runner
+    read them, W - r tokens of the text ahead of the frame count."""
+    engine = await make_engine(tiny_base, max_batch=1)
+    cloned = reference_cloned_voice(tiny_base, 1.0, "A short reference.")
+    reads = record_text_reads(engine)
+    text = "Hello world, this is a cloned voice speaking through the engine today."
+    chunks, _ = await collect(
+        engine.submit(
+            SynthesisRequest(
+                text=text,
+                cloned_voice=cloned,
+                language="english",
+                params=fixed_length(frames=40, seed=3),
+                timestamps=True,
+            )
+        )
+    )
+    voice = engine.builder.voice(None, None, "english", cloned)
+    lead, width = len(voice.ref_text_ids), voice.prompt_text_ids
+    assert width - lead > 1  # the prompt holds several text tokens
+    # Trailing index t is stream id width + t: text token width + t - lead.
+    first_frame = dict.fromkeys(range(width - lead), 0) | {
+        width + t - lead: frame for frame, t in reads
+    }
+    _, offsets = engine.builder.tokenizer.encode_offsets(text)
+    words = {w.word: w for w in words_of(chunks)}
+    assert list(words) == text.split()
+    for word in re.finditer(r"\S+", text):
+        token = next(i for i, (a, b) in enumerate(offsets) if a <= word.start() < b)
+        assert abs(words[word.group()].start_s - first_frame[token] * FRAME_S) < 1e-9
+    assert words["Hello"].start_s == words["world,"].start_s == 0.0
