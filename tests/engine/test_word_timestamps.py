@@ -230,3 +230,20 @@ async def test_an_in_context_clone_times_words_by_what_the_runner_read(make_engi
         token = next(i for i, (a, b) in enumerate(offsets) if a <= word.start() < b)
         assert abs(words[word.group()].start_s - first_frame[token] * FRAME_S) < 1e-9
     assert words["Hello"].start_s == words["world,"].start_s == 0.0
+
+
+def test_a_character_split_over_byte_tokens_is_timed_once():
+    """Byte-level BPE can split one character (an emoji) over two tokens that both
+    name it: it must appear once, so the characters still spell the text."""
+
+    def encode_offsets(text):  # "a 😀b": tokens a, " ", two halves of the emoji, b
+        return [1, 2, 3, 4, 5], [(0, 1), (1, 2), (2, 3), (2, 3), (3, 4)]
+
+    clock = WordClock(encode_offsets, 10.0, prompt_text_ids=1, lead_ids=0, text="a 😀b")
+    for frame in range(5):
+        clock.frame_made(frame, frame, [1, 2, 3, 4, 5], "a 😀b")
+    clock.piece_ended(5)
+    words = clock.take()
+    assert [w.word for w in words] == ["a", "😀b"]
+    assert "".join(c for w in words for c in w.characters) == "a 😀b"
+    assert words[1].char_start_s == (0.2, 0.2, 0.4)  # the space (no time), the emoji, b

@@ -467,7 +467,7 @@ class Scheduler(Generic[S]):
                 clock.piece_ended(seq.frames)
             seq.start_next_piece()
             if clock is not None:
-                clock.next_piece(seq.piece, seq.frames)
+                clock.next_piece(seq.piece)
             self.refill.append(seq)
             out.next_piece.append(seq)
         elif seq.position + 1 >= rules.max_len:

@@ -50,9 +50,8 @@ EncodeOffsets = Callable[[str], tuple[list[int], list[tuple[int, int]]]]
 class _Piece:
     """The words of one piece of text, and the frame where each of its tokens was read."""
 
-    def __init__(self, base: int, first_frame: int):
+    def __init__(self, base: int):
         self.base = base  # where the piece starts in the request's text
-        self.first_frame = first_frame  # the request's frame at which the piece starts
         self.token_frames: list[int] = []  # frame at which each token was first read
         self.offsets: list[tuple[int, int]] = []  # each token's characters in the piece
         self.text = ""  # the piece's text that `offsets` cover
@@ -83,7 +82,7 @@ class WordClock:
         self.shift = prompt_text_ids - lead_ids
         self.text = text
         self.bases = _piece_bases(text, pieces) if text is not None else [0]
-        self.piece = _Piece(self.bases[0], 0)
+        self.piece = _Piece(self.bases[0])
         self.chars_out = 0  # request text characters handed out (with the words)
         self.ready: list[TimedWord] = []
 
@@ -104,8 +103,9 @@ class WordClock:
         """The piece's audio ends before frame `end_frame`: its last timed word too."""
         self._complete(self.piece, end_frame=end_frame)
 
-    def next_piece(self, index: int, first_frame: int) -> None:
-        self.piece = _Piece(self.bases[index], first_frame)
+    def next_piece(self, index: int) -> None:
+        """The request moves on to its `index`-th piece (its frames go on counting)."""
+        self.piece = _Piece(self.bases[index])
 
     def take(self) -> tuple[TimedWord, ...]:
         """The words timed since the last call."""
@@ -162,13 +162,15 @@ class WordClock:
             chars.append(source[offset + c])
             starts.append(start / rate)
             ends.append(start / rate)
+        done = start_char  # a character split over two byte tokens goes with the first
         for (t_first, t_end), f0, f1 in spans:
-            lo, hi = max(t_first, start_char), min(t_end, end_char)
+            lo, hi = max(t_first, done), min(t_end, end_char)
             n = hi - lo
             for i in range(max(0, n)):
                 chars.append(piece.text[lo + i])
                 starts.append((f0 + (f1 - f0) * i / n) / rate)
                 ends.append((f0 + (f1 - f0) * (i + 1) / n) / rate)
+            done = max(done, hi)
         self.chars_out = piece.base + end_char
         return TimedWord(
             word=piece.text[start_char:end_char],
