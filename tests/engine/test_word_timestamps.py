@@ -171,7 +171,7 @@ def test_an_in_context_clone_reads_its_text_after_the_transcript():
     for frame in range(8):
         clock.frame_made(frame, frame, ids, "ab cd ef")
     clock.piece_ended(8)
-    words = clock.take()
+    words = [mark.timed() for mark in clock.take()]
     # Tokens: a b _ c d _ e f -> read at frames 0 0 0 1 2 3 4 5.
     assert [(w.word, w.start_s, w.end_s) for w in words] == [
         ("ab", 0.0, 0.1),
@@ -243,7 +243,7 @@ def test_a_character_split_over_byte_tokens_is_timed_once():
     for frame in range(5):
         clock.frame_made(frame, frame, [1, 2, 3, 4, 5], "a 😀b")
     clock.piece_ended(5)
-    words = clock.take()
+    words = [mark.timed() for mark in clock.take()]
     assert [w.word for w in words] == ["a", "😀b"]
     assert "".join(c for w in words for c in w.characters) == "a 😀b"
     assert words[1].char_start_s == (0.2, 0.2, 0.4)  # the space (no time), the emoji, b

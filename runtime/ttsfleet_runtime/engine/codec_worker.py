@@ -102,7 +102,7 @@ class ChunkJob:
     codes: np.ndarray  # [n, groups]
     last: bool = False  # the stream's final chunk: its codec state is not needed after it
     prime: bool = False  # reference codes: decoded into the codec state, audio dropped
-    words: tuple = ()  # TimedWords that go out with this chunk's audio (timestamps)
+    words: tuple = ()  # WordMarks that go out with this chunk's audio (timestamps)
 
 
 @dataclasses.dataclass
@@ -368,7 +368,7 @@ class CodecWorker:
                     frames=stream.frames_decoded - stream.frames_delivered,
                     t_admitted=job.request.t_admitted,
                     t_emitted=now,
-                    words=words,
+                    word_marks=words,
                 )
             )
 

@@ -160,7 +160,7 @@ class Chunk:
     codes: np.ndarray  # [frames, groups]
     index: int
     last: bool
-    words: tuple = ()  # TimedWords timed since the stream's chunk before (timestamps)
+    words: tuple = ()  # WordMarks of the words timed since the chunk before (timestamps)
 
 
 @dataclasses.dataclass

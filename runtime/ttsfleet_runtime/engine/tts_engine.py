@@ -357,13 +357,16 @@ class TTSEngine:
         )
         if request.timestamps:
             whole = request.text if isinstance(request.text, str) else None
+            encode_offsets = self.builder.tokenizer.encode_offsets
             seq.word_clock = WordClock(
-                self.builder.tokenizer.encode_offsets,
+                encode_offsets,
                 self.timing.frame_rate_hz,
                 voice.prompt_text_ids,
                 len(voice.ref_text_ids),
                 whole,
                 [text.committed, *later] if whole is not None else None,
+                # Here, on the caller's loop: the engine thread then only counts frames.
+                encode_offsets(text.committed)[1] if whole is not None else None,
             )
         stream.seq = seq
         self._admit(lambda: self.core.add(seq))

@@ -31,11 +31,15 @@ grows along an utterance. docs/timestamps.md states this limit.
 
 Written on the engine thread only, by the scheduler, as it applies each frame
 (`frame_made`, `piece_ended`); the words whose timing became known travel with the
-next chunk (`take`).
+next chunk (`take`) as `WordMark`s, which the reader of the chunk turns into
+`TimedWord`s: the engine thread, which every stream waits for, only counts frames
+and marks word ends (a few microseconds a frame; building the words there cost
+several times that).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 
@@ -70,11 +74,14 @@ class WordClock:
         lead_ids: int,
         text: str | None,
         pieces: list[str] | None = None,
+        first_offsets: list[tuple[int, int]] | None = None,
     ):
         """`prompt_text_ids`: W, the text-stream ids the prompt takes; `lead_ids`: the
         stream's ids before the text (a clone's transcript). `text`: a whole request
         text and `pieces` the parts it is spoken in (text_pieces.py: each a stretch of
-        it); None for a streamed text (one piece, its text as it arrives)."""
+        it); None for a streamed text (one piece, its text as it arrives).
+        `first_offsets`: the first piece's token spans, when admission has them (it
+        tokenises on the caller's loop, so the engine thread need not)."""
         self.encode_offsets = encode_offsets
         self.frame_rate_hz = frame_rate_hz
         # Text token k of a piece is the stream's id lead + k, first read at frame
@@ -83,8 +90,10 @@ class WordClock:
         self.text = text
         self.bases = _piece_bases(text, pieces) if text is not None else [0]
         self.piece = _Piece(self.bases[0])
+        if first_offsets is not None and pieces:
+            _words_of(self.piece, pieces[0], first_offsets)
         self.chars_out = 0  # request text characters handed out (with the words)
-        self.ready: list[TimedWord] = []
+        self.ready: list[WordMark] = []
 
     # ---- the scheduler's calls, as it applies each frame
     def frame_made(self, piece_frame: int, frame: int, ids: list[int], text: str) -> None:
@@ -107,8 +116,8 @@ class WordClock:
         """The request moves on to its `index`-th piece (its frames go on counting)."""
         self.piece = _Piece(self.bases[index])
 
-    def take(self) -> tuple[TimedWord, ...]:
-        """The words timed since the last call."""
+    def take(self) -> tuple[WordMark, ...]:
+        """The words timed since the last call (`WordMark.timed()` makes each a TimedWord)."""
         ready, self.ready = self.ready, []
         return tuple(ready)
 
@@ -116,15 +125,7 @@ class WordClock:
     def _learn(self, piece: _Piece, text: str) -> None:
         """The tokens' character spans and the words of the committed `text` (a whole
         piece once; a streamed text each time more of it is committed and read)."""
-        _, piece.offsets = self.encode_offsets(text)
-        piece.text = text
-        piece.words = []
-        token = 0  # words and tokens both in text order: one pass
-        for match in _WORD.finditer(text):
-            while token < len(piece.offsets) and piece.offsets[token][1] <= match.start():
-                token += 1
-            if token < len(piece.offsets) and piece.offsets[token][0] <= match.start():
-                piece.words.append((match.start(), match.end(), token))
+        _words_of(piece, text, self.encode_offsets(text)[1])
 
     def _complete(self, piece: _Piece, end_frame: int | None) -> None:
         """Time every word whose end is known: the next word's first token was read
@@ -141,46 +142,86 @@ class WordClock:
                 end, last_token = end_frame, len(piece.offsets)
             else:
                 return
-            self.ready.append(self._timed(piece, start_char, end_char, token, last_token, end))
+            source = self.text if self.text is not None else piece.text
+            self.ready.append(
+                WordMark(
+                    self.frame_rate_hz,
+                    source,
+                    self.chars_out,
+                    piece.base,
+                    piece.text,
+                    piece.offsets,
+                    piece.token_frames,
+                    len(piece.token_frames),
+                    start_char,
+                    end_char,
+                    token,
+                    last_token,
+                    end,
+                )
+            )
+            self.chars_out = piece.base + end_char
             piece.emitted += 1
 
-    def _timed(
-        self, piece: _Piece, start_char: int, end_char: int, first: int, stop: int, end: int
-    ) -> TimedWord:
-        rate = self.frame_rate_hz
-        start = piece.token_frames[first]
-        # Each token's span of frames: to the next token's frame, within the word's.
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WordMark:
+    """A word whose timing is known, as the engine thread leaves it: references to its
+    piece's token spans and frames (lists that only grow, read here below `frames_known`)
+    and where the word lies. `timed()` makes the TimedWord, on the reader's thread
+    (`AudioChunk.words`): the engine thread only marks."""
+
+    rate: float  # frames a second
+    source: str  # the request's text (a streamed one's committed text)
+    offset: int  # where the word's leading whitespace starts in `source`
+    base: int  # where its piece starts in `source`
+    piece_text: str
+    offsets: list[tuple[int, int]]  # the piece's tokens' characters
+    frames: list[int]  # the frame that read each of the piece's tokens
+    frames_known: int  # how many of `frames` were written when the word was marked
+    start_char: int  # the word in `piece_text`
+    end_char: int
+    first: int  # its first token
+    stop: int  # the token after its last
+    end: int  # its end frame
+
+    def timed(self) -> TimedWord:
+        """Its TimedWord: start and end, and each token's share of the word's characters
+        (`TimedWord.char_start_s` computes the characters' times where they are read)."""
+        rate, frames, known, end = self.rate, self.frames, self.frames_known, self.end
+        start = frames[self.first]
         spans = []
-        for t in range(first, stop):
-            t_start = piece.token_frames[t] if t < len(piece.token_frames) else end
-            t_end = piece.token_frames[t + 1] if t + 1 < len(piece.token_frames) else end
-            spans.append((piece.offsets[t], max(t_start, start), min(max(t_end, t_start), end)))
-        chars, starts, ends = [], [], []
-        source = self.text if self.text is not None else piece.text
-        offset = self.chars_out
-        for c in range(piece.base + start_char - offset):  # whitespace before: no time
-            chars.append(source[offset + c])
-            starts.append(start / rate)
-            ends.append(start / rate)
-        done = start_char  # a character split over two byte tokens goes with the first
-        for (t_first, t_end), f0, f1 in spans:
-            lo, hi = max(t_first, done), min(t_end, end_char)
-            n = hi - lo
-            for i in range(max(0, n)):
-                chars.append(piece.text[lo + i])
-                starts.append((f0 + (f1 - f0) * i / n) / rate)
-                ends.append((f0 + (f1 - f0) * (i + 1) / n) / rate)
-            done = max(done, hi)
-        self.chars_out = piece.base + end_char
+        done = self.start_char  # a character split over two byte tokens goes with the first
+        for t in range(self.first, self.stop):
+            t_first, t_end = self.offsets[t]
+            n = min(t_end, self.end_char) - max(t_first, done)
+            if n <= 0:
+                continue
+            f0 = max(frames[t] if t < known else end, start)
+            f1 = min(max(frames[t + 1] if t + 1 < known else end, f0), end)
+            spans.append((n, f0 / rate, f1 / rate))
+            done = max(t_first, done) + n
+        if done < self.end_char:  # characters no token named: at the word's end, no time
+            spans.append((self.end_char - done, end / rate, end / rate))
         return TimedWord(
-            word=piece.text[start_char:end_char],
+            word=self.piece_text[self.start_char : self.end_char],
             start_s=start / rate,
             end_s=end / rate,
-            text_offset=offset,
-            characters=tuple(chars),
-            char_start_s=tuple(starts),
-            char_end_s=tuple(ends),
+            text_offset=self.offset,
+            leading=self.source[self.offset : self.base + self.start_char],
+            token_spans=tuple(spans),
         )
+
+
+def _words_of(piece: _Piece, text: str, offsets: list[tuple[int, int]]) -> None:
+    """Give `piece` its text, its tokens' spans and its words (each with its first token)."""
+    piece.offsets, piece.text, piece.words = offsets, text, []
+    token = 0  # words and tokens both in text order: one pass
+    for match in _WORD.finditer(text):
+        while token < len(offsets) and offsets[token][1] <= match.start():
+            token += 1
+        if token < len(offsets) and offsets[token][0] <= match.start():
+            piece.words.append((match.start(), match.end(), token))
 
 
 def _piece_bases(text: str, pieces: list[str] | None) -> list[int]:

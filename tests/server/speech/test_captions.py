@@ -11,9 +11,7 @@ def words_at(text: str, seconds_each: float) -> list[TimedWord]:
     out = []
     for i, word in enumerate(text.split()):
         start, end = i * seconds_each, (i + 1) * seconds_each
-        out.append(
-            TimedWord(word, start, end, 0, tuple(word), (start,) * len(word), (end,) * len(word))
-        )
+        out.append(TimedWord(word, start, end, 0, " " if i else "", ((len(word), start, end),)))
     return out
 
 
@@ -41,8 +39,8 @@ def test_a_cue_lasts_at_most_seven_seconds():
 
 def test_srt_and_vtt_spell_the_times_their_way():
     late = [  # past the hour
-        TimedWord("Hi", 3725.5, 3726.0, 0, ("H", "i"), (3725.5, 3725.75), (3725.75, 3726.0)),
-        TimedWord("there.", 3726.0, 3727.25, 2, tuple(" there."), (3726.0,) * 7, (3727.25,) * 7),
+        TimedWord("Hi", 3725.5, 3726.0, 0, "", ((2, 3725.5, 3726.0),)),
+        TimedWord("there.", 3726.0, 3727.25, 2, " ", ((6, 3726.0, 3727.25),)),
     ]
     cues = captions.cues(late)
     assert captions.srt(cues) == "1\n01:02:05,500 --> 01:02:07,250\nHi there.\n"
