@@ -11,6 +11,7 @@ import re
 from support.engine_requests import PROSE, collect, fixed_length, says_eos_after_two_frames
 from support.reference_model import reference_cloned_voice
 from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
+from ttsfleet_runtime.engine.sequence import TextFeed
 from ttsfleet_runtime.engine.text_pieces import split_text
 from ttsfleet_runtime.engine.word_timing import WordClock
 
@@ -166,10 +167,11 @@ def test_an_in_context_clone_reads_its_text_after_the_transcript():
         spans = [(m, m + 1) for m in range(len(text))]  # a token a character
         return list(range(len(text))), spans
 
-    clock = WordClock(encode_offsets, 10.0, prompt_text_ids=6, lead_ids=3, text="ab cd ef")
-    ids = list(range(8))
+    feed = TextFeed(str.split, "ab cd ef", encode_offsets=encode_offsets)
+    feed.refresh()
+    clock = WordClock(10.0, prompt_text_ids=6, lead_ids=3, text="ab cd ef")
     for frame in range(8):
-        clock.frame_made(frame, frame, ids, "ab cd ef")
+        clock.frame_made(frame, frame, feed)
     clock.piece_ended(8)
     words = [mark.timed() for mark in clock.take()]
     # Tokens: a b _ c d _ e f -> read at frames 0 0 0 1 2 3 4 5.
@@ -239,9 +241,11 @@ def test_a_character_split_over_byte_tokens_is_timed_once():
     def encode_offsets(text):  # "a 😀b": tokens a, " ", two halves of the emoji, b
         return [1, 2, 3, 4, 5], [(0, 1), (1, 2), (2, 3), (2, 3), (3, 4)]
 
-    clock = WordClock(encode_offsets, 10.0, prompt_text_ids=1, lead_ids=0, text="a 😀b")
+    feed = TextFeed(str.split, "a 😀b", encode_offsets=encode_offsets)
+    feed.refresh()
+    clock = WordClock(10.0, prompt_text_ids=1, lead_ids=0, text="a 😀b")
     for frame in range(5):
-        clock.frame_made(frame, frame, [1, 2, 3, 4, 5], "a 😀b")
+        clock.frame_made(frame, frame, feed)
     clock.piece_ended(5)
     words = [mark.timed() for mark in clock.take()]
     assert [w.word for w in words] == ["a", "😀b"]

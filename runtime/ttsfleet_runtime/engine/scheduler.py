@@ -447,7 +447,7 @@ class Scheduler(Generic[S]):
     ) -> None:
         clock = seq.word_clock
         if clock is not None:  # the text this frame was conditioned on (word_timing.py)
-            clock.frame_made(seq.piece_frames, seq.frames, seq.text.ids, seq.text.committed)
+            clock.frame_made(seq.piece_frames, seq.frames, seq.text)
         seq.pending.append(frame)
         if seq.all_codes is not None:  # kept for tests and debugging only
             seq.all_codes.append(frame)

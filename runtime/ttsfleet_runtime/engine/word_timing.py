@@ -41,14 +41,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
 
 from .api import TimedWord
 
 _WORD = re.compile(r"\S+")
-
-# text -> (token ids, their character spans [start, end) in the text): the tokenizer's.
-EncodeOffsets = Callable[[str], tuple[list[int], list[tuple[int, int]]]]
 
 
 class _Piece:
@@ -68,21 +64,17 @@ class WordClock:
 
     def __init__(
         self,
-        encode_offsets: EncodeOffsets,
         frame_rate_hz: float,
         prompt_text_ids: int,
         lead_ids: int,
         text: str | None,
         pieces: list[str] | None = None,
-        first_offsets: list[tuple[int, int]] | None = None,
     ):
         """`prompt_text_ids`: W, the text-stream ids the prompt takes; `lead_ids`: the
         stream's ids before the text (a clone's transcript). `text`: a whole request
         text and `pieces` the parts it is spoken in (text_pieces.py: each a stretch of
-        it); None for a streamed text (one piece, its text as it arrives).
-        `first_offsets`: the first piece's token spans, when admission has them (it
-        tokenises on the caller's loop, so the engine thread need not)."""
-        self.encode_offsets = encode_offsets
+        it); None for a streamed text (one piece, its text as it arrives). The
+        tokens' character spans come with the text (`TextFeed.offsets`)."""
         self.frame_rate_hz = frame_rate_hz
         # Text token k of a piece is the stream's id lead + k, first read at frame
         # max(0, lead + k - W + 1): at frame f, `f + shift` tokens have been read.
@@ -90,21 +82,21 @@ class WordClock:
         self.text = text
         self.bases = _piece_bases(text, pieces) if text is not None else [0]
         self.piece = _Piece(self.bases[0])
-        if first_offsets is not None and pieces:
-            _words_of(self.piece, pieces[0], first_offsets)
         self.chars_out = 0  # request text characters handed out (with the words)
         self.ready: list[WordMark] = []
 
     # ---- the scheduler's calls, as it applies each frame
-    def frame_made(self, piece_frame: int, frame: int, ids: list[int], text: str) -> None:
-        """Frame `frame` of the request (`piece_frame` of its piece) is made. `ids`: the
-        piece's committed token ids so far, `text`: the text they are of."""
+    def frame_made(self, piece_frame: int, frame: int, feed) -> None:
+        """Frame `frame` of the request (`piece_frame` of its piece) is made; `feed`: the
+        piece's `TextFeed` (its committed ids, their character spans and their text)."""
         piece = self.piece
-        read = min(len(ids), max(0, piece_frame + self.shift))
+        read = min(len(feed.ids), max(0, piece_frame + self.shift))
         if read <= len(piece.token_frames):
             return
         if len(piece.offsets) < read:
-            self._learn(piece, text)
+            # The piece's words, once for a whole text; again for a streamed one as
+            # more of it is committed (the feed tokenised it: no tokenising here).
+            _words_of(piece, feed.committed, feed.offsets)
         piece.token_frames.extend([frame] * (read - len(piece.token_frames)))
         self._complete(piece, end_frame=None)
 
@@ -122,11 +114,6 @@ class WordClock:
         return tuple(ready)
 
     # ---- internals
-    def _learn(self, piece: _Piece, text: str) -> None:
-        """The tokens' character spans and the words of the committed `text` (a whole
-        piece once; a streamed text each time more of it is committed and read)."""
-        _words_of(piece, text, self.encode_offsets(text)[1])
-
     def _complete(self, piece: _Piece, end_frame: int | None) -> None:
         """Time every word whose end is known: the next word's first token was read
         (or, with `end_frame`, the piece's audio ended)."""
