@@ -125,7 +125,9 @@ async def create_speech_with_timestamps(body: TimestampedSpeechRequest, request:
             count_client_gone(request)
 
     return ClosingStreamingResponse(
-        _json_lines(encoded(first, chunks, encoder, utterance, request), utterance, body.captions),
+        _json_lines(
+            encoded(first, chunks, encoder, utterance, request), utterance, body.captions, state
+        ),
         media_type="application/x-ndjson",
         headers=headers,
         on_close=on_close,
@@ -141,7 +143,7 @@ async def _collect_with_words(chunks):
     return pcm, words
 
 
-async def _json_lines(encoded_chunks, utterance, caption_format: str | None):
+async def _json_lines(encoded_chunks, utterance, caption_format: str | None, state: dict):
     words: list[TimedWord] = []
     try:
         async for data, chunk in encoded_chunks:
@@ -157,7 +159,8 @@ async def _json_lines(encoded_chunks, utterance, caption_format: str | None):
             yield _line(last)
     except Exception:
         # Headers are sent (`encoded` counted the failure): say so in the stream.
-        yield _line({"error": {"message": "generation failed"}, "done": True})
+        error = {"message": "generation failed", "code": state.get("error")}
+        yield _line({"error": error, "done": True})
     finally:
         await encoded_chunks.aclose()
 

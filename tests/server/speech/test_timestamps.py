@@ -12,7 +12,10 @@ import re
 
 import httpx
 
-from support.live_server import SHORT_AUDIO_S, auth, speech_body
+from support.live_server import API_KEY, SHORT_AUDIO_S, LiveServer, auth, speech_body
+from support.stand_in_engine import StandInEngine
+from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.settings import ServerSettings
 
 URL = "/v1/audio/speech/with-timestamps"
 TEXT = "Hello there, how are you?"
@@ -104,3 +107,16 @@ def test_the_speech_endpoint_is_unchanged_by_timestamps(server):
     )
     assert response.status_code == 200
     assert len(response.content) == 2 * round(SHORT_AUDIO_S * 24000)
+
+
+def test_a_failure_mid_stream_ends_the_lines_with_an_error():
+    engine = StandInEngine(frames=20, fail_after_chunks=2)
+    with LiveServer(engine, ServerSettings(), ApiKeys((API_KEY,))) as server:
+        response, lines = stream_lines(server)
+        assert response.status_code == 200
+        assert lines[-1] == {
+            "error": {"message": "generation failed", "code": "cuda_oom"},
+            "done": True,
+        }
+        assert all("audio_base64" in line for line in lines[:-1]) and len(lines) == 3
+        assert server.runtime.drain.inflight == 0
