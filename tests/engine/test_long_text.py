@@ -5,27 +5,9 @@ from __future__ import annotations
 
 import threading
 
-import torch
-import torch.nn.functional as F
-
-from support.engine_requests import collect
+from support.engine_requests import PROSE, collect, says_eos_after_two_frames
 from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 from ttsfleet_runtime.engine.text_pieces import split_text
-
-PROSE = (
-    "The morning was cold and clear. She walked to the station, counting the steps as she went; "
-    "the train was late again! Would it come at all? Nobody on the platform seemed to know. "
-    "One, two, three, four, five: the numbers kept her calm while the wind picked up. "
-)
-
-
-def says_eos_after_two_frames(engine) -> None:
-    """Random weights never say EOS; bias the talker's EOS logit so that every
-    piece ends as soon as the minimum length (2 frames) allows."""
-    talker = engine.model.talker
-    bias = torch.zeros(talker.codec_head.shape[0])
-    bias[engine.model.config.talker.codec_eos_token_id] = 1e4
-    talker.logits = lambda hidden: F.linear(hidden, talker.codec_head) + bias
 
 
 async def test_4000_characters_of_prose_are_one_complete_stream(make_engine):

@@ -32,8 +32,9 @@ import traceback
 from .common import TEXT, Budget, add_tokenizer_rate_argument, checkpoint_path, ready_checkpoint
 
 
-def request(frames: int, seed: int, text: str = TEXT):
-    """Exactly `frames` frames of `text`, spoken by the built-in speaker ryan."""
+def request(frames: int, seed: int, text: str = TEXT, timestamps: bool = False):
+    """Exactly `frames` frames of `text`, spoken by the built-in speaker ryan (with
+    word timestamps when asked: their cost is the engine thread's)."""
     from ttsfleet_runtime.engine.api import SamplingParams, SynthesisRequest
 
     return SynthesisRequest(
@@ -41,12 +42,13 @@ def request(frames: int, seed: int, text: str = TEXT):
         voice="ryan",
         language="english",
         params=SamplingParams(seed=seed, max_frames=frames, min_frames=frames),
+        timestamps=timestamps,
     )
 
 
-async def run_one(engine, frames: int, seed: int) -> dict:
+async def run_one(engine, frames: int, seed: int, timestamps: bool = False) -> dict:
     t_submit = time.monotonic()
-    stream = engine.submit(request(frames, seed))
+    stream = engine.submit(request(frames, seed, timestamps=timestamps))
     arrivals = []
     n_frames = 0
     audio_s = 0.0
@@ -76,9 +78,11 @@ async def run_one(engine, frames: int, seed: int) -> dict:
     )
 
 
-async def run_batch(engine, batch: int, frames: int) -> dict:
+async def run_batch(engine, batch: int, frames: int, timestamps: bool = False) -> dict:
     t0 = time.monotonic()
-    results = await asyncio.gather(*(run_one(engine, frames, seed=1000 + i) for i in range(batch)))
+    results = await asyncio.gather(
+        *(run_one(engine, frames, 1000 + i, timestamps) for i in range(batch))
+    )
     wall = time.monotonic() - t0
     audio_s = sum(r["audio_s"] for r in results)
     return dict(
@@ -211,7 +215,7 @@ async def bench_size(size: str, args, budget: Budget) -> dict:
 
     await asyncio.wait_for(run_one(engine, 8, seed=1), 120)  # warm-up
     singles = [
-        await asyncio.wait_for(run_one(engine, args.frames, seed=s), 60)
+        await asyncio.wait_for(run_one(engine, args.frames, s, args.timestamps), 60)
         for s in range(args.repeats)
     ]
     r["single"] = singles
@@ -229,7 +233,7 @@ async def bench_size(size: str, args, budget: Budget) -> dict:
     r["batch"] = []
     for b in batches:
         try:
-            res = await asyncio.wait_for(run_batch(engine, b, args.frames), 120)
+            res = await asyncio.wait_for(run_batch(engine, b, args.frames, args.timestamps), 120)
         except Exception as e:
             res = dict(batch=b, error=repr(e), traceback=traceback.format_exc()[-2000:])
         r["batch"].append(res)
@@ -386,6 +390,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--model", default=None, help="time this checkpoint instead (give one --sizes label)"
     )
     ap.add_argument("--frames", type=int, default=120)
+    ap.add_argument(
+        "--timestamps",
+        action="store_true",
+        help="every request asks for word timestamps (docs/timestamps.md: their cost)",
+    )
     add_tokenizer_rate_argument(ap)
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--repeats", type=int, default=3)

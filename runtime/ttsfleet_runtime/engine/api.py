@@ -11,6 +11,7 @@ understands) is raised and nothing is held.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 from collections.abc import AsyncIterator
 from typing import Literal, Protocol
@@ -206,6 +207,10 @@ class SynthesisRequest:
     # What `AudioChunk.pcm` holds. "s16" is made on the device for a whole batch of
     # streams at once, so a server that sends 16-bit samples only copies bytes.
     sample_format: SampleFormat = "f32"
+    # Word timestamps from the engine's text-to-frame alignment, in the chunks'
+    # `words` (engine/word_timing.py). Off by default: it costs the engine thread a
+    # little bookkeeping per frame and a tokenisation with offsets.
+    timestamps: bool = False
 
     def __post_init__(self) -> None:
         if self.sample_format not in SAMPLE_FORMATS:
@@ -239,6 +244,47 @@ def to_float32(pcm: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
+class TimedWord:
+    """One word with its time in the stream's audio, in seconds from its start (the
+    rule: engine/word_timing.py).
+
+    `characters` are the request text's characters from the end of the word before
+    (`leading`: the whitespace between them, which takes no time) to the end of this
+    word, so the `characters` of all words of a request, joined, are its text up to its
+    last timed word. `char_start_s`/`char_end_s` are theirs, one each: each of the
+    word's tokens shares its span evenly among its characters (`token_spans`: the
+    number of the word's characters in each token and that token's start and end).
+    They are computed where they are read (the server), not on the engine thread."""
+
+    word: str
+    start_s: float
+    end_s: float
+    text_offset: int  # where `characters` start in the request's text
+    leading: str  # the whitespace before the word
+    token_spans: tuple[tuple[int, float, float], ...]  # (characters, start_s, end_s)
+
+    @property
+    def characters(self) -> tuple[str, ...]:
+        return (*self.leading, *self.word)
+
+    @property
+    def char_start_s(self) -> tuple[float, ...]:
+        return self._char_times()[0]
+
+    @property
+    def char_end_s(self) -> tuple[float, ...]:
+        return self._char_times()[1]
+
+    def _char_times(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        starts = [self.start_s] * len(self.leading)
+        ends = [self.start_s] * len(self.leading)
+        for n, t0, t1 in self.token_spans:
+            starts.extend(t0 + (t1 - t0) * i / n for i in range(n))
+            ends.extend(t0 + (t1 - t0) * (i + 1) / n for i in range(n))
+        return tuple(starts), tuple(ends)
+
+
+@dataclasses.dataclass(frozen=True)
 class AudioChunk:
     """A piece of the waveform, in order: mono samples in the format its request named
     (`SynthesisRequest.sample_format`), float32 in [-1, 1] or int16.
@@ -255,6 +301,15 @@ class AudioChunk:
     frames: int  # codec frames this chunk covers
     t_admitted: float  # time.monotonic() when the request entered a batch slot
     t_emitted: float  # time.monotonic() when this chunk was handed out
+    # The words whose timing became known up to this chunk (requests that ask for
+    # `SynthesisRequest.timestamps`), as the engine thread marked them (`words`).
+    word_marks: tuple = ()
+
+    @functools.cached_property
+    def words(self) -> tuple[TimedWord, ...]:
+        """The words timed with this chunk: usually ahead of the audio that speaks them
+        (engine/word_timing.py). Built here, on the reader's thread, at first access."""
+        return tuple(mark.timed() for mark in self.word_marks)
 
     @property
     def duration_s(self) -> float:

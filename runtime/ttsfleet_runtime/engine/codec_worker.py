@@ -92,6 +92,8 @@ class _StreamState:
     # (25 Hz) makes some of it only with the first chunks.
     skip_samples: int = 0
     failed: bool = False  # ended with "error" here: its later chunks are dropped
+    # Timed words of chunks that made no audio yet (25 Hz look-ahead): with the next.
+    words: tuple = ()
 
 
 @dataclasses.dataclass
@@ -100,6 +102,7 @@ class ChunkJob:
     codes: np.ndarray  # [n, groups]
     last: bool = False  # the stream's final chunk: its codec state is not needed after it
     prime: bool = False  # reference codes: decoded into the codec state, audio dropped
+    words: tuple = ()  # WordMarks that go out with this chunk's audio (timestamps)
 
 
 @dataclasses.dataclass
@@ -143,8 +146,10 @@ class CodecWorker:
         self._thread = threading.Thread(target=self._run, name="tts-codec", daemon=True)
         self._thread.start()
 
-    def chunk(self, request: CodecStream, codes: np.ndarray, last: bool = False) -> None:
-        self._jobs.put(ChunkJob(request, codes, last))
+    def chunk(
+        self, request: CodecStream, codes: np.ndarray, last: bool = False, words: tuple = ()
+    ) -> None:
+        self._jobs.put(ChunkJob(request, codes, last, words=words))
 
     def prime(self, request: CodecStream, codes: np.ndarray) -> None:
         """Decode a reference recording's codes [n, groups] into the stream's codec
@@ -351,8 +356,10 @@ class CodecWorker:
                 continue
             stream = job.request.stream
             stream.frames_decoded += frames
+            state.words += job.words
             if not len(pcm):
-                continue  # nothing final yet: these frames go with the next chunk
+                continue  # nothing final yet: these frames (and words) go with the next chunk
+            words, state.words = state.words, ()
             stream.deliver(
                 AudioChunk(
                     pcm=pcm,
@@ -361,6 +368,7 @@ class CodecWorker:
                     frames=stream.frames_decoded - stream.frames_delivered,
                     t_admitted=job.request.t_admitted,
                     t_emitted=now,
+                    word_marks=words,
                 )
             )
 

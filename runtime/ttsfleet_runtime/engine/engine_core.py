@@ -56,7 +56,7 @@ from .isolation import together_else_alone
 from .kv_blocks import KVBlocks
 from .model_runner import ModelRunner
 from .prefill_rows import PREFILL_PROMPTS, Prompt, SlotParams
-from .scheduler import Scheduler, StepRules, failure
+from .scheduler import Scheduler, StepRules, end_with_error, failure
 from .sequence import Sequence
 from .startup import StartupClock
 from .step_launch import StepInFlight, launch_isolating
@@ -438,7 +438,9 @@ class EngineCore:
             outcome = self.scheduler.postprocess(step.rows, codes, nxt, self.rules)
             self.frames_total += outcome.frames
         for chunk in outcome.chunks:
-            self.codec_worker.chunk(_codec_stream(chunk.seq), chunk.codes, last=chunk.last)
+            self.codec_worker.chunk(
+                _codec_stream(chunk.seq), chunk.codes, last=chunk.last, words=chunk.words
+            )
         for seq, exc in outcome.failed:
             log.error(
                 "bookkeeping after a step failed; ending the request",
@@ -546,11 +548,8 @@ class EngineCore:
         return Prompt(seq.slot, embeds, params)
 
     def _prefill_failed(self, seq: Sequence, exc: Exception) -> None:
-        log.error(
-            "prefill failed; ending the request", exc_info=exc, extra={"request_id": seq.request_id}
-        )
         with self.lock:
-            self.scheduler.finish(seq, "error", failure("prefill failed", exc))
+            end_with_error(self.scheduler, seq, "prefill failed", exc)
 
     def _others_in_batch(self, rows: list[Sequence]) -> bool:
         """Whether the batch holds occupied rows besides `rows` (not runnable now)."""
@@ -564,11 +563,7 @@ class EngineCore:
         launched = launch_isolating(self.runner, rows, extent, live, self._others_in_batch)
         with self.lock:
             for seq, exc in launched.culprits:
-                log.error(
-                    "decode step fails with this request; ending it",
-                    extra={"request_id": seq.request_id, "error": repr(exc)},
-                )
-                self.scheduler.finish(seq, "error", failure("generation failed", exc))
+                end_with_error(self.scheduler, seq, "generation failed", exc)
         return launched.step
 
 

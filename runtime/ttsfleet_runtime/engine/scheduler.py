@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -61,6 +62,8 @@ import numpy as np
 from .api import EngineError, FinishReason
 from .kv_blocks import KVBlocks
 from .sequence import Sequence, Status
+
+log = logging.getLogger(__name__)
 
 # The guard's threshold: a playing stream with less spare time than this
 # could underrun if the decode step waited for a full packed prefill (up to
@@ -157,6 +160,7 @@ class Chunk:
     codes: np.ndarray  # [frames, groups]
     index: int
     last: bool
+    words: tuple = ()  # WordMarks of the words timed since the chunk before (timestamps)
 
 
 @dataclasses.dataclass
@@ -441,6 +445,9 @@ class Scheduler(Generic[S]):
     def _apply_frame(
         self, seq: Sequence, frame: np.ndarray, next_code: int, rules: StepRules, out: StepOutcome
     ) -> None:
+        clock = seq.word_clock
+        if clock is not None:  # the text this frame was conditioned on (word_timing.py)
+            clock.frame_made(seq.piece_frames, seq.frames, seq.text)
         seq.pending.append(frame)
         if seq.all_codes is not None:  # kept for tests and debugging only
             seq.all_codes.append(frame)
@@ -456,14 +463,21 @@ class Scheduler(Generic[S]):
             reason = "length"
         elif said_eos:
             # The piece is spoken; the next one continues the same stream.
+            if clock is not None:
+                clock.piece_ended(seq.frames)
             seq.start_next_piece()
+            if clock is not None:
+                clock.next_piece(seq.piece)
             self.refill.append(seq)
             out.next_piece.append(seq)
         elif seq.position + 1 >= rules.max_len:
             reason = "length"
+        if reason is not None and clock is not None:
+            clock.piece_ended(seq.frames)
         if reason is not None or len(seq.pending) >= rules.chunk_limit(seq.chunks):
+            words = clock.take() if clock is not None else ()
             out.chunks.append(
-                Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None)
+                Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None, words=words)
             )
             seq.chunks += 1
             seq.pending = []
@@ -499,3 +513,12 @@ def failure(what: str, exc: BaseException) -> EngineError:
     error = EngineError(f"{what}: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+def end_with_error(scheduler: Scheduler, seq: Sequence, what: str, exc: BaseException) -> None:
+    """A failure of `seq`'s own (`what` failed with `exc`): logged once with its request
+    id and traceback, then `seq` ends with "error" and the failure as its error. The one
+    rule for every phase that ends a request it cannot serve (taking its text, its
+    prefill, a decode step it makes fail); the caller holds the engine's lock."""
+    log.error("%s; ending the request", what, exc_info=exc, extra={"request_id": seq.request_id})
+    scheduler.finish(seq, "error", failure(what, exc))

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from .api import EngineError, FinishReason, SamplingParams
+from .word_timing import WordClock
 
 
 class TextFeed:
@@ -32,18 +33,33 @@ class TextFeed:
     come from the asyncio thread, the engine thread reads.
     """
 
-    def __init__(self, encode, text: str | None = None, ids: list[int] | None = None):
+    def __init__(
+        self,
+        encode,
+        text: str | None = None,
+        ids: list[int] | None = None,
+        *,
+        encode_offsets=None,
+        offsets: list[tuple[int, int]] | None = None,
+    ):
         """A whole `text` (closed at once) or, without one, a stream of deltas. `ids`:
         the whole text's, when the caller has tokenised it already (admission
-        does, on the event loop): the engine thread then need not."""
+        does, on the event loop): the engine thread then need not. With
+        `encode_offsets` (text -> ids and each one's characters) the feed keeps its
+        ids' character spans too (`offsets`, for word timestamps), from the same
+        tokenisation; `offsets`: the whole text's, given with `ids`."""
         if ids is not None and text is None:
             raise ValueError("ids are a whole text's: give the text too")
         self.encode = encode  # text -> token ids
+        self.encode_offsets = encode_offsets
         self._lock = threading.Lock()
         self._text = text or ""
         self._closed = text is not None
         self._dirty = ids is None
         self.ids: list[int] = list(ids) if ids is not None else []
+        # The text `ids` are of: the whole text, or a streamed one's committed part.
+        self.committed = self._text if self._closed else ""
+        self.offsets: list[tuple[int, int]] = list(offsets) if offsets is not None else []
         self.error: BaseException | None = None
 
     def feed(self, delta: str) -> None:
@@ -73,10 +89,15 @@ class TextFeed:
         else:
             cut = max(text.rfind(" "), text.rfind("\n"))
             stable = text[:cut] if cut > 0 else ""
-        ids = self.encode(stable) if stable.strip() else []
+        ids, offsets = [], []
+        if stable.strip():
+            if self.encode_offsets is not None:
+                ids, offsets = self.encode_offsets(stable)
+            else:
+                ids = self.encode(stable)
         grew = len(ids) > len(self.ids)
         if len(ids) >= len(self.ids):
-            self.ids = ids
+            self.ids, self.offsets, self.committed = ids, offsets, stable
         return grew or closed
 
 
@@ -135,6 +156,9 @@ class Sequence:
         # Its caller has more audio waiting than its buffer (a `Pause` command, applied
         # by the scheduler): left out of the decode steps until a `Resume`.
         self.paused = False
+        # Word timestamps, only where the request asks (`SynthesisRequest.timestamps`):
+        # the scheduler records in it where each text token was read (word_timing.py).
+        self.word_clock: WordClock | None = None
         # Every frame, only where a test or a debugging run asks (`keep_codes`).
         self.all_codes: list[np.ndarray] | None = [] if keep_codes else None
 
@@ -168,7 +192,9 @@ class Sequence:
 
     def start_next_piece(self) -> None:
         """Move on to the next whole-text piece; its prefill comes next."""
-        self.text = TextFeed(self.text.encode, self.later_pieces.pop(0))
+        self.text = TextFeed(
+            self.text.encode, self.later_pieces.pop(0), encode_offsets=self.text.encode_offsets
+        )
         self.piece += 1
         self.piece_frames = 0
         self.text_sent = 0

@@ -15,16 +15,12 @@ that fails with it (a failed batched call is retried one sequence at a time).
 
 from __future__ import annotations
 
-import logging
-
 from ..model.prompt import PromptBuilder
 from ..model.text_tokenizer import InvalidText
 from .api import InvalidRequest
 from .isolation import together_else_alone
-from .scheduler import Scheduler, failure
+from .scheduler import Scheduler, end_with_error
 from .sequence import Sequence, Status
-
-log = logging.getLogger(__name__)
 
 
 class TextIntake:
@@ -62,12 +58,7 @@ class TextIntake:
             self.scheduler.text_handed(seq, len(new), final)
 
     def failed(self, seq: Sequence, exc: Exception) -> None:
-        log.error(
-            "taking a request's text failed; ending it",
-            exc_info=exc,
-            extra={"request_id": seq.request_id},
-        )
-        self.scheduler.finish(seq, "error", failure("reading the text failed", exc))
+        end_with_error(self.scheduler, seq, "reading the text failed", exc)
 
     def _new_ids(self, seq: Sequence) -> list[int] | None:
         """`seq`'s trailing text ids not in the runner yet; None when it takes none now

@@ -52,6 +52,7 @@ from .startup import StartupClock
 from .stream import EngineStream
 from .text_pieces import split_text
 from .voice_encoders import VoiceEncoders
+from .word_timing import WordClock
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +311,8 @@ class TTSEngine:
         except InvalidText as e:
             where = "cloned_voice" if request.cloned_voice is not None else "instructions"
             raise InvalidRequest(f"{where}: {e}", param=where) from e
+        # Word timestamps map tokens to words by their characters (engine/word_timing.py).
+        encode_offsets = self.builder.tokenizer.encode_offsets if request.timestamps else None
         if isinstance(request.text, str):
             # Tokenised here, once: the first piece's ids go with it (split_text
             # counts every piece it returns), so the engine thread need not.
@@ -326,10 +329,17 @@ class TTSEngine:
                 raise InvalidRequest(str(e), param="text") from e
             if not pieces:
                 raise InvalidRequest("text is empty", param="text")
-            first = TextFeed(self.builder.text_ids, pieces[0], tokenised.get(pieces[0]))
+            first = TextFeed(
+                self.builder.text_ids,
+                pieces[0],
+                tokenised.get(pieces[0]),
+                encode_offsets=encode_offsets,
+                # Here, on the caller's loop: the engine thread then only counts frames.
+                offsets=encode_offsets(pieces[0])[1] if encode_offsets else None,
+            )
             text, later = first, pieces[1:]
         else:
-            text, later = TextFeed(self.builder.text_ids), []
+            text, later = TextFeed(self.builder.text_ids, encode_offsets=encode_offsets), []
         loop = asyncio.get_running_loop()
         request_id = request.request_id or uuid.uuid4().hex
         stream = EngineStream(
@@ -354,6 +364,15 @@ class TTSEngine:
             # Retry hints speak of users' slots: only the warm-up comes before ready.
             times_slot=self._ready,
         )
+        if request.timestamps:
+            whole = request.text if isinstance(request.text, str) else None
+            seq.word_clock = WordClock(
+                self.timing.frame_rate_hz,
+                voice.prompt_text_ids,
+                len(voice.ref_text_ids),
+                whole,
+                [text.committed, *later] if whole is not None else None,
+            )
         stream.seq = seq
         self._admit(lambda: self.core.add(seq))
         if not isinstance(request.text, str):

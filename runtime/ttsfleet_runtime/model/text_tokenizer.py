@@ -58,8 +58,17 @@ class TextTokenizer:
         return cls(tok)
 
     def encode(self, text: str) -> list[int]:
+        return self._encoding(text).ids
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """`encode`'s ids and each one's characters [start, end) in `text` (word
+        timestamps map tokens to words by them)."""
+        encoding = self._encoding(text)
+        return encoding.ids, [tuple(span) for span in encoding.offsets]
+
+    def _encoding(self, text: str):
         try:
-            return self._tok.encode(text, add_special_tokens=False).ids
+            return self._tok.encode(text, add_special_tokens=False)
         except (TypeError, UnicodeEncodeError) as e:
             # `tokenizers` raises TypeError for a str it cannot convert to UTF-8.
             try:

@@ -27,6 +27,7 @@ from . import (
     service_routes,
     speech_routes,
     speech_socket,
+    timestamp_routes,
     voice_routes,
 )
 from .auth import ApiKeys
@@ -187,6 +188,7 @@ def create_app(
     app.state.runtime = runtime
     app.state.reference_decoder = voice_routes.reference_decoder(settings, info.sample_rate)
     app.include_router(speech_routes.router)
+    app.include_router(timestamp_routes.router)
     app.include_router(speech_socket.router)
     app.include_router(voice_routes.router)
     app.include_router(service_routes.router)

@@ -121,7 +121,8 @@ class HttpGuard:
     def _body_limit(self, method: str, path: str) -> int:
         if method == "POST" and path.rstrip("/") == "/v1/audio/voices":
             return self.settings.max_voice_upload_bytes + _MULTIPART_SLACK
-        if method == "POST" and path.rstrip("/") == "/v1/audio/speech" and self.one_shot_cloning:
+        speech = path.rstrip("/") in ("/v1/audio/speech", "/v1/audio/speech/with-timestamps")
+        if method == "POST" and speech and self.one_shot_cloning:
             # Room for a reference recording in base64 (`voice_clone.audio`).
             return self.settings.max_body_bytes + 4 * -(-self.settings.max_voice_upload_bytes // 3)
         return self.settings.max_body_bytes

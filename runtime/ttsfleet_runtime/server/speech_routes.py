@@ -113,17 +113,17 @@ async def unless_disconnected(request: Request, work):
     raise ClientGone()
 
 
-def _client_gone(request: Request, utterance: Utterance) -> Response:
+def client_gone(request: Request, utterance: Utterance) -> Response:
     utterance.cancel()
     utterance.finish(completed=False)
-    _count_client_gone(request)
+    count_client_gone(request)
     log.info(
         "client disconnected, generation cancelled", extra={"request_id": request.state.request_id}
     )
     return Response(status_code=CLIENT_CLOSED)
 
 
-def _count_client_gone(request: Request) -> None:
+def count_client_gone(request: Request) -> None:
     state = request.scope["state"]
     runtime = request.app.state.runtime
     if sending_timed_out(request.scope):
@@ -149,7 +149,9 @@ def stream_format(body: SpeechRequest) -> str:
     return "audio" if body.response_format in audio_encoding.STREAMABLE else "file"
 
 
-def _check_request(body: SpeechRequest, runtime) -> None:
+def check_request(body: SpeechRequest, runtime, streamed: bool | None = None) -> None:
+    """Refuse what this server cannot serve; `streamed`: whether the audio is sent as
+    it is made (by default what `stream_format` says)."""
     if body.model not in runtime.served_models:
         raise errors.ApiError(
             404,
@@ -166,7 +168,9 @@ def _check_request(body: SpeechRequest, runtime) -> None:
             f"response_format {body.response_format!r} is not available; use one of {', '.join(runtime.formats)}",
             param="response_format",
         )
-    if stream_format(body) != "file" and body.response_format not in audio_encoding.STREAMABLE:
+    if streamed is None:
+        streamed = stream_format(body) != "file"
+    if streamed and body.response_format not in audio_encoding.STREAMABLE:
         raise errors.invalid_request(
             f"{body.response_format} cannot be streamed; stream one of {', '.join(audio_encoding.STREAMABLE)} "
             "or ask for stream_format 'file'",
@@ -187,9 +191,15 @@ def _check_request(body: SpeechRequest, runtime) -> None:
     summary="Synthesise speech (OpenAI-compatible)",
 )
 async def create_speech(body: SpeechRequest, request: Request):
+    check_request(body, request.app.state.runtime)
+    utterance = await submit_speech(body, request)
+    return await respond(body, request, utterance)
+
+
+async def submit_speech(body: SpeechRequest, request: Request, timestamps: bool = False):
+    """The request's voice resolved and its utterance admitted (an `Utterance`)."""
     runtime = request.app.state.runtime
     state = request.scope["state"]
-    _check_request(body, runtime)
     one_shot = None
     if body.voice_clone is not None:
         one_shot = await _one_shot_clone(body.voice_clone, request)
@@ -204,20 +214,26 @@ async def create_speech(body: SpeechRequest, request: Request):
         sampling=body.sampling_overrides(),
         request_id=state["request_id"],
         sample_format=audio_encoding.sample_format(body.response_format),
+        timestamps=timestamps,
     )
-    utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
+    return runtime.synthesizer.submit(synthesis_request, state["received_at"])
+
+
+async def respond(body: SpeechRequest, request: Request, utterance):
+    """The speech endpoint's response for an admitted `utterance`."""
+    state = request.scope["state"]
     headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}
     chunks = utterance.chunks()
     shape = stream_format(body)
 
     if shape == "file":
         try:
-            pcm = await unless_disconnected(request, _collect(chunks))
+            pcm = await unless_disconnected(request, collect(chunks))
         except ClientGone:
-            return _client_gone(request, utterance)
+            return client_gone(request, utterance)
         except Exception as exc:
             utterance.finish(completed=False)
-            raise _failed(exc, state) from None
+            raise failed(exc, state) from None
         utterance.finish(completed=True)
         data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
         headers["Server-Timing"] = utterance.server_timing()
@@ -229,10 +245,10 @@ async def create_speech(body: SpeechRequest, request: Request):
     try:
         first = await unless_disconnected(request, anext(chunks, None))
     except ClientGone:
-        return _client_gone(request, utterance)
+        return client_gone(request, utterance)
     except Exception as exc:
         utterance.finish(completed=False)
-        raise _failed(exc, state) from None
+        raise failed(exc, state) from None
     headers["Server-Timing"] = utterance.server_timing()
     encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
     if shape == "audio":
@@ -248,7 +264,7 @@ async def create_speech(body: SpeechRequest, request: Request):
         if not utterance.finished:
             utterance.cancel()
             utterance.finish(completed=False)
-            _count_client_gone(request)
+            count_client_gone(request)
 
     return ClosingStreamingResponse(
         body_iter, media_type=media_type, headers=headers, on_close=on_close
@@ -292,12 +308,12 @@ async def _one_shot_clone(clone: VoiceClone, request: Request) -> api.ClonedVoic
     )
 
 
-async def _collect(chunks) -> np.ndarray:
+async def collect(chunks) -> np.ndarray:
     parts = [chunk.pcm async for chunk in chunks]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
-def _failed(exc: BaseException, state: dict) -> errors.ApiError:
+def failed(exc: BaseException, state: dict) -> errors.ApiError:
     """What the client is told; a failure that is not a plain refusal is logged once here."""
     failure = generation_failure(exc)
     if not isinstance(exc, errors.ApiError) and failure.status >= 500:
@@ -309,27 +325,28 @@ def _failed(exc: BaseException, state: dict) -> errors.ApiError:
     return failure
 
 
-async def _encoded(first, chunks, encoder, utterance: Utterance, request: Request):
-    """The encoded bytes of every chunk; the bookkeeping of how the stream ended."""
+async def encoded(first, chunks, encoder, utterance: Utterance, request: Request):
+    """(encoded bytes, chunk) of every chunk, then (the encoder's last bytes, None); the
+    bookkeeping of how the stream ended."""
     state = request.scope["state"]
     completed = False
     try:
         if first is not None:
-            yield encoder.encode(first), first.frames
+            yield encoder.encode(first), first
             async for chunk in chunks:
-                yield encoder.encode(chunk), chunk.frames
-        yield encoder.finish(), 0
+                yield encoder.encode(chunk), chunk
+        yield encoder.finish(), None
         completed = True
     except (asyncio.CancelledError, GeneratorExit):
         # Starlette cancels the body when the client disconnects.
         utterance.cancel()
-        _count_client_gone(request)
+        count_client_gone(request)
         raise
     except Exception as exc:
         # Headers are sent: all that is left is to end the response early,
         # counted with the status the client would have got before them.
         utterance.cancel()
-        failure = _failed(exc, state)
+        failure = failed(exc, state)
         record_error(state, request.app.state.runtime.metrics, failure.code)
         state["final_status"] = failure.status
         raise
@@ -338,21 +355,21 @@ async def _encoded(first, chunks, encoder, utterance: Utterance, request: Reques
 
 
 async def _audio_bytes(first, chunks, encoder, utterance, request):
-    encoded = _encoded(first, chunks, encoder, utterance, request)
+    encoded_chunks = encoded(first, chunks, encoder, utterance, request)
     try:
-        async for data, _frames in encoded:
+        async for data, _chunk in encoded_chunks:
             if data:
                 yield data
     finally:
-        await encoded.aclose()
+        await encoded_chunks.aclose()
 
 
 async def _sse_events(first, chunks, encoder, utterance, request):
     frames = 0
-    events = _encoded(first, chunks, encoder, utterance, request)
+    events = encoded(first, chunks, encoder, utterance, request)
     try:
-        async for data, chunk_frames in events:
-            frames += chunk_frames
+        async for data, chunk in events:
+            frames += chunk.frames if chunk is not None else 0
             if data:
                 yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
     except Exception:

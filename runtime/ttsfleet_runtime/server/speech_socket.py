@@ -8,7 +8,8 @@ Protocol (JSON text frames unless said otherwise):
   auth:    `Authorization: Bearer <key>` on the upgrade request, or (browsers,
            which cannot set headers on WebSockets) `?api_key=<key>` in the URL.
   client:  {"type": "session.config", "model"?, "voice"?, "instructions"?,
-            "language"?, "temperature"?, ... the sampling fields of /v1/audio/speech}
+            "language"?, "timestamps"?, "temperature"?, ... the sampling fields of
+            /v1/audio/speech}
   server:  {"type": "session.ready", "request_id", "sample_rate", "audio_format": "pcm_s16le"}
   client:  {"type": "text.delta", "text": "..."}       any number
   client:  {"type": "flush"}   ends the current utterance: everything sent so far
@@ -17,6 +18,13 @@ Protocol (JSON text frames unless said otherwise):
   server:  {"type": "audio", "utterance": k, "index": i, "samples": n,
             "t_ms": ms since the utterance was submitted}
            immediately followed by one binary frame: n samples of s16le mono PCM
+  server:  with "timestamps": true, before a chunk's audio header, the words timed
+           with it (usually ahead of the audio that speaks them):
+           {"type": "alignment", "utterance": k, "characters", "character_start_times_seconds",
+            "character_end_times_seconds", "words": [{"word", "start_time", "end_time"}]},
+           seconds from the utterance's first sample (server/timestamp_routes.py's
+           fields; engine/word_timing.py's rule). Text sent in deltas is timed as the
+           whole text would be: a word once its last token is known.
   server:  {"type": "utterance.done", "utterance": k, "audio_seconds", "ttfa_ms", "total_ms"}
   server:  {"type": "session.done", "utterances": count}, then close 1000
   errors:  {"type": "error", "code", "message", "retry_after_s"?}, then close
@@ -58,7 +66,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import Field, ValidationError
 
 from .. import metrics
-from . import errors
+from . import captions, errors
 from .auth import ANONYMOUS
 from .http_guard import authenticate, client_address, record_error, request_id_from
 from .http_protocol import sending_timed_out
@@ -89,6 +97,9 @@ class SessionConfig(SamplingFields):
     voice: Text | None = Field(default=None, max_length=256)
     instructions: Text | None = Field(default=None, max_length=4096)
     language: Text = Field(default="auto", min_length=1, max_length=32)
+    timestamps: bool = Field(
+        default=False, description="Send each utterance's word timings (alignment messages)."
+    )
 
 
 def protocol_error(message: str, close_code: int = 1008) -> errors.ApiError:
@@ -271,6 +282,7 @@ class _Session:
             sampling=c.sampling_overrides(),
             request_id=f"{self.request_id}.{self.count}",
             sample_format="s16",  # the session's audio is pcm_s16le
+            timestamps=c.timestamps,
         )
 
     async def _next_message(self, current) -> dict | None:
@@ -370,18 +382,27 @@ class _Session:
             try:
                 index = 0
                 async for chunk in utterance.chunks():
-                    pcm = chunk.s16le()
+                    if chunk.words:
+                        await _send(
+                            self.ws,
+                            {
+                                "type": "alignment",
+                                "utterance": self.count,
+                                **captions.alignment(chunk.words),
+                                "words": captions.word_times(chunk.words),
+                            },
+                        )
                     await _send(
                         self.ws,
                         {
                             "type": "audio",
                             "utterance": self.count,
                             "index": index,
-                            "samples": len(pcm) // 2,
+                            "samples": len(chunk.pcm),
                             "t_ms": round((time.monotonic() - submitted) * 1000, 1),
                         },
                     )
-                    await _send(self.ws, pcm)
+                    await _send(self.ws, chunk.s16le())
                     self.active_at = time.monotonic()
                     index += 1
                 completed = True

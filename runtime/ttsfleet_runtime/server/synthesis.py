@@ -253,6 +253,7 @@ class Synthesizer:
         sampling: dict,
         request_id: str,
         sample_format: api.SampleFormat,
+        timestamps: bool = False,
     ) -> api.SynthesisRequest:
         if isinstance(text, str) and len(text) > self.max_input_chars:
             raise errors.invalid_request(
@@ -273,6 +274,7 @@ class Synthesizer:
             request_id=request_id,
             buffer_s=self.stream_buffer_s,
             sample_format=sample_format,
+            timestamps=timestamps,
         )
 
     def submit(self, request: api.SynthesisRequest, received_at: float) -> Utterance:

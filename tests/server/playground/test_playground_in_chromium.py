@@ -1,5 +1,6 @@
 """The playground, used in headless Chromium as a person would: enter a key,
-pick a voice, type text, press Speak, hear it stream, see the time to first audio."""
+pick a voice, type text, press Speak, hear it stream, see the time to first audio
+and the words as a caption, each with its time."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import pytest
 from support.chromium import Browser, chromium_missing
 from support.live_server import API_KEY, SHORT_AUDIO_S, metric_value
 
+SPEECH_ROUTE = "/v1/audio/speech/with-timestamps"  # the playground asks for the words too
+
 
 def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
     missing = chromium_missing()
     if missing:
         pytest.fail(missing)
     speech_before = metric_value(
-        server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"}
+        server.base_url, "ttsfleet_requests_total", {"route": SPEECH_ROUTE, "code": "200"}
     )
     with Browser() as browser:
         page = browser.open(server.base_url + "/")
@@ -45,6 +48,10 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
         ttfa = page.evaluate("document.getElementById('ttfa').textContent")
         samples = int(page.evaluate("document.getElementById('audio-seconds').dataset.samples"))
         server_timing = page.evaluate("document.getElementById('server-timing').textContent")
+        caption = page.evaluate(
+            "[...document.querySelectorAll('#caption span')]"
+            ".map(s => [s.textContent, Number(s.dataset.start), Number(s.dataset.end)])"
+        )
         shot = page.screenshot(tmp_path / "playground.png")
         if os.environ.get("TTSFLEET_SCREENSHOT_DIR"):
             (Path(os.environ["TTSFLEET_SCREENSHOT_DIR"]) / "playground.png").write_bytes(shot)
@@ -52,10 +59,13 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
 
     assert ttfa.endswith(" ms") and float(ttfa.split()[0]) > 0
     assert "NaN" not in server_timing
+    assert [word for word, _, _ in caption] == "Good morning from the playground.".split()
+    assert all(0 <= start < end <= SHORT_AUDIO_S for _, start, end in caption)
+    assert [start for _, start, _ in caption] == sorted(start for _, start, _ in caption)
     assert samples == round(SHORT_AUDIO_S * 12.5) * 1920
     assert shot.startswith(b"\x89PNG") and len(shot) > 10_000
     after = metric_value(
-        server.base_url, "ttsfleet_requests_total", {"route": "/v1/audio/speech", "code": "200"}
+        server.base_url, "ttsfleet_requests_total", {"route": SPEECH_ROUTE, "code": "200"}
     )
     assert after == speech_before + 1
 

@@ -29,6 +29,7 @@ def operations(server):
 def test_schema_documents_every_api_route(server):
     assert set(operations(server)) >= {
         "POST /v1/audio/speech",
+        "POST /v1/audio/speech/with-timestamps",
         "GET /v1/models",
         "GET /v1/audio/voices",
         "POST /v1/audio/voices",
@@ -46,6 +47,8 @@ POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
     [
         ("POST /v1/audio/speech", POSITIVE),
         ("POST /v1/audio/speech", NEGATIVE),
+        ("POST /v1/audio/speech/with-timestamps", POSITIVE),
+        ("POST /v1/audio/speech/with-timestamps", NEGATIVE),
         ("POST /v1/audio/voices", POSITIVE),
         ("POST /v1/audio/voices", NEGATIVE),
         ("DELETE /v1/audio/voices/{voice_id}", POSITIVE),

@@ -1,6 +1,8 @@
 // The playground: stream speech from this server and play it as it arrives.
-// Audio comes as raw s16le PCM (response_format "pcm", stream_format "audio");
-// each network chunk is scheduled right after the previous one in WebAudio.
+// It asks /v1/audio/speech/with-timestamps for JSON lines: each a chunk of raw
+// s16le PCM (response_format "pcm") in base64, scheduled right after the previous
+// one in WebAudio, and the words timed with it, shown as a caption whose word is
+// highlighted while it is being spoken (the engine's word times).
 // A Base model speaks cloned voices: the page uploads one (POST /v1/audio/voices,
 // with the speaker's consent) and selects it as the voice.
 "use strict";
@@ -121,12 +123,12 @@ async function speak() {
     instructions: $("instructions").value || undefined,
     language: $("language").value || "auto",
     response_format: "pcm",
-    stream_format: "audio",
+    stream_format: "jsonl",
   };
   let received = 0;
   const all = [];
   try {
-    const response = await fetch("/v1/audio/speech", {
+    const response = await fetch("/v1/audio/speech/with-timestamps", {
       method: "POST",
       headers: { "Content-Type": "application/json", ...authHeaders() },
       body: JSON.stringify(body),
@@ -140,19 +142,26 @@ async function speak() {
         return [name, Number(dur)];
       }));
     $("server-timing").textContent = `${(timing.ttfa ?? NaN).toFixed(0)} ms / ${(timing.queue ?? NaN).toFixed(0)} ms`;
-    const reader = response.body.getReader();
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    const caption = $("caption");
+    caption.replaceChildren();
     let playAt = 0;
-    let carry = null; // an odd byte split across network chunks
+    let origin = null; // the AudioContext time of the utterance's first sample
+    let pending = ""; // a JSON line split across network chunks
     setStatus("streaming", "streaming");
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      let bytes = value;
-      if (carry) { bytes = new Uint8Array(carry.length + value.length); bytes.set(carry); bytes.set(value, carry.length); carry = null; }
-      if (bytes.length % 2) { carry = bytes.slice(-1); bytes = bytes.slice(0, -1); }
-      if (!bytes.length) continue;
+    const play = (line) => {
+      if (line.error) throw new Error(line.error.message);
+      for (const word of line.words) {
+        const span = document.createElement("span");
+        span.textContent = word.word;
+        span.dataset.start = word.start_time;
+        span.dataset.end = word.end_time;
+        caption.append(span, " ");
+      }
+      const bytes = Uint8Array.from(atob(line.audio_base64), (c) => c.charCodeAt(0));
+      if (!bytes.length) return;
       if (received === 0) $("ttfa").textContent = `${(performance.now() - t0).toFixed(0)} ms`;
-      const pcm = new Int16Array(bytes.buffer, bytes.byteOffset, bytes.length / 2);
+      const pcm = new Int16Array(bytes.buffer, 0, bytes.length / 2);
       const samples = Float32Array.from(pcm, (s) => s / 32768);
       const buffer = audio.createBuffer(1, samples.length, rate);
       buffer.copyToChannel(samples, 0);
@@ -160,12 +169,29 @@ async function speak() {
       source.buffer = buffer;
       source.connect(audio.destination);
       playAt = Math.max(playAt, audio.currentTime + 0.05);
+      if (origin === null) origin = playAt;
       source.start(playAt);
       playAt += buffer.duration;
       received += samples.length;
       all.push(samples);
       $("audio-seconds").textContent = `${(received / rate).toFixed(2)} s`;
       $("audio-seconds").dataset.samples = String(received);
+    };
+    const highlight = () => {
+      if (origin !== null && !controller && audio.currentTime > playAt) return; // all played
+      const t = origin === null ? -1 : audio.currentTime - origin;
+      for (const span of caption.children) {
+        span.classList.toggle("spoken", t >= Number(span.dataset.start) && t < Number(span.dataset.end));
+      }
+      requestAnimationFrame(highlight);
+    };
+    requestAnimationFrame(highlight);
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const lines = (pending + value).split("\n");
+      pending = lines.pop();
+      for (const line of lines) if (line) play(JSON.parse(line));
     }
     const merged = new Float32Array(received);
     let offset = 0;
