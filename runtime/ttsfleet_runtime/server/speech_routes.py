@@ -36,7 +36,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from ..engine import api
-from . import audio_encoding, errors
+from . import audio_encoding, cached_speech, errors
 from .auth import ANONYMOUS
 from .http_guard import record_error
 from .http_protocol import sending_timed_out
@@ -193,9 +193,8 @@ async def create_speech(body: SpeechRequest, request: Request):
     one_shot = None
     if body.voice_clone is not None:
         one_shot = await _one_shot_clone(body.voice_clone, request)
-    voice = await runtime.synthesizer.speaking_voice(
-        body.voice, state.get("caller", ANONYMOUS), one_shot
-    )
+    tenant = state.get("caller", ANONYMOUS)
+    voice = await runtime.synthesizer.speaking_voice(body.voice, tenant, one_shot)
     synthesis_request = runtime.synthesizer.build_request(
         text=body.input,
         voice=voice,
@@ -205,10 +204,24 @@ async def create_speech(body: SpeechRequest, request: Request):
         request_id=state["request_id"],
         sample_format=audio_encoding.sample_format(body.response_format),
     )
-    utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
-    headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}
-    chunks = utterance.chunks()
     shape = stream_format(body)
+    # A stored voice's entries are erased with it; a one-shot clone is keyed by its prompt.
+    stored_voice = body.voice if voice.cloned is not None and one_shot is None else None
+    cached = await cached_speech.look_up(runtime, body, synthesis_request, stored_voice, tenant)
+    if cached is not None and cached.hit is not None:
+        return cached_speech.answer_hit(runtime, cached, shape, state["received_at"])
+    utterance = runtime.synthesizer.submit(synthesis_request, state["received_at"])
+    headers = {
+        "X-Audio-Sample-Rate": str(utterance.sample_rate),
+        **cached_speech.cache_header(runtime, cached),
+    }
+    chunks = utterance.chunks()
+    fill = None
+    if cached is not None:
+        content_type = audio_encoding.CONTENT_TYPES[body.response_format]
+        fill = cached_speech.CacheFill(
+            runtime.response_cache, cached.key, content_type, utterance.sample_rate
+        )
 
     if shape == "file":
         try:
@@ -220,6 +233,9 @@ async def create_speech(body: SpeechRequest, request: Request):
             raise _failed(exc, state) from None
         utterance.finish(completed=True)
         data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
+        if fill is not None:
+            fill.add(data, 0)
+            fill.complete(utterance.audio_s)
         headers["Server-Timing"] = utterance.server_timing()
         headers["X-Audio-Duration"] = f"{utterance.audio_s:.3f}"
         return Response(
@@ -236,10 +252,10 @@ async def create_speech(body: SpeechRequest, request: Request):
     headers["Server-Timing"] = utterance.server_timing()
     encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
     if shape == "audio":
-        body_iter = _audio_bytes(first, chunks, encoder, utterance, request)
+        body_iter = _audio_bytes(first, chunks, encoder, utterance, request, fill)
         media_type = encoder.content_type
     else:
-        body_iter = _sse_events(first, chunks, encoder, utterance, request)
+        body_iter = _sse_events(first, chunks, encoder, utterance, request, fill)
         media_type = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
 
@@ -309,17 +325,26 @@ def _failed(exc: BaseException, state: dict) -> errors.ApiError:
     return failure
 
 
-async def _encoded(first, chunks, encoder, utterance: Utterance, request: Request):
-    """The encoded bytes of every chunk; the bookkeeping of how the stream ended."""
+async def _encoded(first, chunks, encoder, utterance: Utterance, request: Request, fill=None):
+    """The encoded bytes of every chunk; the bookkeeping of how the stream ended. With
+    `fill` (a cacheable miss) the bytes are kept and cached once all were taken."""
     state = request.scope["state"]
     completed = False
+
+    def sent(data: bytes, frames: int) -> tuple[bytes, int]:
+        if fill is not None:
+            fill.add(data, frames)
+        return data, frames
+
     try:
         if first is not None:
-            yield encoder.encode(first), first.frames
+            yield sent(encoder.encode(first), first.frames)
             async for chunk in chunks:
-                yield encoder.encode(chunk), chunk.frames
-        yield encoder.finish(), 0
+                yield sent(encoder.encode(chunk), chunk.frames)
+        yield sent(encoder.finish(), 0)
         completed = True
+        if fill is not None:
+            fill.complete(utterance.audio_s)
     except (asyncio.CancelledError, GeneratorExit):
         # Starlette cancels the body when the client disconnects.
         utterance.cancel()
@@ -337,8 +362,8 @@ async def _encoded(first, chunks, encoder, utterance: Utterance, request: Reques
         utterance.finish(completed=completed)
 
 
-async def _audio_bytes(first, chunks, encoder, utterance, request):
-    encoded = _encoded(first, chunks, encoder, utterance, request)
+async def _audio_bytes(first, chunks, encoder, utterance, request, fill=None):
+    encoded = _encoded(first, chunks, encoder, utterance, request, fill)
     try:
         async for data, _frames in encoded:
             if data:
@@ -347,16 +372,18 @@ async def _audio_bytes(first, chunks, encoder, utterance, request):
         await encoded.aclose()
 
 
-async def _sse_events(first, chunks, encoder, utterance, request):
+async def _sse_events(first, chunks, encoder, utterance, request, fill=None):
     frames = 0
-    events = _encoded(first, chunks, encoder, utterance, request)
+    events = _encoded(first, chunks, encoder, utterance, request, fill)
     try:
         async for data, chunk_frames in events:
             frames += chunk_frames
             if data:
-                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                yield sse_event(
+                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                )
     except Exception:
-        yield _sse(
+        yield sse_event(
             {
                 "type": "error",
                 "error": {
@@ -371,10 +398,10 @@ async def _sse_events(first, chunks, encoder, utterance, request):
     # Output tokens are codec frames (one talker token each); input tokens are
     # counted by the engine's tokenizer, which the server does not see.
     usage = {"input_tokens": 0, "output_tokens": frames, "total_tokens": frames}
-    yield _sse(
+    yield sse_event(
         {"type": "speech.audio.done", "usage": usage, "audio_seconds": round(utterance.audio_s, 3)}
     )
 
 
-def _sse(event: dict) -> bytes:
+def sse_event(event: dict) -> bytes:
     return f"data: {json.dumps(event)}\n\n".encode()
