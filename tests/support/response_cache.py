@@ -10,6 +10,9 @@ import openai
 from support.live_server import API_KEY
 
 CACHE_HEADER = "X-TTSFleet-Cache"
+# The cache servers' memory bound: one 1.6 s response as 16-bit PCM or WAV is ~77 KB,
+# so memory holds one such entry and a second evicts it.
+MEMORY_BYTES = 100_000
 # Headers a hit must answer with as the miss did (Server-Timing's values differ).
 SAME_HEADERS = ("content-type", "x-audio-sample-rate", "x-audio-duration")
 

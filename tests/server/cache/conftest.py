@@ -11,13 +11,11 @@ import pytest
 
 from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
 from support.redis_server import RedisServer
+from support.response_cache import MEMORY_BYTES
 from support.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, S3Server
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.response_cache.s3_client import S3Client
 from ttsfleet_runtime.settings import ServerSettings
-
-# One 1.6 s response as 16-bit PCM or WAV is ~77 KB: memory holds one such entry.
-MEMORY_BYTES = 100_000
 
 
 @pytest.fixture(scope="session")

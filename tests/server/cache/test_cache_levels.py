@@ -82,9 +82,7 @@ def test_a_seeded_request_may_opt_out_and_an_unseeded_one_opt_in(cache_server):
     assert again.body == made.body
 
 
-def test_a_larger_response_than_the_bound_is_served_but_not_kept(
-    make_engine, cache_settings
-):
+def test_a_larger_response_than_the_bound_is_served_but_not_kept(make_engine, cache_settings):
     from support.live_server import API_KEY, LiveServer
     from ttsfleet_runtime.server.auth import ApiKeys
 
