@@ -20,6 +20,7 @@ if [[ -x $binary ]]; then
   step "ready: $binary"
   exit 0
 fi
+PATH=$PATH:$HOME/.cargo/bin
 command -v cargo >/dev/null || { echo "error: [s3s-fs] cargo is needed to build s3s-fs" >&2; exit 1; }
 step "building s3s-fs $S3S_FS_VERSION from its crate (minutes, once)"
 start=$SECONDS
