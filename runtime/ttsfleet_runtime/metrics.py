@@ -84,8 +84,8 @@ What each metric means, exactly:
   level: hits / (hits + misses) of that level.
 - ttsfleet_response_cache_requests_total (counter, label result = hit-memory |
   hit-redis | hit-s3 | miss | bypass): speech requests by what the cache did for
-  them; bypass: not meant to be reproducible (no seed, no `cache: true`), or the
-  response too large to keep.
+  them; bypass: not meant to be reproducible (no seed, no `cache: true`). A miss
+  whose response is over --response-cache-max-object-bytes is served, not stored.
 - ttsfleet_response_cache_stored_bytes_total (counter, label level): bytes of
   entries written to each level (fills after a miss, and back-fills after a slower
   level's hit).

@@ -56,11 +56,15 @@ class CacheFill:
 
     def add(self, data: bytes, frames: int) -> None:
         self.frames += frames
-        if self.size <= self.cache.max_object_bytes:  # past it, nothing is kept
+        self.size += len(data)
+        if self.size <= self.cache.max_object_bytes:
             self.parts.append(data)
-            self.size += len(data)
+        else:  # too large to keep: hold nothing more of it
+            self.parts = []
 
     def complete(self, audio_s: float) -> None:
+        if self.size > self.cache.max_object_bytes:
+            return
         entry = CachedResponse(
             body=b"".join(self.parts),
             content_type=self.content_type,

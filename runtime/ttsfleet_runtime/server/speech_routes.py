@@ -8,6 +8,9 @@ Three shapes of response, chosen by `stream_format`:
 - "file": one complete file (exact headers, Content-Length) once all audio is
   made. flac cannot be streamed, so it is always a file unless "sse"/"audio"
   is asked for (400).
+A request meant to be reproducible (a seed, or `cache: true`) is answered from the
+response cache when it is there (cached_speech.py: no engine slot, same headers and
+shape), and a miss is stored once its whole response was sent.
 The voice is a built-in speaker, a stored voice id (Base models), or a
 reference recording in `voice_clone` cloned for this request only (one-shot
 cloning: same checks and consent rule as an upload, nothing is kept).

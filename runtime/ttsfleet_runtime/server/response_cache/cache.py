@@ -3,7 +3,9 @@
 A level that fails (Redis or S3 down, slow past --response-cache-timeout, an
 answer that is no entry) never fails the request: the read goes on to the next
 level or ends as a miss, counted per level, with a warning logged at most once a
-`WARN_EVERY_S` per level so an outage does not flood the log. Writes happen only
+`WARN_EVERY_S` per level so an outage does not flood the log. A level that failed
+is passed over for `RETRY_AFTER_S` (its reads count as misses): an unreachable
+Redis costs one request a timeout, not every request. Writes happen only
 after a complete, successful response (the route calls `store`), in the
 background: the client never waits for a fill.
 
@@ -33,6 +35,7 @@ from .memory import MemoryLevel
 log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 30.0
+RETRY_AFTER_S = 5.0
 # Voice ids erased recently, remembered so a response made meanwhile is not stored.
 _ERASED_REMEMBERED = 4096
 
@@ -53,6 +56,7 @@ class ResponseCache:
         self.max_object_bytes = max_object_bytes
         self.timeout_s = timeout_s
         self._warned_at: dict[str, float] = {}
+        self._down_until: dict[str, float] = {}
         self._erased: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._tasks: set[asyncio.Task] = set()
 
@@ -113,7 +117,12 @@ class ResponseCache:
             if closer is not None:
                 await closer()
 
+    def _down(self, level: Level) -> bool:
+        return time.monotonic() < self._down_until.get(level.name, 0.0)
+
     async def _read(self, level: Level, key: CacheKey) -> CachedResponse | None:
+        if self._down(level):
+            return None
         try:
             return await asyncio.wait_for(level.get(key), self.timeout_s)
         except ExpiredEntry:
@@ -131,6 +140,8 @@ class ResponseCache:
             return None
 
     async def _write(self, level: Level, key: CacheKey, entry: CachedResponse) -> None:
+        if self._down(level):
+            return
         try:
             await asyncio.wait_for(level.put(key, entry), self.timeout_s * 5)
         except Exception as exc:
@@ -148,6 +159,7 @@ class ResponseCache:
     def _failed(self, level: Level, op: str, exc: BaseException) -> None:
         self.metrics.response_cache_errors.labels(level=level.name).inc()
         now = time.monotonic()
+        self._down_until[level.name] = now + RETRY_AFTER_S
         if now - self._warned_at.get(level.name, -WARN_EVERY_S) >= WARN_EVERY_S:
             self._warned_at[level.name] = now
             log.warning(
