@@ -59,7 +59,8 @@ class S3Client:
 
     async def get(self, key: str) -> bytes | None:
         response = await self._send("GET", self._path(key))
-        if response.status_code == 404:
+        # A missing key is a miss; a missing bucket is a misconfiguration, an error.
+        if response.status_code == 404 and b"NoSuchBucket" not in response.content:
             return None
         return self._ok(response).content
 
