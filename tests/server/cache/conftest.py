@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from support.live_server import API_KEY, OTHER_KEY, SHORT_AUDIO_S, LiveServer
+from support.live_server import API_KEY, OTHER_KEY, LiveServer
 from support.redis_server import RedisServer
-from support.response_cache import MEMORY_BYTES
+from support.response_cache import AUDIO_S, MEMORY_BYTES
 from support.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, S3Server
 from ttsfleet_runtime.server.auth import ApiKeys
 from ttsfleet_runtime.server.response_cache.s3_client import S3Client
@@ -46,7 +46,7 @@ def cache_settings(redis_server, s3_server):
     def make(**fields) -> ServerSettings:
         return ServerSettings(
             **{
-                "max_audio_seconds": SHORT_AUDIO_S,
+                "max_audio_seconds": AUDIO_S,
                 "response_cache_memory_bytes": MEMORY_BYTES,
                 "response_cache_redis_url": redis_server.url,
                 "response_cache_s3_endpoint": s3_server.endpoint,
