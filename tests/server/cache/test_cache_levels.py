@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
+import openai
 import pytest
 
 from support.live_server import metric_value
@@ -93,3 +94,15 @@ def test_a_larger_response_than_the_bound_is_served_but_not_kept(make_engine, ca
         second = speak(server, seed=1)
     assert len(first.body) > 1024
     assert (first.cache, second.cache) == ("miss", "miss")
+
+
+def test_a_hit_needs_no_engine_admission(cache_server):
+    made = speak(cache_server, seed=13)
+    settle(cache_server)
+    # An engine that admits nothing more: a miss is refused, a hit is still answered.
+    cache_server.call(cache_server.runtime.stop_engine, 1.0)
+    hit = speak(cache_server, seed=13)
+    assert (hit.cache, hit.body) == ("hit-memory", made.body)
+    with pytest.raises(openai.APIStatusError) as refused:
+        speak(cache_server, seed=14)
+    assert refused.value.status_code == 503
