@@ -8,8 +8,16 @@ and fills the faster ones on a slower hit; `key.py` says what a key is made of a
 users rely on are in docs/response-cache.md.
 """
 
-from .cache import ResponseCache, open_cache
+from .cache import CacheConfigError, ResponseCache, open_cache
 from .entry import CachedResponse
 from .key import CacheKey, cache_key, wants_cache
 
-__all__ = ["CacheKey", "CachedResponse", "ResponseCache", "cache_key", "open_cache", "wants_cache"]
+__all__ = [
+    "CacheConfigError",
+    "CacheKey",
+    "CachedResponse",
+    "ResponseCache",
+    "cache_key",
+    "open_cache",
+    "wants_cache",
+]

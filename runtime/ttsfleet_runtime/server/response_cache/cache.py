@@ -40,6 +40,10 @@ RETRY_AFTER_S = 5.0
 _ERASED_REMEMBERED = 4096
 
 
+class CacheConfigError(ValueError):
+    """The cache's settings cannot be used; the message never repeats a URL or a key."""
+
+
 class Level(Protocol):
     name: str
 
@@ -191,23 +195,29 @@ def open_cache(settings: ServerSettings, metrics) -> ResponseCache | None:
     if settings.response_cache_redis_url:
         from .redis_level import RedisLevel
 
-        levels.append(
-            RedisLevel(
-                settings.response_cache_redis_url,
-                settings.response_cache_redis_ttl_s,
-                settings.response_cache_timeout_s,
+        try:
+            levels.append(
+                RedisLevel(
+                    settings.response_cache_redis_url,
+                    settings.response_cache_redis_ttl_s,
+                    settings.response_cache_timeout_s,
+                )
             )
-        )
+        except ValueError:  # redis-py's message may quote the URL, password and all
+            raise CacheConfigError(
+                "TTSFLEET_RESPONSE_CACHE_REDIS_URL is not a Redis URL: use "
+                "redis://[:password@]host:port/db or rediss://..."
+            ) from None
     if settings.response_cache_s3_endpoint:
         from .s3_client import S3Client
         from .s3_level import S3Level
 
         if not settings.response_cache_s3_bucket:
-            raise ValueError(
+            raise CacheConfigError(
                 "--response-cache-s3-endpoint needs --response-cache-s3-bucket: name the bucket"
             )
         if not (settings.response_cache_s3_access_key and settings.response_cache_s3_secret_key):
-            raise ValueError(
+            raise CacheConfigError(
                 "the S3 response cache needs TTSFLEET_RESPONSE_CACHE_S3_ACCESS_KEY and "
                 "TTSFLEET_RESPONSE_CACHE_S3_SECRET_KEY in the environment (a Secret)"
             )
