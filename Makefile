@@ -114,6 +114,15 @@ e2e-builds: control-plane control-plane-oldest images prometheus-adapter ## ever
 	hack/images.sh archive runtime >/dev/null
 	hack/images.sh archive operator >/dev/null
 
+# The S3-compatible server of the response cache tests (s3s-fs, a Rust build of ~6.5 min
+# cold, nothing warm). make test starts it in the background first; the tests' fixture
+# waits for that build under its lock (or builds, when run alone).
+S3_SERVER_LOG := $(TTSFLEET_CACHE)/logs/s3-server.log
+
+.PHONY: s3-server
+s3-server: ## build (or reuse) s3s-fs, the S3 server of the response cache tests
+	hack/install-s3-server.sh
+
 # lint and the unit tests use one core most of the time: the e2e builds take the other,
 # niced so the tests keep theirs. The builds get a process group of their own (set -m),
 # so a failed lint or unit run stops all of them at once; not a session of their own
@@ -123,8 +132,9 @@ e2e-builds: control-plane control-plane-oldest images prometheus-adapter ## ever
 test: ## everything CI runs: lint, unit, e2e on the newest and the oldest supported Kubernetes; the e2e builds run in the background beside lint and unit
 	@echo "==> e2e builds start in the background, niced (log: $(E2E_BUILDS_LOG))"
 	@mkdir -p "$(dir $(E2E_BUILDS_LOG))"; \
-	  set -m; nice -n 19 $(MAKE) --no-print-directory e2e-builds >"$(E2E_BUILDS_LOG)" 2>&1 & builds=$$!; set +m; \
-	  trap 'kill -- -$$builds 2>/dev/null' EXIT; \
+	  set -m; nice -n 19 hack/install-s3-server.sh >"$(S3_SERVER_LOG)" 2>&1 & s3=$$!; \
+	  nice -n 19 $(MAKE) --no-print-directory e2e-builds >"$(E2E_BUILDS_LOG)" 2>&1 & builds=$$!; set +m; \
+	  trap 'kill -- -$$builds -$$s3 2>/dev/null' EXIT; \
 	  $(MAKE) --no-print-directory -j2 venv tools; \
 	  $(MAKE) --no-print-directory lint unit; \
 	  echo "==> waiting for the e2e builds"; \

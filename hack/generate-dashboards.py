@@ -550,6 +550,70 @@ def fleet() -> dict:
         8,
     )
 
+    s.row("Response cache")
+    s.add(
+        timeseries(
+            "Cache answers",
+            "Speech requests per second by what the response cache did: hit at a level, "
+            "miss (made now, then stored), bypass (not meant to be reproducible).",
+            [
+                (
+                    f"sum by (namespace, service, result) "
+                    f"(rate(ttsfleet_response_cache_requests_total{{{F}}}[$__rate_interval]))",
+                    "{{service}} {{result}}",
+                )
+            ],
+            "reqps",
+            stack=True,
+        ),
+        8,
+        7,
+    )
+    s.add(
+        timeseries(
+            "Cache hit ratio by level",
+            "Hits over reads at each level (memory, redis, s3), fastest first.",
+            [
+                (
+                    f"sum by (namespace, service, level) (rate(ttsfleet_response_cache_lookups_total"
+                    f'{{{F}, result="hit"}}[$__rate_interval]))'
+                    f" / sum by (namespace, service, level) "
+                    f"(rate(ttsfleet_response_cache_lookups_total{{{F}}}[$__rate_interval]))",
+                    "{{service}} {{level}}",
+                )
+            ],
+            "percentunit",
+        ),
+        8,
+        7,
+    )
+    s.add(
+        timeseries(
+            "Cache faults",
+            "Per second: entries that failed their checksum (served as misses), Redis or S3 "
+            "calls that failed (requests went on as misses), memory evictions.",
+            [
+                (
+                    f"sum by (namespace, service, level) "
+                    f"(rate(ttsfleet_response_cache_corrupt_total{{{F}}}[$__rate_interval]))",
+                    "{{service}} corrupt {{level}}",
+                ),
+                (
+                    f"sum by (namespace, service, level) "
+                    f"(rate(ttsfleet_response_cache_errors_total{{{F}}}[$__rate_interval]))",
+                    "{{service}} errors {{level}}",
+                ),
+                (
+                    f"sum by (namespace, service) "
+                    f"(rate(ttsfleet_response_cache_evictions_total{{{F}}}[$__rate_interval]))",
+                    "{{service}} evictions",
+                ),
+            ],
+            "ops",
+        ),
+        8,
+        7,
+    )
     s.row("Operator")
     s.add(
         timeseries(

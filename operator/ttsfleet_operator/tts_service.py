@@ -664,6 +664,75 @@ class VoicesSpec(SpecModel):
     )
 
 
+class RedisCache(SpecModel):
+    """The Redis level of the response cache (it may be the voice store's Redis: the
+    cache's keys are its own and all expire)."""
+
+    url_secret: SecretKeyRef = Field(
+        description="Secret key holding redis://[:password@]host:port/db or rediss://...; pods read it"
+        " from the environment, never from the ConfigMap.",
+    )
+    ttl_seconds: float = Field(
+        **RUNTIME_SETTINGS["response_cache_redis_ttl_s"].field_args(),
+        description="Seconds a cached response stays in Redis.",
+    )
+
+
+class S3Cache(SpecModel):
+    """The S3-compatible bucket level of the response cache (AWS S3, GCS interop, R2,
+    Ceph, SeaweedFS...). Give the bucket a lifecycle rule expiring objects under the
+    prefix after ttlDays: the runtime never serves an older entry, the rule reclaims them."""
+
+    endpoint: str = Field(
+        min_length=1,
+        max_length=2048,
+        pattern=r"^https?://",
+        description="Endpoint URL, e.g. https://s3.eu-west-1.amazonaws.com (path-style requests).",
+    )
+    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+    prefix: str = Field(
+        default=RUNTIME_SETTINGS["response_cache_s3_prefix"].default,
+        min_length=1,
+        max_length=256,
+        description="Key prefix of every cached response in the bucket.",
+    )
+    region: str = Field(
+        default=RUNTIME_SETTINGS["response_cache_s3_region"].default,
+        min_length=1,
+        max_length=64,
+        description="Region the requests are signed for.",
+    )
+    access_key_secret: SecretKeyRef = Field(description="Secret key holding the access key id.")
+    secret_key_secret: SecretKeyRef = Field(description="Secret key holding the secret access key.")
+    ttl_days: float = Field(
+        **RUNTIME_SETTINGS["response_cache_s3_ttl_days"].field_args(),
+        description="Days a cached response is served from the bucket.",
+    )
+
+
+class CacheSpec(SpecModel):
+    """The response cache: audio of reproducible requests (a seed, or `cache: true`) made
+    once and served again from the pod's memory, Redis and a bucket, fastest first."""
+
+    cel_rules: ClassVar[list[dict]] = [
+        cel.rule(
+            "self.memory != '0' || has(self.redis) || has(self.s3)",
+            "cache needs a level: a memory size other than 0, redis or s3",
+        ),
+    ]
+    memory: ByteQuantity = Field(
+        default="256Mi",
+        description="Memory each pod keeps cached responses in (least recently used out);"
+        " counts against runtime.resources.memory. 0: no memory level.",
+    )
+    max_object_bytes: int = Field(
+        **RUNTIME_SETTINGS["response_cache_max_object_bytes"].field_args(),
+        description="Largest response the cache keeps (longer audio is served, not cached).",
+    )
+    redis: RedisCache | None = None
+    s3: S3Cache | None = None
+
+
 class TTSServiceSpec(SpecModel):
     cel_rules: ClassVar[list[dict]] = [
         cel.rule(
@@ -716,6 +785,10 @@ class TTSServiceSpec(SpecModel):
     voices: VoicesSpec | None = Field(
         default=None,
         description="Uploaded voices and where they are stored; absent: no shared voice store.",
+    )
+    cache: CacheSpec | None = Field(
+        default=None,
+        description="The response cache (docs/response-cache.md); absent: no cache.",
     )
 
 

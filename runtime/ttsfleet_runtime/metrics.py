@@ -77,6 +77,26 @@ What each metric means, exactly:
   SKIP_REASONS: profile, wrong_type, index, prompt, consent, link), counted each
   time one is met (a broken record is met on every listing of its tenant); the
   log names each one once. Erase them with `ttsfleet voices delete --id`.
+- ttsfleet_response_cache_lookups_total (counter, labels level = memory | redis
+  | s3, result = hit | miss): reads of the response cache, level by level, fastest
+  first: a request that misses memory and hits Redis counts a memory miss and a
+  Redis hit. A corrupt, expired or unreachable entry counts a miss. Hit rate per
+  level: hits / (hits + misses) of that level.
+- ttsfleet_response_cache_requests_total (counter, label result = hit-memory |
+  hit-redis | hit-s3 | miss | bypass): speech requests by what the cache did for
+  them; bypass: not meant to be reproducible (no seed, no `cache: true`). A miss
+  whose response is over --response-cache-max-object-bytes is served, not stored.
+- ttsfleet_response_cache_stored_bytes_total (counter, label level): bytes of
+  entries written to each level (fills after a miss, and back-fills after a slower
+  level's hit).
+- ttsfleet_response_cache_memory_bytes (gauge): bytes of entries this pod holds
+  in memory now (at most --response-cache-memory-bytes).
+- ttsfleet_response_cache_evictions_total (counter, label level = memory):
+  entries dropped to stay within the memory bound.
+- ttsfleet_response_cache_corrupt_total (counter, label level): stored entries
+  whose length or checksum did not match (served as a miss, deleted).
+- ttsfleet_response_cache_errors_total (counter, label level): Redis or S3 calls
+  that failed or timed out; the request went on as a miss (a warning is logged).
 - ttsfleet_startup_seconds (gauge, label phase): where this process's start
   went, one of STARTUP_PHASES below; the phases up to warm_up follow each
   other and add up to phase="total" (process start -> ready). Set once each
@@ -106,6 +126,7 @@ KV_CACHE_TOTAL = "ttsfleet_kv_cache_total_bytes"  # the KV pool
 BUILD_INFO = "ttsfleet_build_info"  # 1, labels: version, model, variant, size
 STREAM_LEAD_MIN = "ttsfleet_stream_lead_min_seconds"  # least audio ahead of playback
 STARTUP_SECONDS = "ttsfleet_startup_seconds"  # label: phase (STARTUP_PHASES)
+RESPONSE_CACHE_MEMORY_BYTES = "ttsfleet_response_cache_memory_bytes"  # cached responses held
 
 # Counters (exposed with the _total suffix)
 REQUESTS = "ttsfleet_requests_total"  # labels: route, code
@@ -117,6 +138,12 @@ PREFILL_DEFERRED = "ttsfleet_prefill_deferred_total"  # prefills held back for r
 ENGINE_BUSY = "ttsfleet_engine_busy_seconds_total"  # label: phase; engine threads' busy time
 VOICE_CACHE_LOOKUPS = "ttsfleet_voice_cache_lookups_total"  # label: result (hit, miss)
 VOICE_RECORDS_SKIPPED = "ttsfleet_voice_records_skipped_total"  # label: reason
+RESPONSE_CACHE_LOOKUPS = "ttsfleet_response_cache_lookups_total"  # labels: level, result
+RESPONSE_CACHE_REQUESTS = "ttsfleet_response_cache_requests_total"  # label: result
+RESPONSE_CACHE_STORED_BYTES = "ttsfleet_response_cache_stored_bytes_total"  # label: level
+RESPONSE_CACHE_EVICTIONS = "ttsfleet_response_cache_evictions_total"  # label: level
+RESPONSE_CACHE_CORRUPT = "ttsfleet_response_cache_corrupt_total"  # label: level
+RESPONSE_CACHE_ERRORS = "ttsfleet_response_cache_errors_total"  # label: level
 AUTH_KEYS_RELOAD_ERRORS = (
     "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 )
@@ -243,6 +270,45 @@ class RuntimeMetrics:
             _strip_total(VOICE_RECORDS_SKIPPED),
             "Stored voice records skipped as unreadable, by reason",
             ["reason"],
+            registry=r,
+        )
+        self.response_cache_lookups = Counter(
+            _strip_total(RESPONSE_CACHE_LOOKUPS),
+            "Response cache reads by level and result",
+            ["level", "result"],
+            registry=r,
+        )
+        self.response_cache_requests = Counter(
+            _strip_total(RESPONSE_CACHE_REQUESTS),
+            "Speech requests by what the response cache did for them",
+            ["result"],
+            registry=r,
+        )
+        self.response_cache_stored_bytes = Counter(
+            _strip_total(RESPONSE_CACHE_STORED_BYTES),
+            "Bytes of cached responses written, by level",
+            ["level"],
+            registry=r,
+        )
+        self.response_cache_memory_bytes = Gauge(
+            RESPONSE_CACHE_MEMORY_BYTES, "Bytes of cached responses held in memory", registry=r
+        )
+        self.response_cache_evictions = Counter(
+            _strip_total(RESPONSE_CACHE_EVICTIONS),
+            "Cached responses evicted to stay within a bound, by level",
+            ["level"],
+            registry=r,
+        )
+        self.response_cache_corrupt = Counter(
+            _strip_total(RESPONSE_CACHE_CORRUPT),
+            "Stored responses whose length or checksum did not match, by level",
+            ["level"],
+            registry=r,
+        )
+        self.response_cache_errors = Counter(
+            _strip_total(RESPONSE_CACHE_ERRORS),
+            "Response cache calls that failed or timed out, by level",
+            ["level"],
             registry=r,
         )
         self.build_info = Gauge(

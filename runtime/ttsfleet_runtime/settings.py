@@ -161,6 +161,55 @@ class ServerSettings:
         minimum=1,
         maximum=3600,
     )
+    # The response cache (server/response_cache/): audio made once for a request that
+    # is meant to be reproducible (a seed, or `cache: true`) and served again from the
+    # pod's memory, the fleet's Redis or an S3-compatible bucket, fastest first.
+    # Off by default: a server caches only where its operator says so (spec.cache).
+    response_cache_memory_bytes: int = setting(
+        0,
+        "bytes of cached responses this pod keeps in memory (least recently used out); 0: none",
+        minimum=0,
+    )
+    # Larger responses are served but never cached: one long audiobook chapter must not
+    # push every intro and outro out of memory, nor make a Redis value of many MiB.
+    response_cache_max_object_bytes: int = setting(
+        8 * 1024 * 1024, "largest response the cache keeps", minimum=1024
+    )
+    # The URL may carry a password: from the environment only (a Secret).
+    response_cache_redis_url: str | None = setting(
+        None,
+        "Redis for cached responses, redis://[:password@]host:port/db or rediss://; unset: no Redis level",
+        flag=None,
+    )
+    response_cache_redis_ttl_s: float = setting(
+        86_400.0,
+        "seconds a cached response stays in Redis",
+        minimum=60,
+        maximum=30 * 86_400,
+    )
+    response_cache_s3_endpoint: str | None = setting(
+        None, "S3-compatible endpoint URL for cached responses; unset: no S3 level"
+    )
+    response_cache_s3_bucket: str | None = setting(None, "bucket of cached responses")
+    response_cache_s3_prefix: str = setting(
+        "ttsfleet-cache", "key prefix of cached responses in the bucket"
+    )
+    response_cache_s3_region: str = setting("us-east-1", "region the S3 requests are signed for")
+    # Credentials from the environment only (a Secret), never a flag: flags show in `ps`.
+    response_cache_s3_access_key: str | None = setting(None, "S3 access key id", flag=None)
+    response_cache_s3_secret_key: str | None = setting(None, "S3 secret access key", flag=None)
+    # Checked on every read (an older object is a miss); the bucket's lifecycle rule of
+    # as many days removes what nobody reads again (docs/response-cache.md).
+    response_cache_s3_ttl_days: float = setting(
+        30.0, "days a cached response is served from S3", minimum=1 / 24, maximum=3650
+    )
+    # A slow cache level costs a request at most this long before it is a miss.
+    response_cache_timeout_s: float = setting(
+        1.0,
+        "seconds one Redis or S3 cache call may take before it counts as a miss",
+        minimum=0.05,
+        maximum=30,
+    )
     # Engine sizing, passed through to the engine. The TTSService CRD takes its
     # spec.engine defaults and bounds from these entries: what a pod gets by default
     # and what `serve` gets by default are the same. The talker's KV cache is paged: a

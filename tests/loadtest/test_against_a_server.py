@@ -164,3 +164,32 @@ def test_without_matplotlib_the_json_is_written_and_says_how_to_draw_later(
     assert set(written) == {"json"} and json.loads(written["json"].read_text()) == result
     assert not (tmp_path / "loadtest.png").exists()
     assert f"ttsfleet loadtest chart {tmp_path / 'loadtest.json'}" in capsys.readouterr().err
+
+
+def test_a_seeded_repeating_load_is_served_from_the_cache_and_reported(
+    tmp_path_factory, tiny_custom_voice, tmp_path
+):
+    workdir = tmp_path_factory.mktemp("loadtest-cache-server")
+    process = RuntimeProcess(
+        workdir,
+        tiny_custom_voice,
+        *("--max-audio-seconds", str(AUDIO_S), "--max-batch", "4"),
+        *("--response-cache-memory-bytes", "1000000"),
+    )
+    try:
+        server = process.wait_ready()
+        # The one warm-up request makes the audio; the burst's four are hits.
+        done = loadtest(
+            *("--url", server.base, "--concurrency", "4", "--utterance-seconds", "1"),
+            *("--text-count", "1", "--speech-seed", "3", "--warmup", "1"),
+            *("--out", str(tmp_path)),
+        )
+    finally:
+        process.stop()
+    assert done.returncode == 0, done.stderr
+    burst = json.loads((tmp_path / "loadtest.json").read_text())["burst"]
+    assert burst["requests"] == burst["ok"] == 4
+    assert burst["cache"] == {"hit-memory": 4}
+    assert burst["cache_hit_ttfa_ms"]["p95"] is not None
+    assert burst["audio_s"] == pytest.approx(4 * AUDIO_S)
+    assert "cache at N=4: hit-memory 4" in done.stdout

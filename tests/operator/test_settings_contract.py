@@ -112,6 +112,17 @@ def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
             },
             "runtime": {"terminationGraceSeconds": 90},
         },
+        {
+            "cache": {
+                "memory": "1Gi",
+                "s3": {
+                    "endpoint": "http://s3.local:9000",
+                    "bucket": "audio",
+                    "accessKeySecret": {"name": "s3", "key": "id"},
+                    "secretKeySecret": {"name": "s3", "key": "secret"},
+                },
+            }
+        },
     ],
 )
 def test_every_configmap_variable_is_a_catalogue_setting_that_serve_reads_back(
@@ -153,6 +164,18 @@ def test_flag_and_variable_names_are_the_published_ones():
         "TTSFLEET_MAX_VOICE_BYTES_PER_TENANT": "--max-voice-bytes-per-tenant",
         "TTSFLEET_VOICE_STORE_TIMEOUT": "--voice-store-timeout",
         "TTSFLEET_VOICE_CACHE_STALE": "--voice-cache-stale",
+        "TTSFLEET_RESPONSE_CACHE_MEMORY_BYTES": "--response-cache-memory-bytes",
+        "TTSFLEET_RESPONSE_CACHE_MAX_OBJECT_BYTES": "--response-cache-max-object-bytes",
+        "TTSFLEET_RESPONSE_CACHE_REDIS_URL": None,
+        "TTSFLEET_RESPONSE_CACHE_REDIS_TTL": "--response-cache-redis-ttl",
+        "TTSFLEET_RESPONSE_CACHE_S3_ENDPOINT": "--response-cache-s3-endpoint",
+        "TTSFLEET_RESPONSE_CACHE_S3_BUCKET": "--response-cache-s3-bucket",
+        "TTSFLEET_RESPONSE_CACHE_S3_PREFIX": "--response-cache-s3-prefix",
+        "TTSFLEET_RESPONSE_CACHE_S3_REGION": "--response-cache-s3-region",
+        "TTSFLEET_RESPONSE_CACHE_S3_ACCESS_KEY": None,
+        "TTSFLEET_RESPONSE_CACHE_S3_SECRET_KEY": None,
+        "TTSFLEET_RESPONSE_CACHE_S3_TTL_DAYS": "--response-cache-s3-ttl-days",
+        "TTSFLEET_RESPONSE_CACHE_TIMEOUT": "--response-cache-timeout",
         "TTSFLEET_MAX_BATCH": "--max-batch",
         "TTSFLEET_MAX_LEN": "--max-len",
         "TTSFLEET_KV_CACHE_MEMORY": "--kv-cache-memory",

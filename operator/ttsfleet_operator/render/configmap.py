@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ttsfleet_operator import gpu_classes, labels
+from ttsfleet_operator import drift, gpu_classes, labels
 from ttsfleet_operator.render import api_keys, names
 from ttsfleet_operator.render.metadata import child_metadata
 from ttsfleet_operator.render.model_source import compile_cache_dir, model_location, uses_cache
@@ -48,9 +48,33 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         # A cache holds one revision, in a local directory the runtime loads as it is.
         "model_revision": None if uses_cache(service) else model.revision,
         "voice_retention_days": spec.voices.retention_days if spec.voices else None,
+        **_cache_settings(service),
     }
     values.update(api_keys.auth_settings(service))
     return settings.environment(values)
+
+
+def _cache_settings(service: TTSService) -> dict:
+    """spec.cache's plain settings; its Redis URL and S3 keys come from Secrets
+    (deployment.py), never through the ConfigMap."""
+    cache = service.spec.cache
+    if cache is None:
+        return {}
+    values = {
+        "response_cache_memory_bytes": int(drift.parse_quantity(cache.memory) or 0),
+        "response_cache_max_object_bytes": cache.max_object_bytes,
+    }
+    if cache.redis is not None:
+        values["response_cache_redis_ttl_s"] = cache.redis.ttl_seconds
+    if cache.s3 is not None:
+        values |= {
+            "response_cache_s3_endpoint": cache.s3.endpoint,
+            "response_cache_s3_bucket": cache.s3.bucket,
+            "response_cache_s3_prefix": cache.s3.prefix,
+            "response_cache_s3_region": cache.s3.region,
+            "response_cache_s3_ttl_days": cache.s3.ttl_days,
+        }
+    return values
 
 
 def engine_config_hash(service: TTSService) -> str:

@@ -140,6 +140,7 @@ def _runtime_container(service: TTSService, track: str) -> dict:
                 "valueFrom": {"secretKeyRef": {"name": url.name, "key": url.key}},
             }
         )
+    env += _cache_secrets(service)
     env += [item.wire() for item in runtime.env or []]
     return {
         "name": "runtime",
@@ -180,6 +181,24 @@ def _runtime_container(service: TTSService, track: str) -> dict:
         "securityContext": pod_security.container_security_context(),
         "volumeMounts": _volume_mounts(service),
     }
+
+
+def _cache_secrets(service: TTSService) -> list[dict]:
+    """spec.cache's Redis URL and S3 keys, each from its Secret key (never the ConfigMap)."""
+    cache = service.spec.cache
+    refs = {}
+    if cache is not None and cache.redis is not None:
+        refs["response_cache_redis_url"] = cache.redis.url_secret
+    if cache is not None and cache.s3 is not None:
+        refs["response_cache_s3_access_key"] = cache.s3.access_key_secret
+        refs["response_cache_s3_secret_key"] = cache.s3.secret_key_secret
+    return [
+        {
+            "name": RUNTIME_SETTINGS[setting].env,
+            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+        }
+        for setting, ref in refs.items()
+    ]
 
 
 def _volumes(service: TTSService, model_claim: str | None) -> list[dict]:

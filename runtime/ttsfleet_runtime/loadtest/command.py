@@ -56,6 +56,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="length of speech of the built-in texts (default 4)",
     )
     p.add_argument("--texts", type=Path, help="texts to speak: one a line, or JSONL with 'input'")
+    p.add_argument(
+        "--text-count",
+        type=int,
+        default=None,
+        help="speak only the first N texts (a small set that repeats: cache hits)",
+    )
+    p.add_argument(
+        "--speech-seed",
+        type=int,
+        default=None,
+        help="send this `seed` with every request: reproducible audio, served from a "
+        "response cache after its first time",
+    )
+    p.add_argument(
+        "--cache",
+        choices=["on", "off"],
+        default=None,
+        help="send `cache: true|false` with every request (default: send none)",
+    )
     p.add_argument("--model", help="default: the first of GET /v1/models")
     p.add_argument("--voice", help="default: the model's first speaker")
     p.add_argument(
@@ -110,7 +129,12 @@ def add_chart_action(actions) -> None:
 def _texts(args) -> list[str]:
     from .texts import builtin_texts, load_texts
 
-    return load_texts(args.texts) if args.texts else builtin_texts(args.utterance_seconds)
+    texts = load_texts(args.texts) if args.texts else builtin_texts(args.utterance_seconds)
+    if args.text_count is not None:
+        if args.text_count < 1:
+            raise ValueError("--text-count must be at least 1")
+        texts = texts[: args.text_count]
+    return texts
 
 
 def recorded_args(args: argparse.Namespace) -> dict:
@@ -163,6 +187,12 @@ def table(result: dict) -> str:
             " yes" if r.get("passed") else (" no" if "passed" in r else ""),
         ]
         rows.append(" ".join(cells))
+    for r in phases:
+        if r.get("cache"):
+            hit_p95 = r["cache_hit_ttfa_ms"]["p95"]
+            label = f"{r['rate_rps']:g}/s" if "rate_rps" in r else f"N={r['concurrency']}"
+            answers = ", ".join(f"{k} {v}" for k, v in r["cache"].items())
+            rows.append(f"cache at {label}: {answers}; hits' p95 TTFA {hit_p95} ms")
     if result.get("mode") == "rates":
         rows.append(f"knee: {result['knee_rps']} arrivals/s ({result['stopped']})")
     return "\n".join(rows)
@@ -195,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_url=args.metrics_url,
         warmup=args.warmup,
         budget_s=args.budget_s,
+        speech_seed=args.speech_seed,
+        cache=None if args.cache is None else args.cache == "on",
         progress=lambda line: print(json.dumps(line), flush=True),
     )
     try:

@@ -54,6 +54,8 @@ class LoadConfig:
     metrics_interval_s: float = 0.5
     warmup: int = 2
     budget_s: float | None = None
+    speech_seed: int | None = None  # `seed` of every request (reproducible, cacheable audio)
+    cache: bool | None = None  # `cache` of every request
     progress: Callable[[dict], None] = lambda line: None
 
 
@@ -271,6 +273,8 @@ async def run_load(config: LoadConfig) -> dict:
             api_key=config.api_key,
             protocol=config.protocol,
             timeout_s=config.timeout_s,
+            speech_seed=config.speech_seed,
+            cache=config.cache,
         )
         metrics_url = url + "/metrics" if config.metrics_url is None else config.metrics_url
         sampler = MetricsSampler(clients[0], metrics_url, config.metrics_interval_s)

@@ -49,6 +49,10 @@ class Target:
     api_key: str | None = None
     protocol: str = "http"  # or "websocket"
     timeout_s: float = 120.0
+    # Sent with every HTTP request when set: `seed` makes the audio reproducible, which a
+    # server's response cache then serves after the first time (docs/response-cache.md).
+    speech_seed: int | None = None
+    cache: bool | None = None
 
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -64,6 +68,7 @@ class _Recording:
     status: int | None = None
     error: str | None = None
     cut: bool = False  # the answer started, then broke off
+    cache: str | None = None  # the X-TTSFleet-Cache answer (a server with a response cache)
     sample_rate: int = DEFAULT_SAMPLE_RATE
     chunks: list = dataclasses.field(default_factory=list)  # (clock time, bytes)
 
@@ -89,6 +94,7 @@ class _Recording:
             "stall_s": round(heard.stall_s, 4),
             "text_chars": len(text),
             "sample_rate": self.sample_rate,
+            "cache": self.cache,
             "chunks": [[ms(t), size] for t, size in self.chunks],
         }
 
@@ -124,6 +130,10 @@ async def _over_http(client, target: Target, text: str, rec: _Recording) -> None
         "response_format": "pcm",
         "stream_format": "audio",
     }
+    if target.speech_seed is not None:
+        body["seed"] = target.speech_seed
+    if target.cache is not None:
+        body["cache"] = target.cache
     async with client.stream(
         "POST", target.url + SPEECH_ROUTE, json=body, headers=target.headers()
     ) as response:
@@ -132,6 +142,7 @@ async def _over_http(client, target: Target, text: str, rec: _Recording) -> None
             rec.error = (await response.aread()).decode(errors="replace")[:ERROR_TEXT_CHARS]
             return
         rec.sample_rate = int(response.headers.get("x-audio-sample-rate", DEFAULT_SAMPLE_RATE))
+        rec.cache = response.headers.get("x-ttsfleet-cache")
         async for data in response.aiter_raw():
             rec.chunks.append((time.perf_counter(), len(data)))
 

@@ -10,6 +10,7 @@ stall), then playback goes on from the chunk's arrival.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
@@ -117,6 +118,9 @@ def summarise(samples: Sequence[dict], window_s: float) -> dict:
     audio_s = sum(s["audio_s"] for s in samples)
     delivered = sum(audio_within(s, window_s) for s in samples)
     counts = {kind: sum(s["outcome"] == kind for s in samples) for kind in OUTCOMES}
+    # What a server with a response cache answered (X-TTSFleet-Cache), and the TTFA of hits.
+    answers = collections.Counter(s.get("cache") for s in samples if s.get("cache"))
+    hits = [s["ttfa_ms"] for s in streamed if (s.get("cache") or "").startswith("hit-")]
     return {
         "requests": n,
         "ok": counts[OK],
@@ -137,6 +141,11 @@ def summarise(samples: Sequence[dict], window_s: float) -> dict:
         # How late the client itself sent (its event loop); large values mean the client,
         # not the server, limited the test.
         "send_lag_ms_p99": _round(percentile([s["sent_ms"] for s in samples], 99), 2),
+        "cache": dict(sorted(answers.items())),
+        "cache_hit_ttfa_ms": {
+            "p50": _round(percentile(hits, 50)),
+            "p95": _round(percentile(hits, 95)),
+        },
     }
 
 

@@ -21,6 +21,7 @@ from ..engine import api
 from ..settings import ServerSettings
 from . import (
     audio_encoding,
+    cached_speech,
     errors,
     interpreter,
     playground_routes,
@@ -34,6 +35,7 @@ from .auth import ApiKeys
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
 from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
+from .response_cache import ResponseCache, open_cache
 from .synthesis import Synthesizer
 from .voice_library import VoiceLibrary
 
@@ -55,6 +57,10 @@ class Runtime:
     synthesizer: Synthesizer
     served_models: tuple[str, ...]
     formats: tuple[str, ...]
+    # Audio made once for reproducible requests (server/response_cache/); None: off.
+    response_cache: ResponseCache | None = None
+    # What names this server's audio in a cache key (cached_speech.model_identity).
+    model_identity: dict = dataclasses.field(default_factory=dict)
     engine_stopped: bool = False
 
     def ready(self) -> bool:
@@ -155,6 +161,8 @@ def create_app(
     except PackageNotFoundError:
         package_version = "unknown"
     info = engine.info
+    runtime.response_cache = open_cache(settings, runtime_metrics)
+    runtime.model_identity = cached_speech.model_identity(settings, info, package_version)
     runtime_metrics.registry.register(api_keys.collector())
     runtime_metrics.build_info.labels(
         version=package_version, model=info.name, variant=info.variant, size=info.size
@@ -167,6 +175,13 @@ def create_app(
             extra={"model": info.name, "variant": info.variant, "formats": runtime.formats},
         )
         interpreter.tune_for_serving()
+        cache = runtime.response_cache
+        if cache is not None and voices is not None:
+            # Erasures are announced on the store's threads; the cache lives on this loop.
+            loop = asyncio.get_running_loop()
+            voices.store.on_erased(
+                lambda voice_id: loop.call_soon_threadsafe(cache.erase_voice_soon, voice_id)
+            )
         housekeeping = None
         if voices is not None:
             await asyncio.to_thread(voices.store.watch)
@@ -176,6 +191,8 @@ def create_app(
             housekeeping.cancel()
             voices.close()
         await runtime.stop_engine(settings.drain_timeout_s)
+        if cache is not None:
+            await cache.close()
         interpreter.restore()
         log.info("engine stopped")
 

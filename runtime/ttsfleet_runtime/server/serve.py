@@ -182,12 +182,13 @@ def run(settings: ServerSettings) -> int:
         log.error(str(exc))
         return 2
     from .. import metrics
+    from .response_cache import CacheConfigError
     from .voice_store_redis import StoreUrlError
 
     engine = build_engine(settings)
     try:
         app = create_app(engine, settings, api_keys, gpu=metrics.NvmlReader())
-    except StoreUrlError as exc:
+    except (StoreUrlError, CacheConfigError) as exc:
         log.error(str(exc))
         return 2
     uvicorn_server(app, settings).run()

@@ -128,3 +128,10 @@ class SpeechRequest(SamplingFields):
         "'file': one whole file with exact sizes (the default for flac, which cannot be streamed).",
     )
     language: Text = Field(default="auto", min_length=1, max_length=32)
+    cache: bool | None = Field(
+        default=None,
+        description="The response cache (where the server has one): unset caches requests "
+        "with a `seed` (reproducible audio); true also caches one without a seed (its first "
+        "audio is served again); false never caches. The X-TTSFleet-Cache header says what "
+        "happened: miss, hit-memory, hit-redis, hit-s3 or bypass.",
+    )

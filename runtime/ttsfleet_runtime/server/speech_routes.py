@@ -8,6 +8,9 @@ Three shapes of response, chosen by `stream_format`:
 - "file": one complete file (exact headers, Content-Length) once all audio is
   made. flac cannot be streamed, so it is always a file unless "sse"/"audio"
   is asked for (400).
+A request meant to be reproducible (a seed, or `cache: true`) is answered from the
+response cache when it is there (cached_speech.py: no engine slot, same headers and
+shape), and a miss is stored once its whole response was sent.
 The voice is a built-in speaker, a stored voice id (Base models), or a
 reference recording in `voice_clone` cloned for this request only (one-shot
 cloning: same checks and consent rule as an upload, nothing is kept).
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import json
 import logging
 
@@ -36,7 +40,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from ..engine import api
-from . import audio_encoding, errors
+from . import audio_encoding, cached_speech, errors
 from .auth import ANONYMOUS
 from .http_guard import record_error
 from .http_protocol import sending_timed_out
@@ -191,21 +195,48 @@ def check_request(body: SpeechRequest, runtime, streamed: bool | None = None) ->
     summary="Synthesise speech (OpenAI-compatible)",
 )
 async def create_speech(body: SpeechRequest, request: Request):
-    check_request(body, request.app.state.runtime)
-    utterance = await submit_speech(body, request)
-    return await respond(body, request, utterance)
+    runtime = request.app.state.runtime
+    state = request.scope["state"]
+    check_request(body, runtime)
+    prepared = await prepare_speech(body, request)
+    cached = await cached_speech.look_up(
+        runtime, body, prepared.request, prepared.stored_voice, prepared.tenant
+    )
+    if cached is not None and cached.hit is not None:
+        return cached_speech.answer_hit(runtime, cached, stream_format(body), state["received_at"])
+    utterance = runtime.synthesizer.submit(prepared.request, state["received_at"])
+    return await respond(body, request, utterance, cached)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedSpeech:
+    """A speech body made into the engine's request, before admission."""
+
+    request: api.SynthesisRequest
+    tenant: str
+    # The stored voice it speaks with, whose cached audio is erased with it (a one-shot
+    # clone is keyed by its prompt instead; a built-in speaker by its name).
+    stored_voice: str | None
 
 
 async def submit_speech(body: SpeechRequest, request: Request, timestamps: bool = False):
     """The request's voice resolved and its utterance admitted (an `Utterance`)."""
+    prepared = await prepare_speech(body, request, timestamps)
+    received_at = request.scope["state"]["received_at"]
+    return request.app.state.runtime.synthesizer.submit(prepared.request, received_at)
+
+
+async def prepare_speech(
+    body: SpeechRequest, request: Request, timestamps: bool = False
+) -> PreparedSpeech:
+    """The request's voice resolved (a one-shot clone cloned) and its engine request."""
     runtime = request.app.state.runtime
     state = request.scope["state"]
     one_shot = None
     if body.voice_clone is not None:
         one_shot = await _one_shot_clone(body.voice_clone, request)
-    voice = await runtime.synthesizer.speaking_voice(
-        body.voice, state.get("caller", ANONYMOUS), one_shot
-    )
+    tenant = state.get("caller", ANONYMOUS)
+    voice = await runtime.synthesizer.speaking_voice(body.voice, tenant, one_shot)
     synthesis_request = runtime.synthesizer.build_request(
         text=body.input,
         voice=voice,
@@ -216,15 +247,27 @@ async def submit_speech(body: SpeechRequest, request: Request, timestamps: bool 
         sample_format=audio_encoding.sample_format(body.response_format),
         timestamps=timestamps,
     )
-    return runtime.synthesizer.submit(synthesis_request, state["received_at"])
+    stored_voice = body.voice if voice.cloned is not None and one_shot is None else None
+    return PreparedSpeech(synthesis_request, tenant, stored_voice)
 
 
-async def respond(body: SpeechRequest, request: Request, utterance):
-    """The speech endpoint's response for an admitted `utterance`."""
+async def respond(body: SpeechRequest, request: Request, utterance, cached=None):
+    """The speech endpoint's response for an admitted `utterance`; with `cached` (the
+    response cache's look-up that missed) the whole response is stored once sent."""
+    runtime = request.app.state.runtime
     state = request.scope["state"]
-    headers = {"X-Audio-Sample-Rate": str(utterance.sample_rate)}
+    headers = {
+        "X-Audio-Sample-Rate": str(utterance.sample_rate),
+        **cached_speech.cache_header(runtime, cached),
+    }
     chunks = utterance.chunks()
     shape = stream_format(body)
+    fill = None
+    if cached is not None:
+        content_type = audio_encoding.CONTENT_TYPES[body.response_format]
+        fill = cached_speech.CacheFill(
+            runtime.response_cache, cached.key, content_type, utterance.sample_rate
+        )
 
     if shape == "file":
         try:
@@ -236,6 +279,9 @@ async def respond(body: SpeechRequest, request: Request, utterance):
             raise failed(exc, state) from None
         utterance.finish(completed=True)
         data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
+        if fill is not None:
+            fill.add(data, 0)
+            fill.complete(utterance.audio_s)
         headers["Server-Timing"] = utterance.server_timing()
         headers["X-Audio-Duration"] = f"{utterance.audio_s:.3f}"
         return Response(
@@ -252,10 +298,10 @@ async def respond(body: SpeechRequest, request: Request, utterance):
     headers["Server-Timing"] = utterance.server_timing()
     encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
     if shape == "audio":
-        body_iter = _audio_bytes(first, chunks, encoder, utterance, request)
+        body_iter = _audio_bytes(first, chunks, encoder, utterance, request, fill)
         media_type = encoder.content_type
     else:
-        body_iter = _sse_events(first, chunks, encoder, utterance, request)
+        body_iter = _sse_events(first, chunks, encoder, utterance, request, fill)
         media_type = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
 
@@ -325,18 +371,27 @@ def failed(exc: BaseException, state: dict) -> errors.ApiError:
     return failure
 
 
-async def encoded(first, chunks, encoder, utterance: Utterance, request: Request):
+async def encoded(first, chunks, encoder, utterance: Utterance, request: Request, fill=None):
     """(encoded bytes, chunk) of every chunk, then (the encoder's last bytes, None); the
-    bookkeeping of how the stream ended."""
+    bookkeeping of how the stream ended. With `fill` (a cacheable miss) the bytes are
+    kept and cached once all were taken."""
     state = request.scope["state"]
     completed = False
+
+    def sent(data: bytes, chunk) -> tuple[bytes, object]:
+        if fill is not None:
+            fill.add(data, chunk.frames if chunk is not None else 0)
+        return data, chunk
+
     try:
         if first is not None:
-            yield encoder.encode(first), first
+            yield sent(encoder.encode(first), first)
             async for chunk in chunks:
-                yield encoder.encode(chunk), chunk
-        yield encoder.finish(), None
+                yield sent(encoder.encode(chunk), chunk)
+        yield sent(encoder.finish(), None)
         completed = True
+        if fill is not None:
+            fill.complete(utterance.audio_s)
     except (asyncio.CancelledError, GeneratorExit):
         # Starlette cancels the body when the client disconnects.
         utterance.cancel()
@@ -354,8 +409,8 @@ async def encoded(first, chunks, encoder, utterance: Utterance, request: Request
         utterance.finish(completed=completed)
 
 
-async def _audio_bytes(first, chunks, encoder, utterance, request):
-    encoded_chunks = encoded(first, chunks, encoder, utterance, request)
+async def _audio_bytes(first, chunks, encoder, utterance, request, fill=None):
+    encoded_chunks = encoded(first, chunks, encoder, utterance, request, fill)
     try:
         async for data, _chunk in encoded_chunks:
             if data:
@@ -364,16 +419,18 @@ async def _audio_bytes(first, chunks, encoder, utterance, request):
         await encoded_chunks.aclose()
 
 
-async def _sse_events(first, chunks, encoder, utterance, request):
+async def _sse_events(first, chunks, encoder, utterance, request, fill=None):
     frames = 0
-    events = encoded(first, chunks, encoder, utterance, request)
+    events = encoded(first, chunks, encoder, utterance, request, fill)
     try:
         async for data, chunk in events:
             frames += chunk.frames if chunk is not None else 0
             if data:
-                yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+                yield sse_event(
+                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                )
     except Exception:
-        yield _sse(
+        yield sse_event(
             {
                 "type": "error",
                 "error": {
@@ -388,10 +445,10 @@ async def _sse_events(first, chunks, encoder, utterance, request):
     # Output tokens are codec frames (one talker token each); input tokens are
     # counted by the engine's tokenizer, which the server does not see.
     usage = {"input_tokens": 0, "output_tokens": frames, "total_tokens": frames}
-    yield _sse(
+    yield sse_event(
         {"type": "speech.audio.done", "usage": usage, "audio_seconds": round(utterance.audio_s, 3)}
     )
 
 
-def _sse(event: dict) -> bytes:
+def sse_event(event: dict) -> bytes:
     return f"data: {json.dumps(event)}\n\n".encode()
