@@ -30,6 +30,8 @@ NOT_AUDIO_RELEVANT: dict[str, dict[str, str]] = {
     "SynthesisRequest": {
         "request_id": "names the request in logs only",
         "buffer_s": "paces generation for a slow client; the samples are the same",
+        "timestamps": "records which frame read which text token; the samples are the same "
+        "(and /with-timestamps, its only asker, is not cached)",
     },
     "SpeechRequest": {
         "cache": "the opt-in itself: a request with and without it makes the same audio",
