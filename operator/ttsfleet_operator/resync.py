@@ -26,12 +26,16 @@ Deployment going ready one by one) costs one pass.
 At most `max_concurrent_passes` passes run at once, over all keys (a bulk apply of 1,000
 TTSServices would otherwise start 1,000 passes together: each holds its rendering and
 its requests in flight, the operator's memory peaks with them, and no pass finishes
-sooner for it, the API server and the event loop being the limits).
+sooner for it, the API server and the event loop being the limits). A TTSService's first
+pass goes before waiting re-passes: after a bulk apply or an operator start, the services
+already done ask again as their Deployments go ready, and a new one's children must not
+wait behind them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import logging
 import time
@@ -51,6 +55,47 @@ BACKOFF_CAP_SECONDS = 300.0
 MAX_CONCURRENT_PASSES = 16
 
 
+class PassSlots:
+    """At most `size` passes at once; when one ends, a waiting first pass of a TTSService
+    takes its slot before any waiting re-pass (each kind first come, first served)."""
+
+    def __init__(self, size: int):
+        self.free = size
+        # (first passes, re-passes): futures of the passes waiting for a slot
+        self.waiting: tuple[collections.deque, collections.deque] = (
+            collections.deque(),
+            collections.deque(),
+        )
+
+    async def acquire(self, first: bool) -> None:
+        if self.free and not any(self.waiting):
+            self.free -= 1
+            return
+        granted = asyncio.get_running_loop().create_future()
+        queue = self.waiting[0 if first else 1]
+        queue.append(granted)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release()  # handed a slot as it was cancelled: hand it on
+            else:
+                try:
+                    queue.remove(granted)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self) -> None:
+        for queue in self.waiting:
+            while queue:
+                granted = queue.popleft()
+                if not granted.done():
+                    granted.set_result(None)
+                    return
+        self.free += 1
+
+
 def _has_version(obj: object) -> bool:
     return isinstance(obj, dict) and bool((obj.get("metadata") or {}).get("resourceVersion"))
 
@@ -66,7 +111,9 @@ class Resync:
         max_concurrent_passes: int = MAX_CONCURRENT_PASSES,
     ):
         self.reconcile = reconcile
-        self.slots = asyncio.Semaphore(max_concurrent_passes)
+        self.slots = PassSlots(max_concurrent_passes)
+        # keys whose first pass has started (the others' go first, PassSlots)
+        self.started: set[Key] = set()
         self.period_seconds = period_seconds
         self.coalesce_seconds = coalesce_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
@@ -98,6 +145,7 @@ class Resync:
         key = self.key(body)
         self.bodies.pop(key, None)
         self.failing.pop(key, None)
+        self.started.discard(key)
         pending = self.scheduled.pop(key, None)
         if pending is not None:
             pending.cancel()
@@ -122,31 +170,38 @@ class Resync:
     async def _work(self, key: Key) -> None:
         try:
             while key in self.pending:
-                async with self.slots:
-                    # Taken once the pass may run: requests made while it waited for a
-                    # slot share it, and its body is the newest by then.
-                    future = self.pending.pop(key)
-                    body = self.bodies.get(key)
-                    if body is None or body["metadata"].get("deletionTimestamp"):
-                        future.set_result(None)
-                        continue
-                    began = self.clock()
-                    try:
-                        outcome = await self.reconcile(copy.deepcopy(body))
-                    except Exception as error:
-                        self._record(key, began, failed=True)
-                        future.set_exception(error)
-                        continue
-                    self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
-                    written = getattr(outcome, "written", None)
-                    # Newer than the body this pass began from: the next pass begins there.
-                    # (Not for a key forgotten meanwhile: its TTSService is gone.)
-                    if key in self.bodies and _has_version(written):
-                        self.remember(written)
-                    future.set_result(outcome)
+                await self.slots.acquire(first=key not in self.started)
+                try:
+                    await self._pass(key)
+                finally:
+                    self.slots.release()
         finally:
             if self.workers.get(key) is asyncio.current_task():
                 del self.workers[key]
+
+    async def _pass(self, key: Key) -> None:
+        # Taken once the pass may run: requests made while it waited for a slot share
+        # it, and its body is the newest by then.
+        future = self.pending.pop(key)
+        body = self.bodies.get(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            future.set_result(None)
+            return
+        self.started.add(key)
+        began = self.clock()
+        try:
+            outcome = await self.reconcile(copy.deepcopy(body))
+        except Exception as error:
+            self._record(key, began, failed=True)
+            future.set_exception(error)
+            return
+        self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
+        written = getattr(outcome, "written", None)
+        # Newer than the body this pass began from: the next pass begins there.
+        # (Not for a key forgotten meanwhile: its TTSService is gone.)
+        if key in self.bodies and _has_version(written):
+            self.remember(written)
+        future.set_result(outcome)
 
     def retry_delay(self, failures: int) -> float:
         """Seconds from a failed pass until the period retries it, after `failures` in a row."""
