@@ -29,13 +29,13 @@ its requests in flight, the operator's memory peaks with them, and no pass finis
 sooner for it, the API server and the event loop being the limits). A TTSService's first
 pass goes before waiting re-passes: after a bulk apply or an operator start, the services
 already done ask again as their Deployments go ready, and a new one's children must not
-wait behind them.
+wait behind them. So does a pass asked for by a change (kopf's create, update and resume
+handlers): the period's and the child watches' passes wait behind what a user just applied.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import copy
 import logging
 import time
@@ -56,40 +56,41 @@ MAX_CONCURRENT_PASSES = 16
 
 
 class PassSlots:
-    """At most `size` passes at once; when one ends, a waiting first pass of a TTSService
-    takes its slot before any waiting re-pass (each kind first come, first served)."""
+    """At most `size` passes at once; when one ends, a waiting urgent pass (a service's
+    first, or one a change asked for) takes its slot before any waiting background pass
+    (each kind first come, first served)."""
 
     def __init__(self, size: int):
         self.free = size
-        # (first passes, re-passes): futures of the passes waiting for a slot
-        self.waiting: tuple[collections.deque, collections.deque] = (
-            collections.deque(),
-            collections.deque(),
-        )
+        # (urgent, background): key -> future of the pass waiting for a slot, oldest first
+        self.waiting: tuple[dict[Key, asyncio.Future], dict[Key, asyncio.Future]] = ({}, {})
 
-    async def acquire(self, first: bool) -> None:
+    async def acquire(self, key: Key, urgent: bool) -> None:
         if self.free and not any(self.waiting):
             self.free -= 1
             return
         granted = asyncio.get_running_loop().create_future()
-        queue = self.waiting[0 if first else 1]
-        queue.append(granted)
+        self.waiting[0 if urgent else 1][key] = granted
         try:
             await granted
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
                 self.release()  # handed a slot as it was cancelled: hand it on
-            else:
-                try:
-                    queue.remove(granted)
-                except ValueError:
-                    pass
+            for queue in self.waiting:
+                if queue.get(key) is granted:
+                    del queue[key]
             raise
+
+    def promote(self, key: Key) -> None:
+        """A background pass waiting for `key` became urgent: it goes to the urgent queue's end."""
+        granted = self.waiting[1].pop(key, None)
+        if granted is not None:
+            self.waiting[0][key] = granted
 
     def release(self) -> None:
         for queue in self.waiting:
             while queue:
-                granted = queue.popleft()
+                granted = queue.pop(next(iter(queue)))
                 if not granted.done():
                     granted.set_result(None)
                     return
@@ -114,6 +115,8 @@ class Resync:
         self.slots = PassSlots(max_concurrent_passes)
         # keys whose first pass has started (the others' go first, PassSlots)
         self.started: set[Key] = set()
+        # keys whose pass not yet started was asked for by a change (it goes first too)
+        self.changed: set[Key] = set()
         self.period_seconds = period_seconds
         self.coalesce_seconds = coalesce_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
@@ -146,6 +149,7 @@ class Resync:
         self.bodies.pop(key, None)
         self.failing.pop(key, None)
         self.started.discard(key)
+        self.changed.discard(key)
         pending = self.scheduled.pop(key, None)
         if pending is not None:
             pending.cancel()
@@ -153,7 +157,10 @@ class Resync:
     async def reconcile_now(self, body: dict) -> object:
         """A pass over `body`'s key (its newest known body), shared with any not yet started."""
         self.remember(body)
-        return await self.request(self.key(body))
+        key = self.key(body)
+        self.changed.add(key)
+        self.slots.promote(key)
+        return await self.request(key)
 
     def request(self, key: Key) -> asyncio.Future:
         """Ask for a pass over `key`; the future is its outcome (None: nothing to reconcile)."""
@@ -170,7 +177,8 @@ class Resync:
     async def _work(self, key: Key) -> None:
         try:
             while key in self.pending:
-                await self.slots.acquire(first=key not in self.started)
+                urgent = key not in self.started or key in self.changed
+                await self.slots.acquire(key, urgent)
                 try:
                     await self._pass(key)
                 finally:
@@ -183,6 +191,7 @@ class Resync:
         # Taken once the pass may run: requests made while it waited for a slot share
         # it, and its body is the newest by then.
         future = self.pending.pop(key)
+        self.changed.discard(key)
         body = self.bodies.get(key)
         if body is None or body["metadata"].get("deletionTimestamp"):
             future.set_result(None)

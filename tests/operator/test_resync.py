@@ -379,7 +379,7 @@ async def test_a_new_services_first_pass_goes_before_waiting_re_passes():
     await resync.reconcile_now(body("old"))  # its first pass is done
     busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
     await asyncio.sleep(0)
-    again = asyncio.ensure_future(resync.reconcile_now(body("old")))
+    again = resync.request(("voice", "old"))  # its Deployment went ready
     await asyncio.sleep(0)
     new = asyncio.ensure_future(resync.reconcile_now(body("new")))
     await asyncio.sleep(0)
@@ -412,3 +412,29 @@ async def test_a_pass_cancelled_while_it_waits_for_a_slot_gives_no_slot_away():
     # The one slot is free again: a next pass runs at once.
     await resync.reconcile_now(body("next"))
     assert seen[-1] == "next"
+
+
+async def test_a_spec_change_goes_before_waiting_background_passes():
+    # Under load the period's and the child watches' passes queue for the slots; a change
+    # someone just applied (kopf's update handler) is what they wait for.
+    seen = []
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        if obj["metadata"]["name"] == "busy":
+            await release.wait()
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=1)
+    for name in ("a", "c"):
+        await resync.reconcile_now(body(name))  # first passes done
+    seen.clear()
+    busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
+    await asyncio.sleep(0)
+    background = [resync.request(("voice", "c")), resync.request(("voice", "a"))]
+    await asyncio.sleep(0)
+    changed = asyncio.ensure_future(resync.reconcile_now(body("a")))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(busy, changed, *background)
+    assert seen == ["busy", "a", "c"]
