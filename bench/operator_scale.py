@@ -16,6 +16,9 @@ own (so RSS and CPU seconds are the operator's), then measures:
   every request its API client sends; kopf's watches are long-lived streams, not passes);
 - the operator's RSS (peak, end) and CPU seconds, from /proc.
 
+With --apiserver-ceiling it starts no operator and sends a first pass's writes itself, 16
+services at once: the API server's own rate on this machine (docs/operator-scale.md).
+
 Children are counted with metadata-only lists (PartialObjectMetadataList), so polling them
 costs the API server little. JSON (machine, versions, raw samples) goes to --out.
 """
@@ -23,6 +26,7 @@ costs the API server little. JSON (machine, versions, raw samples) goes to --out
 from __future__ import annotations
 
 import argparse
+import asyncio
 import concurrent.futures
 import datetime
 import json
@@ -237,6 +241,64 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+async def apiserver_ceiling(
+    kubeconfig: str, namespace: str, services: int, concurrency: int
+) -> dict:
+    """What a first pass writes (the keys Secret, a server-side apply of each rendered
+    child, one Event) for `services` services, `concurrency` at once, over the operator's
+    own client, with no operator running: the API server's own rate on this machine."""
+    from ttsfleet_operator import drift
+    from ttsfleet_operator.canary.plan import plan
+    from ttsfleet_operator.kube_cluster import KubeCluster
+    from ttsfleet_operator.render import api_keys, render_fleet
+    from ttsfleet_operator.tts_service import TTSService
+
+    counts: dict[str, int] = {}
+
+    def count(verb: str, resource: str) -> None:
+        counts[f"{verb} {resource}"] = counts.get(f"{verb} {resource}", 0) + 1
+
+    cluster = await KubeCluster.connect(kubeconfig, count)
+    # The Event's subject: the namespace (the services here are not objects).
+    subject = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "namespace": namespace, "uid": ""},
+    }
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(services):
+        queue.put_nowait(i)
+
+    async def first_pass_writes(i: int) -> None:
+        manifest = service_manifest(f"raw-{i:04d}", namespace)
+        service = TTSService.model_validate(
+            {**manifest, "metadata": {**manifest["metadata"], "uid": f"raw-{i}"}}
+        )
+        await cluster.create(api_keys.render_api_keys_secret(service, api_keys.new_api_key()))
+        for child in render_fleet(service, plan(service, None)):
+            await cluster.apply(drift.with_rendered_hash(child))
+        await cluster.emit_event(subject, "Normal", "Created", f"raw service {i}")
+
+    async def worker() -> None:
+        while not queue.empty():
+            await first_pass_writes(queue.get_nowait())
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.monotonic() - started
+    await cluster.close()
+    total = sum(counts.values())
+    return {
+        "services": services,
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 2),
+        "requests": counts,
+        "requests_per_service": round(total / services, 2),
+        "requests_per_second": round(total / elapsed, 1),
+        "load_average": os.getloadavg(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--services", type=int, default=1000, help="TTSServices applied at once")
@@ -249,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", default="bench-operator")
     parser.add_argument("--label", default="", help="what is measured (e.g. a commit or 'before')")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--apiserver-ceiling",
+        action="store_true",
+        help="no operator: send a first pass's writes for each service, 16 at once, and "
+        "measure the API server's rate (what share of the bulk's time is the operator's)",
+    )
     args = parser.parse_args(argv)
 
     env = dict(os.environ)
@@ -273,6 +341,18 @@ def main(argv: list[str] | None = None) -> int:
         kubectl_path, kubeconfig, "delete", "namespace", ns, "--ignore-not-found", "--wait=true"
     )
     kubectl(kubectl_path, kubeconfig, "create", "namespace", ns)
+
+    if args.apiserver_ceiling:
+        progress(f"no operator: {args.services} services' first-pass writes, 16 at once")
+        try:
+            result = asyncio.run(apiserver_ceiling(kubeconfig, ns, args.services, CREATE_THREADS))
+        finally:
+            kubectl(kubectl_path, kubeconfig, "delete", "namespace", ns, "--wait=true")
+        result["kubernetes"] = versions.get("serverVersion", {}).get("gitVersion")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        progress(f"{result['requests_per_second']} requests a second; wrote {args.out}")
+        return 0
 
     names = [f"bench-{i:04d}" for i in range(args.services)]
     manifests = [service_manifest(name, ns) for name in names]

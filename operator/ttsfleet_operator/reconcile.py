@@ -2,7 +2,7 @@
 
 Level-based and idempotent: it reads the live children, writes only those that
 differ from the rendering, and writes the status only when it changed. A second
-pass with nothing changed makes list requests only.
+pass with nothing changed sends no request (child lists come from watches, child_cache.py).
 """
 
 from __future__ import annotations
@@ -141,6 +141,9 @@ def _stable_serves(
 # Owners whose generated API keys Secret is known to exist, remembered at most: past
 # it the oldest is forgotten and costs one create answered 409 on its next pass.
 KNOWN_API_KEYS_SECRETS_MAX = 10_000
+# Owners known to have no child of an unwatched kind (HTTPRoute), remembered at most: past
+# it the oldest is forgotten and costs one list on its next pass.
+KNOWN_WITHOUT_UNWATCHED_MAX = 10_000
 
 
 class Reconciler:
@@ -158,10 +161,16 @@ class Reconciler:
         # Secret's data), so this is how an idle pass knows to send nothing; a restart
         # starts it empty and the first pass of each service gets one 409.
         self._api_keys_secret_exists: dict[str, None] = {}
+        # Owner uids that have no child of a kind no watch keeps (child_kinds: HTTPRoute),
+        # as their last pass left them. Only this operator makes such children (they carry
+        # the owner's uid), so until a pass renders one there is nothing to list: an idle
+        # pass sends no request. A restart starts it empty: each service's first pass lists.
+        self._without_unwatched: dict[str, None] = {}
 
     def forget(self, owner_uid: str) -> None:
         """A TTSService is gone: its Secret goes with it (garbage collection)."""
         self._api_keys_secret_exists.pop(owner_uid, None)
+        self._without_unwatched.pop(owner_uid, None)
 
     async def reconcile(self, body: dict) -> Outcome:
         outcome = Outcome()
@@ -246,6 +255,7 @@ class Reconciler:
                     outcome.failed_kind = stale["kind"]
                     break
                 outcome.deleted.append(_describe(stale))
+        self._remember_unwatched(body["metadata"]["uid"], outcome)
 
         for event in transition.events:
             await self._event(body, event.type, event.reason, event.message)
@@ -299,6 +309,19 @@ class Reconciler:
             outcome.created.append(f"Secret {name}")
         self._remember_api_keys_secret(owner_uid)
 
+    def _remember_unwatched(self, owner_uid: str, outcome: Outcome) -> None:
+        """After the applies: whether the owner's next pass may skip listing the unwatched
+        kinds. It may when this pass applied none of them and will delete what it listed;
+        a pass that failed lists them again."""
+        unwatched = {kind.kind for kind in child_kinds.ALL if not kind.watched}
+        rendered = outcome.rendered or []
+        if outcome.problem is None and not any(m["kind"] in unwatched for m in rendered):
+            self._without_unwatched[owner_uid] = None
+            while len(self._without_unwatched) > KNOWN_WITHOUT_UNWATCHED_MAX:
+                del self._without_unwatched[next(iter(self._without_unwatched))]
+        else:
+            self._without_unwatched.pop(owner_uid, None)
+
     def _remember_api_keys_secret(self, owner_uid: str) -> None:
         self._api_keys_secret_exists[owner_uid] = None
         while len(self._api_keys_secret_exists) > KNOWN_API_KEYS_SECRETS_MAX:
@@ -346,6 +369,8 @@ class Reconciler:
         # but are no longer rendered get deleted.
         for child_kind in child_kinds.ALL:
             if child_kind.optional and not gateway_api:
+                continue
+            if not child_kind.watched and owner_uid in self._without_unwatched:
                 continue
             for obj in await self.cluster.list(
                 child_kind.api_version, child_kind.kind, namespace, selector

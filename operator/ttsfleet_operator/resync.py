@@ -26,7 +26,11 @@ Deployment going ready one by one) costs one pass.
 At most `max_concurrent_passes` passes run at once, over all keys (a bulk apply of 1,000
 TTSServices would otherwise start 1,000 passes together: each holds its rendering and
 its requests in flight, the operator's memory peaks with them, and no pass finishes
-sooner for it, the API server and the event loop being the limits).
+sooner for it, the API server and the event loop being the limits). A TTSService's first
+pass goes before waiting re-passes: after a bulk apply or an operator start, the services
+already done ask again as their Deployments go ready, and a new one's children must not
+wait behind them. So does a pass asked for by a change (kopf's create, update and resume
+handlers): the period's and the child watches' passes wait behind what a user just applied.
 """
 
 from __future__ import annotations
@@ -51,6 +55,48 @@ BACKOFF_CAP_SECONDS = 300.0
 MAX_CONCURRENT_PASSES = 16
 
 
+class PassSlots:
+    """At most `size` passes at once; when one ends, a waiting urgent pass (a service's
+    first, or one a change asked for) takes its slot before any waiting background pass
+    (each kind first come, first served)."""
+
+    def __init__(self, size: int):
+        self.free = size
+        # (urgent, background): key -> future of the pass waiting for a slot, oldest first
+        self.waiting: tuple[dict[Key, asyncio.Future], dict[Key, asyncio.Future]] = ({}, {})
+
+    async def acquire(self, key: Key, urgent: bool) -> None:
+        if self.free and not any(self.waiting):
+            self.free -= 1
+            return
+        granted = asyncio.get_running_loop().create_future()
+        self.waiting[0 if urgent else 1][key] = granted
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release()  # handed a slot as it was cancelled: hand it on
+            for queue in self.waiting:
+                if queue.get(key) is granted:
+                    del queue[key]
+            raise
+
+    def promote(self, key: Key) -> None:
+        """A background pass waiting for `key` became urgent: it goes to the urgent queue's end."""
+        granted = self.waiting[1].pop(key, None)
+        if granted is not None:
+            self.waiting[0][key] = granted
+
+    def release(self) -> None:
+        for queue in self.waiting:
+            while queue:
+                granted = queue.pop(next(iter(queue)))
+                if not granted.done():
+                    granted.set_result(None)
+                    return
+        self.free += 1
+
+
 def _has_version(obj: object) -> bool:
     return isinstance(obj, dict) and bool((obj.get("metadata") or {}).get("resourceVersion"))
 
@@ -66,7 +112,11 @@ class Resync:
         max_concurrent_passes: int = MAX_CONCURRENT_PASSES,
     ):
         self.reconcile = reconcile
-        self.slots = asyncio.Semaphore(max_concurrent_passes)
+        self.slots = PassSlots(max_concurrent_passes)
+        # keys whose first pass has started (the others' go first, PassSlots)
+        self.started: set[Key] = set()
+        # keys whose pass not yet started was asked for by a change (it goes first too)
+        self.changed: set[Key] = set()
         self.period_seconds = period_seconds
         self.coalesce_seconds = coalesce_seconds
         self.backoff_cap_seconds = backoff_cap_seconds
@@ -98,6 +148,8 @@ class Resync:
         key = self.key(body)
         self.bodies.pop(key, None)
         self.failing.pop(key, None)
+        self.started.discard(key)
+        self.changed.discard(key)
         pending = self.scheduled.pop(key, None)
         if pending is not None:
             pending.cancel()
@@ -105,7 +157,10 @@ class Resync:
     async def reconcile_now(self, body: dict) -> object:
         """A pass over `body`'s key (its newest known body), shared with any not yet started."""
         self.remember(body)
-        return await self.request(self.key(body))
+        key = self.key(body)
+        self.changed.add(key)
+        self.slots.promote(key)
+        return await self.request(key)
 
     def request(self, key: Key) -> asyncio.Future:
         """Ask for a pass over `key`; the future is its outcome (None: nothing to reconcile)."""
@@ -122,31 +177,40 @@ class Resync:
     async def _work(self, key: Key) -> None:
         try:
             while key in self.pending:
-                async with self.slots:
-                    # Taken once the pass may run: requests made while it waited for a
-                    # slot share it, and its body is the newest by then.
-                    future = self.pending.pop(key)
-                    body = self.bodies.get(key)
-                    if body is None or body["metadata"].get("deletionTimestamp"):
-                        future.set_result(None)
-                        continue
-                    began = self.clock()
-                    try:
-                        outcome = await self.reconcile(copy.deepcopy(body))
-                    except Exception as error:
-                        self._record(key, began, failed=True)
-                        future.set_exception(error)
-                        continue
-                    self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
-                    written = getattr(outcome, "written", None)
-                    # Newer than the body this pass began from: the next pass begins there.
-                    # (Not for a key forgotten meanwhile: its TTSService is gone.)
-                    if key in self.bodies and _has_version(written):
-                        self.remember(written)
-                    future.set_result(outcome)
+                urgent = key not in self.started or key in self.changed
+                await self.slots.acquire(key, urgent)
+                try:
+                    await self._pass(key)
+                finally:
+                    self.slots.release()
         finally:
             if self.workers.get(key) is asyncio.current_task():
                 del self.workers[key]
+
+    async def _pass(self, key: Key) -> None:
+        # Taken once the pass may run: requests made while it waited for a slot share
+        # it, and its body is the newest by then.
+        future = self.pending.pop(key)
+        self.changed.discard(key)
+        body = self.bodies.get(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            future.set_result(None)
+            return
+        self.started.add(key)
+        began = self.clock()
+        try:
+            outcome = await self.reconcile(copy.deepcopy(body))
+        except Exception as error:
+            self._record(key, began, failed=True)
+            future.set_exception(error)
+            return
+        self._record(key, began, failed=getattr(outcome, "problem", None) is not None)
+        written = getattr(outcome, "written", None)
+        # Newer than the body this pass began from: the next pass begins there.
+        # (Not for a key forgotten meanwhile: its TTSService is gone.)
+        if key in self.bodies and _has_version(written):
+            self.remember(written)
+        future.set_result(outcome)
 
     def retry_delay(self, failures: int) -> float:
         """Seconds from a failed pass until the period retries it, after `failures` in a row."""

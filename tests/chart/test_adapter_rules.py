@@ -10,7 +10,7 @@ import subprocess
 
 import yaml
 
-from support.tools import helm_kube_version_args, tool
+from support.tools import tool
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.tts_service import TTSService
 
@@ -21,7 +21,6 @@ RULES_FILE = CHART / "adapter" / "rules.yaml"
 
 def helm_template(*sets: str) -> subprocess.CompletedProcess:
     args = [tool("helm"), "template", "ttsfleet", str(CHART), "--namespace", "ttsfleet-system"]
-    args += helm_kube_version_args()
     for value in sets:
         args += ["--set", value]
     return subprocess.run(args, capture_output=True, text=True, timeout=60)

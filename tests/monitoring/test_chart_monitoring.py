@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from support.monitoring import CHART, DASHBOARDS, alerts, selectors
-from support.tools import helm_kube_version_args, tool
+from support.tools import tool
 from ttsfleet_operator import labels
 from ttsfleet_operator.render import render_fleet
 from ttsfleet_operator.render.deployment import METRICS_PATH
@@ -50,8 +50,6 @@ def helm(*args: str, values: dict | None = None, tmp_path=None) -> subprocess.Co
         path = tmp_path / "values.yaml"
         path.write_text(yaml.safe_dump(values))
         extra = ["-f", str(path)]
-    if args[0] == "template":
-        extra += helm_kube_version_args()
     return subprocess.run(
         [tool("helm"), *args, *extra], capture_output=True, text=True, timeout=120
     )

@@ -309,3 +309,30 @@ async def test_removing_the_canary_deletes_its_route_and_services(fake_cluster):
     await rollout.step()
     assert fake_cluster.names("HTTPRoute") == []
     assert fake_cluster.names("Service") == ["demo"]
+
+
+async def test_a_service_without_routes_lists_none_again_until_it_renders_one(fake_cluster):
+    # Where the cluster serves Gateway API, a pass once listed HTTPRoutes for every
+    # service (the kind is not watched): 1,000 requests a period for routes nobody has.
+    fake_cluster.served.add(("gateway.networking.k8s.io/v1", "HTTPRoute"))
+    obj = body()
+    canary = obj["spec"].pop("canary")
+    rollout = Rollout(fake_cluster, obj)
+
+    def route_lists():
+        return fake_cluster.requests.count(("list", "HTTPRoute"))
+
+    await rollout.step()
+    await rollout.step()
+    await rollout.step()
+    assert route_lists() == 1
+    rollout.obj["spec"]["canary"] = canary  # renders a route: listed again from now on
+    await rollout.step()
+    assert fake_cluster.names("HTTPRoute") == ["demo"]
+    await rollout.step(sm.INCONCLUSIVE)
+    assert route_lists() == 2
+    del rollout.obj["spec"]["canary"]  # the route is stale: the pass that lists it deletes it
+    await rollout.step()
+    assert fake_cluster.names("HTTPRoute") == []
+    await rollout.step()
+    assert route_lists() == 3

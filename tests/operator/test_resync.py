@@ -361,3 +361,80 @@ async def test_a_request_made_while_its_pass_waits_for_a_slot_shares_that_pass()
     await asyncio.gather(busy, first, second)
     # One pass over "a", from the body newest when its slot came.
     assert seen == [("busy", None), ("a", 2)]
+
+
+async def test_a_new_services_first_pass_goes_before_waiting_re_passes():
+    # A bulk apply (or an operator start) queues hundreds of first passes while the
+    # services already done ask for re-passes (their Deployments going ready): a new
+    # service's children must not wait behind those.
+    seen = []
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        if obj["metadata"]["name"] == "busy":
+            await release.wait()
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=1)
+    await resync.reconcile_now(body("old"))  # its first pass is done
+    busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
+    await asyncio.sleep(0)
+    again = resync.request(("voice", "old"))  # its Deployment went ready
+    await asyncio.sleep(0)
+    new = asyncio.ensure_future(resync.reconcile_now(body("new")))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(busy, again, new)
+    assert seen == ["old", "busy", "new", "old"]
+
+
+async def test_a_pass_cancelled_while_it_waits_for_a_slot_gives_no_slot_away():
+    seen = []
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        if obj["metadata"]["name"] == "busy":
+            await release.wait()
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=1)
+    busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(resync.reconcile_now(body("gone")))
+    await asyncio.sleep(0)
+    resync.workers[("voice", "gone")].cancel()
+    await asyncio.sleep(0)
+    later = asyncio.ensure_future(resync.reconcile_now(body("later")))
+    release.set()
+    await asyncio.gather(busy, later)
+    waiting.cancel()
+    assert seen == ["busy", "later"]
+    # The one slot is free again: a next pass runs at once.
+    await resync.reconcile_now(body("next"))
+    assert seen[-1] == "next"
+
+
+async def test_a_spec_change_goes_before_waiting_background_passes():
+    # Under load the period's and the child watches' passes queue for the slots; a change
+    # someone just applied (kopf's update handler) is what they wait for.
+    seen = []
+    release = asyncio.Event()
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["name"])
+        if obj["metadata"]["name"] == "busy":
+            await release.wait()
+
+    resync = Resync(reconcile, period_seconds=30, max_concurrent_passes=1)
+    for name in ("a", "c"):
+        await resync.reconcile_now(body(name))  # first passes done
+    seen.clear()
+    busy = asyncio.ensure_future(resync.reconcile_now(body("busy")))
+    await asyncio.sleep(0)
+    background = [resync.request(("voice", "c")), resync.request(("voice", "a"))]
+    await asyncio.sleep(0)
+    changed = asyncio.ensure_future(resync.reconcile_now(body("a")))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(busy, changed, *background)
+    assert seen == ["busy", "a", "c"]

@@ -45,7 +45,6 @@ from support.real_fleet import (
     service_url,
     write_checkpoint,
 )
-from support.tools import helm_kube_version_args
 from ttsfleet_operator import labels
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +69,6 @@ def chart_runtime_pod_monitor(release: str = "ttsfleet") -> dict:
             str(CHART),
             "--set",
             "monitoring.podMonitors.enabled=true",
-            *helm_kube_version_args(),
         ],
         capture_output=True,
         text=True,

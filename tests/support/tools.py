@@ -28,16 +28,3 @@ def tool(name: str) -> str:
         f"{name} not found on PATH or in {tools_dir()}: run `make tools` (hack/install-tools.sh)",
         pytrace=False,
     )
-
-
-def helm_kube_version_args() -> list[str]:
-    """`--kube-version` for `helm template`: offline, helm renders for its own default
-    cluster version, which a helm built from its Go module (hack/install-tools.sh) leaves
-    at v1.20.0, below the chart's kubeVersion. The tests render for the newest Kubernetes
-    the e2e runs (hack/versions.env)."""
-    versions = Path(__file__).resolve().parents[2] / "hack" / "versions.env"
-    for line in versions.read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "KUBE_VERSION":
-            return ["--kube-version", value.split("#", 1)[0].strip()]
-    raise AssertionError(f"no KUBE_VERSION in {versions}")
