@@ -15,6 +15,10 @@ from support.live_server import API_KEY, SHORT_AUDIO_S, metric_value
 SPEECH_ROUTE = "/v1/audio/speech/with-timestamps"  # the playground asks for the words too
 
 
+# What the test types: the caption must list these words, in order.
+WORDS = ["Good", "morning", "from", "the", "playground."]
+
+
 def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
     missing = chromium_missing()
     if missing:
@@ -39,7 +43,7 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
         assert page.evaluate("document.getElementById('voice').value") == voices[1]
         page.click("#text")
         page.select_all()
-        page.type("Good morning from the playground.")
+        page.type(" ".join(WORDS))
         page.click("#instructions")
         page.type("calm and warm")
         page.click("#speak")
@@ -59,7 +63,7 @@ def test_speak_streams_audio_and_shows_time_to_first_audio(server, tmp_path):
 
     assert ttfa.endswith(" ms") and float(ttfa.split()[0]) > 0
     assert "NaN" not in server_timing
-    assert [word for word, _, _ in caption] == "Good morning from the playground.".split()
+    assert [word for word, _, _ in caption] == WORDS
     assert all(0 <= start < end <= SHORT_AUDIO_S for _, start, end in caption)
     assert [start for _, start, _ in caption] == sorted(start for _, start, _ in caption)
     assert samples == round(SHORT_AUDIO_S * 12.5) * 1920
