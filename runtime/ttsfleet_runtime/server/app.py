@@ -13,7 +13,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics as metric_names
@@ -215,6 +215,10 @@ def create_app(
     async def api_error(request: Request, exc: errors.ApiError):
         record_error(request.scope.setdefault("state", {}), runtime_metrics, exc.code)
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+    @app.exception_handler(speech_routes.ClientGone)
+    async def client_gone(request: Request, exc: speech_routes.ClientGone):
+        return Response(status_code=speech_routes.CLIENT_CLOSED)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):

@@ -67,7 +67,8 @@ ERROR_RESPONSES = {
 
 
 class ClientGone(Exception):
-    pass
+    """The client left before its response started; the app answers it 499 (nobody
+    reads it) once `awaited` has cancelled and counted its utterance."""
 
 
 class ClosingStreamingResponse(StreamingResponse):
@@ -117,14 +118,32 @@ async def unless_disconnected(request: Request, work):
     raise ClientGone()
 
 
-def client_gone(request: Request, utterance: Utterance) -> Response:
+async def awaited(request: Request, utterance: Utterance, work):
+    """`work` (the utterance's first chunk, or all of it) awaited before the response
+    starts. The client leaving first cancels the utterance and raises ClientGone; a
+    failure finishes it and raises the ApiError the client is told."""
+    try:
+        return await unless_disconnected(request, work)
+    except ClientGone:
+        cancel_unfinished(request, utterance)
+        log.info(
+            "client disconnected, generation cancelled",
+            extra={"request_id": request.state.request_id},
+        )
+        raise
+    except Exception as exc:
+        utterance.finish(completed=False)
+        raise failed(exc, request.scope["state"]) from None
+
+
+def cancel_unfinished(request: Request, utterance: Utterance) -> None:
+    """A client that left an unfinished utterance: cancel it (its slot is freed) and count it.
+    A streamed response's `on_close`: its body did this unless it never started."""
+    if utterance.finished:
+        return
     utterance.cancel()
     utterance.finish(completed=False)
     count_client_gone(request)
-    log.info(
-        "client disconnected, generation cancelled", extra={"request_id": request.state.request_id}
-    )
-    return Response(status_code=CLIENT_CLOSED)
 
 
 def count_client_gone(request: Request) -> None:
@@ -255,7 +274,6 @@ async def respond(body: SpeechRequest, request: Request, utterance, cached=None)
     """The speech endpoint's response for an admitted `utterance`; with `cached` (the
     response cache's look-up that missed) the whole response is stored once sent."""
     runtime = request.app.state.runtime
-    state = request.scope["state"]
     headers = {
         "X-Audio-Sample-Rate": str(utterance.sample_rate),
         **cached_speech.cache_header(runtime, cached),
@@ -270,13 +288,7 @@ async def respond(body: SpeechRequest, request: Request, utterance, cached=None)
         )
 
     if shape == "file":
-        try:
-            pcm = await unless_disconnected(request, collect(chunks))
-        except ClientGone:
-            return client_gone(request, utterance)
-        except Exception as exc:
-            utterance.finish(completed=False)
-            raise failed(exc, state) from None
+        pcm = await awaited(request, utterance, collect(chunks))
         utterance.finish(completed=True)
         data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
         if fill is not None:
@@ -288,13 +300,7 @@ async def respond(body: SpeechRequest, request: Request, utterance, cached=None)
             data, media_type=audio_encoding.CONTENT_TYPES[body.response_format], headers=headers
         )
 
-    try:
-        first = await unless_disconnected(request, anext(chunks, None))
-    except ClientGone:
-        return client_gone(request, utterance)
-    except Exception as exc:
-        utterance.finish(completed=False)
-        raise failed(exc, state) from None
+    first = await awaited(request, utterance, anext(chunks, None))
     headers["Server-Timing"] = utterance.server_timing()
     encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
     if shape == "audio":
@@ -305,15 +311,11 @@ async def respond(body: SpeechRequest, request: Request, utterance, cached=None)
         media_type = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
 
-    def on_close() -> None:
-        # The body's own bookkeeping ran unless it never started (client gone).
-        if not utterance.finished:
-            utterance.cancel()
-            utterance.finish(completed=False)
-            count_client_gone(request)
-
     return ClosingStreamingResponse(
-        body_iter, media_type=media_type, headers=headers, on_close=on_close
+        body_iter,
+        media_type=media_type,
+        headers=headers,
+        on_close=lambda: cancel_unfinished(request, utterance),
     )
 
 

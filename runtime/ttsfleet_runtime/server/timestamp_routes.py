@@ -36,15 +36,12 @@ from . import audio_encoding, captions
 from .speech_request import SpeechRequest
 from .speech_routes import (
     ERROR_RESPONSES,
-    ClientGone,
     ClosingStreamingResponse,
+    awaited,
+    cancel_unfinished,
     check_request,
-    client_gone,
-    count_client_gone,
     encoded,
-    failed,
     submit_speech,
-    unless_disconnected,
 )
 
 router = APIRouter()
@@ -88,15 +85,8 @@ async def create_speech_with_timestamps(body: TimestampedSpeechRequest, request:
     chunks = utterance.chunks()
 
     if not streamed:
-        try:
-            got = await unless_disconnected(request, _collect_with_words(chunks))
-        except ClientGone:
-            return client_gone(request, utterance)
-        except Exception as exc:
-            utterance.finish(completed=False)
-            raise failed(exc, state) from None
+        pcm, words = await awaited(request, utterance, _collect_with_words(chunks))
         utterance.finish(completed=True)
-        pcm, words = got
         data = audio_encoding.encode_file(pcm, utterance.sample_rate, body.response_format)
         headers["Server-Timing"] = utterance.server_timing()
         result = {
@@ -108,21 +98,9 @@ async def create_speech_with_timestamps(body: TimestampedSpeechRequest, request:
             result["captions"] = captions.captions(words, body.captions)
         return JSONResponse(result, headers=headers)
 
-    try:
-        first = await unless_disconnected(request, anext(chunks, None))
-    except ClientGone:
-        return client_gone(request, utterance)
-    except Exception as exc:
-        utterance.finish(completed=False)
-        raise failed(exc, state) from None
+    first = await awaited(request, utterance, anext(chunks, None))
     headers["Server-Timing"] = utterance.server_timing()
     encoder = audio_encoding.StreamEncoder(body.response_format, utterance.sample_rate)
-
-    def on_close() -> None:
-        if not utterance.finished:  # the body never started: the client left first
-            utterance.cancel()
-            utterance.finish(completed=False)
-            count_client_gone(request)
 
     return ClosingStreamingResponse(
         _json_lines(
@@ -130,7 +108,7 @@ async def create_speech_with_timestamps(body: TimestampedSpeechRequest, request:
         ),
         media_type="application/x-ndjson",
         headers=headers,
-        on_close=on_close,
+        on_close=lambda: cancel_unfinished(request, utterance),
     )
 
 
