@@ -25,9 +25,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
-from .conv1d import _INTERPRETED
+from .conv1d import _INTERPRETED, snake_sine
 
 _BLOCK_T = 256  # output samples of one channel per program
 _NUM_WARPS = 2
@@ -35,11 +34,7 @@ _NUM_WARPS = 2
 
 @triton.jit
 def _snake(up, freq, inv, FAST_SIN: tl.constexpr):
-    z = up * freq
-    if FAST_SIN:  # the hardware sine: see kernels/conv1d.py, `_snake`
-        s = libdevice.fast_sinf(z)
-    else:  # Triton's interpreter has no libdevice
-        s = tl.sin(z)
+    s = snake_sine(up * freq, FAST_SIN)  # why the hardware sine: kernels/conv1d.py
     return up + inv * s * s
 
 

@@ -109,15 +109,22 @@ def config_for(n: int, cin: int, taps: int) -> ConvConfig:
 # made the decoder 0.5 ms slower at 128 streams x 8 frames, its epilogues being
 # arithmetic-bound; libdevice's exact `sin` spends ~20 instructions an element.
 @triton.jit
+def snake_sine(z, FAST_SIN: tl.constexpr):
+    """sin(z) for SnakeBeta: the hardware sine, or tl.sin where Triton's interpreter runs
+    (it has no libdevice)."""
+    if FAST_SIN:
+        s = libdevice.fast_sinf(z)
+    else:
+        s = tl.sin(z)
+    return s
+
+
+@triton.jit
 def _snake(y, freq_ptr, inv_ptr, channels, col_mask, FAST_SIN: tl.constexpr):
     """SnakeBeta of float32 y [BLOCK_T, BLOCK_N] with per-column factors."""
     freq = tl.load(freq_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
     inv = tl.load(inv_ptr + channels, mask=col_mask, other=0.0).to(tl.float32)
-    z = y * freq[None, :]
-    if FAST_SIN:
-        s = libdevice.fast_sinf(z)
-    else:  # Triton's interpreter has no libdevice
-        s = tl.sin(z)
+    s = snake_sine(y * freq[None, :], FAST_SIN)
     return y + inv[None, :] * s * s
 
 
