@@ -25,6 +25,7 @@ On the CPU (tiny model; CPU ops instead of kernels; no graphs), as the tests run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import gc
@@ -294,13 +295,10 @@ def codec25_section(codec, B: int, n: int, args) -> dict:
             r["dit_windows_graph"] = graphed_ms(dit, args.replays // 10)
             dit_model = decoder.decoder.dit
             if dit_model.fused_kernels:
-                dit_model.fused_kernels = False
-                try:
+                with fused_kernels(dit_model, False):
                     r["dit_windows_torch_ops_graph"] = graphed_ms(dit, args.replays // 10)
-                    if B == 1:
-                        r["dit_accuracy"] = dit_accuracy(dit_model, dit_inputs)
-                finally:
-                    dit_model.fused_kernels = True
+                if B == 1:
+                    r["dit_accuracy"] = dit_accuracy(dit_model, dit_inputs)
             try:
                 r["vocoder_graph"] = graphed_ms(vocoder, args.replays // 10)
             except Exception as e:  # what stands in the way of a graph is worth knowing
@@ -325,13 +323,21 @@ def dit_accuracy(dit, inputs) -> dict:
         error = (mel.float() - exact).pow(2).mean()
         return round(10 * math.log10(exact.pow(2).mean().item() / max(error.item(), 1e-30)), 2)
 
-    out = {"torch_ops_snr_db": snr(dit.sample(*inputs))}
-    dit.fused_kernels = True
-    try:
-        out["fused_snr_db"] = snr(dit.sample(*inputs))
-    finally:
-        dit.fused_kernels = False
+    out = {}
+    for name, fused in (("torch_ops_snr_db", False), ("fused_snr_db", True)):
+        with fused_kernels(dit, fused):
+            out[name] = snr(dit.sample(*inputs))
     return out
+
+
+@contextlib.contextmanager
+def fused_kernels(dit, on: bool):
+    """The DiT with kernels/dit_ops.py on or off for the block, as it was after."""
+    was, dit.fused_kernels = dit.fused_kernels, on
+    try:
+        yield
+    finally:
+        dit.fused_kernels = was
 
 
 def graphed_ms(fn: Callable[[], object], replays: int) -> dict:
