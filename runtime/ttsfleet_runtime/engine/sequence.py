@@ -62,10 +62,13 @@ class TextFeed:
         self.offsets: list[tuple[int, int]] = list(offsets) if offsets is not None else []
         self.error: BaseException | None = None
 
-    def feed(self, delta: str) -> None:
+    def feed(self, delta: str) -> bool:
+        """Add `delta`; True when it may commit ids (it holds whitespace, which ends a
+        word): the engine need not be woken for one that cannot."""
         with self._lock:
             self._text += delta
             self._dirty = True
+        return " " in delta or "\n" in delta
 
     def close(self, error: BaseException | None = None) -> None:
         with self._lock:
