@@ -90,3 +90,67 @@ async def test_a_short_last_chunk_is_padded_to_a_captured_frame_count_and_cut_ba
 
     offline = decoder.decode(torch.from_numpy(codes_of(stream))[None])[0].numpy()
     np.testing.assert_allclose(pcm, offline, atol=1e-5)
+
+
+async def test_only_deltas_that_complete_a_word_wake_the_engine(make_engine):
+    """An LLM's deltas are a few characters: most end inside a word, and commit no id
+    (the word may go on). Waking the engine thread for each cost an iteration and a
+    plan per delta under load (issue 36); only a delta with whitespace, and the end of
+    the text, may let a row step."""
+    engine = await make_engine(max_batch=2)
+    text = "Streaming text arrives word by word from a language model, four characters at a time."
+    pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+    wakes = 0
+    wake = engine.core.wake
+
+    def counted_wake():
+        nonlocal wakes
+        wakes += 1
+        wake()
+
+    engine.core.wake = counted_wake
+
+    async def deltas():
+        for piece in pieces:
+            yield piece
+
+    streamed = engine.submit(
+        SynthesisRequest(
+            text=deltas(), voice="ryan", language="english", params=fixed_length(frames=6, seed=9)
+        )
+    )
+    await collect(streamed)
+    assert streamed.finish_reason == "length"
+    with_space = sum(" " in piece for piece in pieces)
+    assert with_space < len(pieces)
+    # Those deltas, the submission and the text's end.
+    assert wakes <= with_space + 2
+
+
+async def test_a_row_waiting_for_text_does_not_hold_back_the_others(make_engine):
+    """An agent's LLM may pause mid-sentence: its row waits in its slot for text, and
+    the other rows step on without it (it is no row of their steps)."""
+    engine = await make_engine(max_batch=2)
+    more_text = asyncio.Event()
+
+    async def paused_llm():
+        yield "Hello there, "
+        await more_text.wait()
+        yield "and goodbye."
+
+    waiting = engine.submit(
+        SynthesisRequest(
+            text=paused_llm(),
+            voice="ryan",
+            language="english",
+            params=fixed_length(frames=6, seed=3),
+        )
+    )
+    whole = engine.submit(request(frames=12, seed=4))
+    await asyncio.wait_for(collect(whole), timeout=120)
+    assert whole.finish_reason == "length" and len(codes_of(whole)) == 12
+    assert waiting.finish_reason is None  # still waiting for its text, in its slot
+    assert waiting.seq.frames < 6
+    more_text.set()
+    await asyncio.wait_for(collect(waiting), timeout=120)
+    assert waiting.finish_reason == "length"

@@ -8,6 +8,7 @@ Random weights never say EOS, so every utterance is exactly the server's
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -193,3 +194,44 @@ def test_a_seeded_repeating_load_is_served_from_the_cache_and_reported(
     assert burst["cache_hit_ttfa_ms"]["p95"] is not None
     assert burst["audio_s"] == pytest.approx(4 * AUDIO_S)
     assert "cache at N=4: hit-memory 4" in done.stdout
+
+
+def test_voice_agents_stream_text_and_count_ttfa_from_the_first_delta(server, tmp_path):
+    """Two levels of agent sessions over two client processes: every utterance's text
+    goes out at the token rate, its audio comes back whole, and the JSON keeps each
+    utterance's samples."""
+    done = loadtest(
+        *("--url", server.base, "--protocol", "websocket", "--sessions", "1,3"),
+        *("--utterances-per-session", "2", "--reply-chars", "30", "--delta-chars", "4"),
+        *("--delta-interval-ms", "20", "--ramp-s", "0.2", "--client-processes", "2"),
+        *("--warmup", "1", "--out", str(tmp_path), *LOOSE),
+    )
+    assert done.returncode == 0, done.stderr
+    progress = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [(line["event"], line["sessions"]) for line in progress] == [
+        ("agents", 1),
+        ("agents", 3),
+    ]
+    result = json.loads((tmp_path / "loadtest.json").read_text())
+    assert result["mode"] == "agents" and result["server"]["protocol"] == "websocket"
+    assert result["agent_plan"]["client_processes"] == 2
+    for level, sessions in zip(result["levels"], (1, 3), strict=True):
+        assert level["sessions"] == sessions
+        assert level["utterances_planned"] == level["utterances_finished"] == 2 * sessions
+        assert level["unfinished_utterances"] == level["sessions_closed_by_server"] == 0
+        assert level["ttfa_ms"]["p95"] is not None
+    assert sorted((s["sessions"], s["session"]) for s in result["samples"]) == [
+        (1, 0),
+        (3, 0),
+        (3, 1),
+        (3, 2),
+    ]
+    for session in result["samples"]:
+        assert session["status"] == 200 and session["error"] is None
+        for utterance in session["utterances"]:
+            # Deltas of 4 characters 20 ms apart, then the flush: paced, not at once.
+            assert utterance["text_chars"] <= 30
+            assert utterance["flush_ms"] >= (math.ceil(utterance["text_chars"] / 4) - 1) * 20
+            assert utterance["audio_s"] == pytest.approx(AUDIO_S)
+            first_audio = utterance["chunks"][0][0]
+            assert utterance["ttfa_ms"] == first_audio > 0  # from the first delta

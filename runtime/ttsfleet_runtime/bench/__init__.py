@@ -3,6 +3,7 @@
     ttsfleet-runtime bench [OPTIONS]          the engine (`engine.py`; also `bench engine`)
     ttsfleet-runtime bench capacity ...       serve + loadtest per model size (`capacity.py`)
     ttsfleet-runtime bench startup ...        process start -> ready, cold and warm (`startup.py`)
+    ttsfleet-runtime bench agents ...         serve + voice agents over the WebSocket (`agents.py`)
     ttsfleet-runtime bench summarise ...      bench/results/summary.json from the raw runs
 
 (`python -m ttsfleet_runtime bench ...` is the same.) Each module has `add_arguments(ap)`
@@ -26,6 +27,7 @@ BENCHMARKS = {
     "engine": ("engine", "time the engine on this GPU (ms per frame, TTFA, throughput)"),
     "capacity": ("capacity", "one GPU's capacity per model size: serve + loadtest over HTTP"),
     "startup": ("startup", "process start -> ready of `serve`, cold and warm compile cache"),
+    "agents": ("agents", "voice agents: serve + text streamed over the WebSocket, per level"),
     "summarise": ("summarise", "bench/results/summary.json from one device run's raw files"),
 }
 
@@ -40,7 +42,7 @@ def register(subparsers) -> None:
     (the engine when none is)."""
     parser = subparsers.add_parser(
         "bench",
-        help="benchmarks: the engine (default), capacity, startup, summarise",
+        help="benchmarks: the engine (default), capacity, startup, agents, summarise",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1].split("\n\n")[0],

@@ -62,10 +62,13 @@ class TextFeed:
         self.offsets: list[tuple[int, int]] = list(offsets) if offsets is not None else []
         self.error: BaseException | None = None
 
-    def feed(self, delta: str) -> None:
+    def feed(self, delta: str) -> bool:
+        """Add `delta`; True when it may commit ids (it holds whitespace, which ends a
+        word): the engine need not be woken for one that cannot."""
         with self._lock:
             self._text += delta
             self._dirty = True
+        return " " in delta or "\n" in delta
 
     def close(self, error: BaseException | None = None) -> None:
         with self._lock:
@@ -89,16 +92,44 @@ class TextFeed:
         else:
             cut = max(text.rfind(" "), text.rfind("\n"))
             stable = text[:cut] if cut > 0 else ""
-        ids, offsets = [], []
-        if stable.strip():
-            if self.encode_offsets is not None:
-                ids, offsets = self.encode_offsets(stable)
-            else:
-                ids = self.encode(stable)
+        if stable == self.committed and (self.ids or not stable.strip()):
+            return closed  # no word completed since: nothing to tokenise
+        ids, offsets = self._tokenise(stable)
         grew = len(ids) > len(self.ids)
         if len(ids) >= len(self.ids):
             self.ids, self.offsets, self.committed = ids, offsets, stable
         return grew or closed
+
+    def _tokenise(self, stable: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids (and spans) of `stable`, which extends the committed text. Only the
+        text past the committed part is tokenised where that part ends a word and the
+        rest starts with one space before a non-space: Qwen2's pre-tokeniser never
+        joins a word to the space after it (a space starts the next word's token),
+        and NFC composes nothing across a space, so the whole text's ids are the
+        committed ids followed by the rest's. Re-tokenising all the text so far at
+        every delta cost the engine thread O(length) a delta, O(length^2) an
+        utterance, with the core's lock held (issue 36)."""
+        old = self.committed
+        rest = stable[len(old) :]
+        if not (
+            old
+            and stable.startswith(old)
+            and not old[-1].isspace()
+            and rest[:1] == " "
+            and rest[1:2].strip()
+        ):
+            return self._encode(stable)
+        ids, offsets = self._encode(rest)
+        shift = len(old)
+        return self.ids + ids, self.offsets + [(a + shift, b + shift) for a, b in offsets]
+
+    def _encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if not text.strip():
+            return [], []
+        if self.encode_offsets is not None:
+            ids, offsets = self.encode_offsets(text)
+            return list(ids), list(offsets)
+        return list(self.encode(text)), []
 
 
 # Engine-unique keys (a request id is the caller's and need not be unique).

@@ -396,8 +396,10 @@ class TTSEngine:
             async for delta in deltas:
                 if seq.finished:
                     return
-                seq.text.feed(delta)
-                self.core.wake()
+                # A delta inside a word commits nothing: waking the engine thread
+                # for it would cost an iteration (a plan) and no frame.
+                if seq.text.feed(delta):
+                    self.core.wake()
             seq.text.close()
         except Exception as e:  # the caller's text source failed
             seq.text.close(e)

@@ -3,6 +3,8 @@
     ttsfleet loadtest --url https://tts.example.com --rates 1,10,20,40 --duration-s 20 --out DIR
     ttsfleet loadtest --url ... --concurrency 256 --out DIR        # a burst of 256 streams
     ttsfleet loadtest chart DIR/loadtest.json --out chart.png       # redraw the chart
+    ttsfleet loadtest --url ... --protocol websocket --sessions 1,8,32,64 --out DIR
+                                    # voice agents: text streamed in at a token rate
 
 Writes DIR/loadtest.json (machine, versions, arguments without secrets, per-rate summary,
 raw per-request samples) and DIR/loadtest.png; prints one JSON line per rate while it
@@ -30,6 +32,49 @@ def _rates(text: str) -> list[float]:
     if not rates or min(rates) <= 0:
         raise argparse.ArgumentTypeError("rates are positive arrivals per second")
     return rates
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of counts: {text!r}"
+        ) from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("session counts are positive integers")
+    return counts
+
+
+def add_agent_arguments(p: argparse.ArgumentParser) -> None:
+    """Voice agents over the WebSocket (loadtest/agents.py)."""
+    agents = p.add_argument_group(
+        "voice agents (--protocol websocket --sessions ...)",
+        "sessions that stream each reply's text at a token rate, then flush",
+    )
+    agents.add_argument(
+        "--sessions",
+        type=_counts,
+        default=None,
+        help="instead of rates: agent sessions at once, one level after another (1,8,32,64)",
+    )
+    agents.add_argument("--delta-chars", type=int, default=4, help="characters a text.delta")
+    agents.add_argument(
+        "--delta-interval-ms", type=float, default=25.0, help="between text.deltas (default 25)"
+    )
+    agents.add_argument("--reply-chars", type=int, default=148, help="characters a reply")
+    agents.add_argument(
+        "--utterances-per-session", type=int, default=3, help="replies a session speaks"
+    )
+    agents.add_argument(
+        "--ramp-s", type=float, default=2.0, help="a level's sessions start evenly over this"
+    )
+    agents.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="client processes the sessions are spread over (so the client is not the limit)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,6 +158,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--budget-s", type=float, default=None, help="start no rate that would end later"
     )
     p.add_argument("--out", type=Path, default=Path("."), help=f"folder for {RESULT} and {CHART}")
+    add_agent_arguments(p)
 
 
 def add_chart_action(actions) -> None:
@@ -171,6 +217,8 @@ def write_result(result: dict, out: Path) -> dict:
 def table(result: dict) -> str:
     """The short table printed last."""
     rows = ["rate/s  reqs  ok    p50 ms   p95 ms   p99 ms  stalled  audio-s/s  429    5xx  pass"]
+    if result.get("mode") == "agents":
+        return agents_table(result)
     phases = result.get("rates") or ([result["burst"]] if result.get("burst") else [])
     for r in phases:
         t = r["ttfa_ms"]
@@ -198,6 +246,42 @@ def table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def agents_table(result: dict) -> str:
+    rows = ["sessions  utts  done   p50 ms   p95 ms   p99 ms  stalled  closed  lag99  pass"]
+    for r in result["levels"]:
+        t = r["ttfa_ms"]
+        cells = [
+            f"{r['sessions']:8d}",
+            f"{r['utterances_planned']:5d}",
+            f"{r['utterances_finished']:5d}",
+            *(f"{t[k]:8.1f}" if t[k] is not None else f"{'-':>8}" for k in ("p50", "p95", "p99")),
+            f"{r['stalled']:8d}",
+            f"{r['sessions_closed_by_server']:7d}",
+            f"{(r['send_lag_ms_p99'] or 0):6.1f}",
+            " yes" if r["passed"] else " no",
+        ]
+        rows.append(" ".join(cells))
+    return "\n".join(rows)
+
+
+def agent_plan(args: argparse.Namespace):
+    """The agent sessions' plan from the flags; ValueError names a bad one."""
+    from .agents import AgentPlan
+
+    if args.sessions and args.protocol != "websocket":
+        raise ValueError(
+            "--sessions runs voice agents over the WebSocket: add --protocol websocket"
+        )
+    return AgentPlan(
+        delta_chars=args.delta_chars,
+        delta_interval_s=args.delta_interval_ms / 1000,
+        reply_chars=args.reply_chars,
+        utterances=args.utterances_per_session,
+        ramp_s=args.ramp_s,
+        client_processes=args.client_processes,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from .runner import LoadConfig, SetupError, run_load
     from .timings import Thresholds
@@ -206,6 +290,11 @@ def run(args: argparse.Namespace) -> int:
         texts = _texts(args)
     except (OSError, ValueError) as exc:
         print(f"--texts: {exc}", file=sys.stderr)
+        return 2
+    try:
+        plan = agent_plan(args)
+    except ValueError as exc:
+        print(f"loadtest: {exc}", file=sys.stderr)
         return 2
     config = LoadConfig(
         url=args.url,
@@ -227,6 +316,8 @@ def run(args: argparse.Namespace) -> int:
         budget_s=args.budget_s,
         speech_seed=args.speech_seed,
         cache=None if args.cache is None else args.cache == "on",
+        sessions=args.sessions,
+        agent_plan=plan,
         progress=lambda line: print(json.dumps(line), flush=True),
     )
     try:

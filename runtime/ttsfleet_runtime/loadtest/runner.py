@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from . import timings
+from .agents import AgentClients, AgentPlan, level_failures, summarise_level
 from .streams import MetricsSampler, Target, request
 
 # The first request of a phase is sent this long after the phase is set up.
@@ -56,6 +57,10 @@ class LoadConfig:
     budget_s: float | None = None
     speech_seed: int | None = None  # `seed` of every request (reproducible, cacheable audio)
     cache: bool | None = None  # `cache` of every request
+    # Voice agents (WebSocket): these many sessions at once, one level after another,
+    # each streaming text as `agent_plan` says (agents.py), instead of rates or a burst.
+    sessions: Sequence[int] | None = None
+    agent_plan: AgentPlan | None = None
     progress: Callable[[dict], None] = lambda line: None
 
 
@@ -221,6 +226,55 @@ class _Run:
         config.progress(progress_line("burst", summary))
         return {"burst": summary}
 
+    async def agents(self) -> dict:
+        """Each concurrency level of voice-agent sessions, one after another."""
+        config = self.config
+        plan = config.agent_plan or AgentPlan()
+        clients = AgentClients(plan.client_processes)
+        levels = []
+        try:
+            for sessions in config.sessions:
+                start = time.perf_counter()
+                records = await clients.level(self.target, plan, config.texts, sessions)
+                end = time.perf_counter()
+                await self.sampler.scrape()
+                summary = {
+                    **summarise_level(records, plan, sessions),
+                    "wall_s": round(end - start, 2),
+                    "server": self.sampler.peaks(start, end),
+                }
+                why = level_failures(summary, config.thresholds)
+                summary |= {"passed": not why, "why": why}
+                levels.append(summary)
+                for record in records:
+                    self.samples.append({"sessions": sessions} | record)
+                config.progress(agents_progress_line(summary))
+        finally:
+            clients.close()
+        return {"levels": levels, "agent_plan": dataclasses.asdict(plan)}
+
+
+def agents_progress_line(summary: dict) -> dict:
+    """The one structured line a level of agent sessions prints while the test runs."""
+    server = summary["server"]
+    return {
+        "event": "agents",
+        "sessions": summary["sessions"],
+        "utterances": summary["utterances_planned"],
+        "finished": summary["utterances_finished"],
+        "ttfa_ms_p50": summary["ttfa_ms"]["p50"],
+        "ttfa_ms_p95": summary["ttfa_ms"]["p95"],
+        "ttfa_ms_p99": summary["ttfa_ms"]["p99"],
+        "server_ttfa_ms_p95": summary["server_ttfa_ms"]["p95"],
+        "stalled": summary["stalled"],
+        "closed_by_server": summary["sessions_closed_by_server"],
+        "send_lag_ms_p99": summary["send_lag_ms_p99"],
+        "active_streams_max": server.get("active_streams_max"),
+        "engine_busy_share": server.get("engine_busy_share"),
+        "passed": summary["passed"],
+        "why": summary["why"],
+    }
+
 
 def progress_line(event: str, summary: dict) -> dict:
     """The one structured line a phase prints while the test runs."""
@@ -244,6 +298,12 @@ def progress_line(event: str, summary: dict) -> dict:
     if "passed" in summary:
         line |= {"passed": summary["passed"], "why": summary["why"]}
     return line
+
+
+def mode(config: LoadConfig) -> str:
+    if config.sessions:
+        return "agents"
+    return "burst" if config.concurrency else "rates"
 
 
 async def run_load(config: LoadConfig) -> dict:
@@ -282,7 +342,9 @@ async def run_load(config: LoadConfig) -> dict:
         await run.warm_up()
         scraping = asyncio.create_task(sampler.run())
         try:
-            if config.concurrency:
+            if config.sessions:
+                outcome = await run.agents()
+            elif config.concurrency:
                 outcome = await run.burst()
             else:
                 outcome = await run.rates(started)
@@ -302,7 +364,7 @@ async def run_load(config: LoadConfig) -> dict:
             "metrics_error": sampler.last_error if not sampler.readings else None,
         },
         "thresholds": dataclasses.asdict(config.thresholds),
-        "mode": "burst" if config.concurrency else "rates",
+        "mode": mode(config),
         **outcome,
         "wall_s": round(time.perf_counter() - started, 1),
         "samples": run.samples,
