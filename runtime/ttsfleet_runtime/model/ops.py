@@ -10,6 +10,7 @@ set the time. `fused()` gives:
 - `linear`: the Triton small-batch product (`kernels/linear.py`) with the input norm or
   SiLU gate and the residual fused in, where its table says it beats cuBLAS for that
   (M, N, K); otherwise cuBLAS with the surrounding elementwise work in the row kernels;
+  fp8 weights (`--weights fp8`, model/fp8.py): torch._scaled_mm, the row kernels around it;
 - `qk_norm_rope_write`, `decode_attention`: Triton kernels that read each row's
   position from device memory (one graph per batch bucket);
 - `sample`: one Triton kernel per call, no sort (the talker's processors fused in);
@@ -30,6 +31,7 @@ from collections.abc import Callable
 import torch
 
 from . import layers, sampling
+from .fp8 import Fp8Weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +89,8 @@ def _linear_op(kernel_linear, linear_table, rms_norm: Callable, silu_mul: Callab
 
     def linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-6, gated=False):
         rows = x.numel() // x.shape[-1]
-        if linear_table.beats_cublas(rows, *weight.shape):
+        # fp8 weights (model/fp8.py) are _scaled_mm's: the Triton product reads bf16 only.
+        if not isinstance(weight, Fp8Weight) and linear_table.beats_cublas(rows, *weight.shape):
             return kernel_linear.linear(
                 x,
                 weight,
