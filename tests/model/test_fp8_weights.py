@@ -91,6 +91,34 @@ def test_the_scaled_mm_model_speaks_the_emulated_models_codes(tiny_custom_voice)
     assert torch.equal(codes(True), emulated)
 
 
+def test_the_kernel_path_with_fp8_weights_speaks_the_eager_codes(tiny_custom_voice, monkeypatch):
+    """The fused operations (Triton's interpreter here: the fp8 input kernel, the row
+    kernels) with _scaled_mm, against eager torch with the emulated product."""
+    from ttsfleet_runtime.kernels import linear as kernel_linear
+    from ttsfleet_runtime.kernels.linear_table import LinearConfig
+    from ttsfleet_runtime.model import ops as talker_ops
+
+    # One wide block per bf16 product (the heads): a few interpreted programs a call.
+    wide = LinearConfig("gemv", 1, 1024, 64)
+    monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k: wide)
+
+    def codes(ops, scaled_mm: bool):
+        text = "Kernels and fp8 together."
+        return our_codes(
+            tiny_custom_voice,
+            text,
+            "ryan",
+            None,
+            "english",
+            2,
+            ops=ops,
+            weights="fp8",
+            fp8_scaled_mm=scaled_mm,
+        )
+
+    assert torch.equal(codes(talker_ops.fused(), True), codes(talker_ops.EAGER, False))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_a_gpu_the_graphed_scaled_mm_step_speaks_the_emulations_codes(tiny_custom_voice):
     """_scaled_mm inside the captured decode graphs (the fused operations, bf16) against
@@ -105,7 +133,7 @@ def test_on_a_gpu_the_graphed_scaled_mm_step_speaks_the_emulations_codes(tiny_cu
             None,
             "english",
             12,
-            talker_ops.fused(),
+            ops=talker_ops.fused(),
             device="cuda",
             dtype="bfloat16",
             cuda_graphs=True,

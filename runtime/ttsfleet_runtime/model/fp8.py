@@ -82,15 +82,18 @@ class Fp8Weight(nn.Module):
         """x [..., K] @ W^T -> [..., N] in x's dtype: x quantized per row, the product of
         the codes accumulated in float32, times both scales, rounded once."""
         lead, k = x.shape[:-1], x.shape[-1]
-        x_codes, x_scale = quantize_rows(x.reshape(-1, k))
+        y = self.product(*quantize_rows(x.reshape(-1, k)), x.dtype)
+        return y.reshape(*lead, -1)
+
+    def product(self, x_codes: torch.Tensor, x_scale: torch.Tensor, dtype) -> torch.Tensor:
+        """The product of quantized rows (codes [M, K], scales [M, 1]) with W^T -> [M, N]
+        in `dtype`; the fused operations quantize x in one kernel (kernels/fp8_quantize.py)."""
         if self.scaled_mm:
             # codes^T is a column-major view: the layout _scaled_mm wants for its second operand.
-            y = torch._scaled_mm(
-                x_codes, self.codes.t(), scale_a=x_scale, scale_b=self.scale, out_dtype=x.dtype
+            return torch._scaled_mm(
+                x_codes, self.codes.t(), scale_a=x_scale, scale_b=self.scale, out_dtype=dtype
             )
-        else:
-            y = ((x_codes.float() @ self.codes.float().t()) * x_scale * self.scale).to(x.dtype)
-        return y.reshape(*lead, -1)
+        return ((x_codes.float() @ self.codes.float().t()) * x_scale * self.scale).to(dtype)
 
 
 def check_device(device: str, dtype: torch.dtype) -> None:
