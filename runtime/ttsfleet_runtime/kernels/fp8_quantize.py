@@ -23,15 +23,17 @@ import triton.language as tl
 
 from .linear import _load_input, _row_rstd
 
-FP8_MAX = 448.0  # e4m3fn's largest finite value
-MIN_SCALE = 1e-12  # an all-zero row's scale: its codes are 0, not NaN
+# Globals a kernel reads must be constexpr (Triton refuses plain ones on the GPU).
+FP8_MAX = tl.constexpr(448.0)  # e4m3fn's largest finite value
+MIN_SCALE = tl.constexpr(1e-12)  # an all-zero row's scale: its codes are 0, not NaN
 BLOCK_K = 1024
 # Triton's interpreter converts float32 to e4m3 wrongly (-125.1 became -64, not -128):
 # under it the kernel writes the clamped float32 values and torch rounds them to e4m3.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@triton.jit
+# M unspecialised: one compile serves every batch bucket (no compile inside a graph capture).
+@triton.jit(do_not_specialize=["M"])
 def _quantize_rows_kernel(
     x_ptr,
     nw_ptr,
