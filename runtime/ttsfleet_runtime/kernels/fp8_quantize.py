@@ -70,7 +70,7 @@ def _quantize_rows_kernel(
             GATED,
         )
         amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
-    scale = tl.maximum(amax / FP8_MAX, MIN_SCALE)
+    scale = tl.maximum(tl.math.div_rn(amax, FP8_MAX), MIN_SCALE)
     tl.store(scale_ptr + rows, scale, mask=row_mask)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
@@ -89,7 +89,9 @@ def _quantize_rows_kernel(
             NORM,
             GATED,
         )
-        q = tl.minimum(tl.maximum(x.to(tl.float32) / scale[:, None], -FP8_MAX), FP8_MAX)
+        # div_rn: IEEE division as torch divides (Triton's `/` is approximate on the GPU).
+        q = tl.math.div_rn(x.to(tl.float32), scale[:, None])
+        q = tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX)
         tl.store(
             codes_ptr + rows[:, None] * K + cols[None, :],
             q.to(codes_ptr.dtype.element_ty),
