@@ -68,6 +68,13 @@ def test_fp8_replaces_the_decoder_matrices_and_halves_their_bytes(tiny_custom_vo
     assert after["other"] == before["other"]
 
 
+def test_a_25hz_checkpoint_quantizes_its_talker_and_has_no_predictor(tiny_25hz_custom_voice):
+    model = load_model(tiny_25hz_custom_voice, "cpu", "float32", max_positions=64, weights="fp8")
+    assert model.predictor is None
+    assert all(isinstance(layer.qkv, fp8.Fp8Weight) for layer in model.talker.stack.layers)
+    assert model.weight_bytes()["decoder_matrices"] > 0
+
+
 def test_an_unknown_weights_value_is_refused_naming_the_choices(tiny_custom_voice):
     with pytest.raises(ValueError, match="weights must be one of bf16, fp8, not 'int4'"):
         load_model(tiny_custom_voice, "cpu", "float32", weights="int4")
