@@ -196,7 +196,7 @@ def load_model(
             if module is not None:
                 fp8.quantize_stack(module.stack, fp8_scaled_mm)
     say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
-    del tensors  # the checkpoint's copy: with fp8, the last reference to the bf16 matrices
+    del tensors  # the checkpoint's bf16 copy on the device: only the model's own weights stay
     model = LoadedModel(
         path=path, config=config, talker=talker, predictor=predictor, weights=weights
     )
