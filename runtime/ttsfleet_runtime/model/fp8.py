@@ -5,7 +5,7 @@ pass: 5.2 GB a frame at 1.7B in bf16, so halving the bytes of the big matrices h
 floor of the step. What is quantized, at load, from the bf16 checkpoint (no new format):
 
 - the talker's and the code predictor's decoder layers: fused QKV, O, fused gate-up,
-  down (~97% of the bytes a frame reads);
+  down (~98% of the bytes a frame reads);
 - kept bf16: the embeddings (lookups: a row each, never a matrix product), the heads
   (`codec_head`, the predictor's 15 `lm_head`s: they make the logits that sampling reads
   directly, ~1.5% of the bytes), the text projection and the predictor's input
