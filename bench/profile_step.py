@@ -18,6 +18,7 @@ and the rest still run. A short table is printed last.
 
 On the GPU machine, from the repository root:
     PYTHONPATH=runtime python3 bench/profile_step.py --out $OUT --sizes 1.7B,0.6B
+With fp8 weights (docs/fp8-weights.md), the same with `--weights fp8`.
 On the CPU (tiny model; CPU ops instead of kernels; no graphs), as the tests run it:
     PYTHONPATH=runtime python3 bench/profile_step.py --device cpu --sizes tiny --out /tmp/p
 """
@@ -369,6 +370,7 @@ def build_engine(size: str, args, decode_batches: list[int], codec_steps: list[t
         max_len=args.max_len,
         cuda_graphs=args.device == "cuda",
         dtype=args.dtype,
+        weights=args.weights,
         capture_all_graphs=False,
         progress=lambda m: args.budget.log(f"  {size}: {m}"),
     )
@@ -390,6 +392,8 @@ def profile_size(size: str, args, results: dict, dump: Callable[[], None]) -> No
         return
     r["load_s"] = round(time.time() - t, 1)
     r["config"] = dict(max_batch=engine.runner.max_batch, max_len=engine.runner.max_len)
+    # What a step reads: the decoder layers' matrices are the bulk (half in fp8).
+    r["weight_bytes"] = engine.model.weight_bytes()
     dump()
     sections = [
         (f"decode_B{b}", lambda b=b: decode_section(engine.runner, b, args)) for b in decode_batches
@@ -470,6 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    ap.add_argument(
+        "--weights",
+        default="bf16",
+        choices=["bf16", "fp8"],
+        help="the decoder layers' weights (the server's --weights; docs/fp8-weights.md)",
+    )
     ap.add_argument("--batches", default="1,32,128", help="decode batch sizes")
     ap.add_argument(
         "--tokenizer-rate",

@@ -483,6 +483,15 @@ class EngineSpec(SpecModel):
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Weight and activation type."
     )
+    weights: Literal["bf16", "fp8"] = Field(
+        default=RUNTIME_SETTINGS["weights"].default,
+        description=(
+            "Weights of the talker's and the code predictor's decoder layers: bf16 as the "
+            "checkpoint, or fp8 (e4m3, per-channel scales, quantized at load): about half the "
+            "bytes a decode step reads, on GPUs of compute capability 8.9+ (L4, L40S, H100, "
+            "H200). Embeddings, heads, norms and the codec stay in dtype."
+        ),
+    )
 
 
 class RuntimeResources(SpecModel):

@@ -236,6 +236,15 @@ class ServerSettings:
         "default: bfloat16 on cuda, float32 on cpu",
         choices=("bfloat16", "float16", "float32"),
     )
+    # fp8 (e4m3) halves the bytes a decode step reads for the decoder layers' matrices,
+    # quantized at load from the bf16 checkpoint; embeddings, heads, norms and the codec
+    # stay in `dtype` (runtime/ttsfleet_runtime/model/fp8.py). A GPU needs compute
+    # capability 8.9+ (L4, L40S, H100, H200); the CPU runs an exact emulation.
+    weights: str = setting(
+        "bf16",
+        "the decoder layers' weights: bf16 (as the checkpoint) or fp8 (e4m3, quantized at load)",
+        choices=("bf16", "fp8"),
+    )
     cuda_graphs: bool = setting(True, "capture decode steps as CUDA graphs")
     # Triton's cache, kept across restarts (a volume): a warm
     # start loads its kernels instead of compiling them (engine/compile_cache.py).

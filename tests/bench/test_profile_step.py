@@ -81,3 +81,20 @@ def test_the_25hz_decoder_is_profiled_in_steady_state_with_its_stages(
     assert call["dit_windows_eager_ms"] > 0 and call["vocoder_eager_ms"] > 0
     assert call["dit_graphed"] is False  # no graphs on the CPU
     assert "codec25_B2_n12" in stdout and "audio-s/s" in stdout
+
+
+def test_fp8_weights_are_profiled_as_a_server_runs_them(tmp_path, tiny_custom_voice):
+    out, _ = profile(
+        tmp_path, tiny_custom_voice, "--weights", "fp8", "--batches", "1", "--codec", ""
+    )
+    assert out["config"]["weights"] == "fp8"
+    step = out["sizes"]["tiny"]["decode_B1"]
+    assert "error" not in step, step.get("traceback")
+    # float32 on the CPU: the quantized matrices take a byte an element, not four.
+    from ttsfleet_runtime.model.weights import load_model
+
+    unquantized = load_model(tiny_custom_voice, "cpu", "float32", max_positions=64).weight_bytes()
+    weights = out["sizes"]["tiny"]["weight_bytes"]
+    assert 0 < weights["decoder_matrices"] < unquantized["decoder_matrices"] / 3
+    assert weights["other"] == unquantized["other"]
+    assert step["kernels_per_step"] > 10

@@ -107,11 +107,13 @@ def test_engine_settings_map_onto_the_servers_variables(make_service):
             "maxQueue": 100,
             "cudaGraphs": False,
             "dtype": "float16",
+            "weights": "fp8",
             "firstChunkFrames": 1,
         },
         runtime={"terminationGraceSeconds": 90},
     )
     environment = engine_environment(service)
+    assert environment["TTSFLEET_WEIGHTS"] == "fp8"
     assert environment["TTSFLEET_MAX_BATCH"] == "32" and environment["TTSFLEET_MAX_QUEUE"] == "100"
     assert (
         environment["TTSFLEET_CUDA_GRAPHS"] == "off" and environment["TTSFLEET_DTYPE"] == "float16"

@@ -26,6 +26,7 @@ ENGINE_SETTINGS = (
     "max_queue",
     "cuda_graphs",
     "first_chunk_frames",
+    "weights",
 )
 
 
@@ -82,6 +83,8 @@ def test_the_crd_schema_has_the_catalogues_bounds_and_choices():
         ), name
         assert schema[wire]["default"] == entry.default
     assert tuple(schema["dtype"]["enum"]) == SETTINGS["dtype"].choices
+    assert tuple(schema["weights"]["enum"]) == SETTINGS["weights"].choices
+    assert schema["weights"]["default"] == SETTINGS["weights"].default
 
 
 def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
@@ -108,6 +111,7 @@ def test_serve_without_flags_or_variables_is_the_catalogue_default(monkeypatch):
                 "maxQueue": 1,
                 "cudaGraphs": False,
                 "dtype": "float32",
+                "weights": "fp8",
                 "firstChunkFrames": 1,
             },
             "runtime": {"terminationGraceSeconds": 90},
@@ -181,6 +185,7 @@ def test_flag_and_variable_names_are_the_published_ones():
         "TTSFLEET_KV_CACHE_MEMORY": "--kv-cache-memory",
         "TTSFLEET_MAX_QUEUE": "--max-queue",
         "TTSFLEET_DTYPE": "--dtype",
+        "TTSFLEET_WEIGHTS": "--weights",
         "TTSFLEET_CUDA_GRAPHS": "--cuda-graphs",
         "TTSFLEET_COMPILE_CACHE_DIR": "--compile-cache-dir",
         "TTSFLEET_FIRST_CHUNK_FRAMES": "--first-chunk-frames",
@@ -267,6 +272,7 @@ def test_a_flag_beats_its_variable(monkeypatch):
         ("TTSFLEET_KV_CACHE_MEMORY", "1", "must be at most 0.95"),
         ("TTSFLEET_CUDA_GRAPHS", "yes", "expected on or off"),
         ("TTSFLEET_DTYPE", "int8", "expected one of bfloat16, float16, float32"),
+        ("TTSFLEET_WEIGHTS", "int4", "expected one of bf16, fp8, got 'int4'"),
         ("TTSFLEET_PORT", "70000", "must be at most 65535"),
         ("TTSFLEET_LOG_LEVEL", "verbose", "expected one of debug, info, warning, error"),
         ("TTSFLEET_MAX_QUEUE", "0", "must be at least 1"),

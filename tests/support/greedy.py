@@ -35,13 +35,19 @@ def our_codes(
     params: SlotParams = GREEDY,
     cloned=None,
     ops: TalkerOps = EAGER,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    cuda_graphs: bool = False,
+    **load,
 ) -> torch.Tensor:
     """-> codes [n <= frames, groups], stopping at EOS like the reference. `cloned`: a
-    `ClonedVoice` for a Base checkpoint; `ops`: the model's operations (model/ops.py)."""
-    model = load_model(checkpoint, "cpu", "float32", max_positions=512, ops=ops)
+    `ClonedVoice` for a Base checkpoint; `ops`: the model's operations (model/ops.py);
+    `load`: more of `load_model`'s arguments (weights="fp8", ...)."""
+    model = load_model(checkpoint, device, dtype, max_positions=512, ops=ops, **load)
     builder = PromptBuilder(model.config, TextTokenizer.from_checkpoint(checkpoint))
     runner = ModelRunner(
-        model, max_batch=2, max_len=512, max_text=256, device="cpu", cuda_graphs=False
+        model, max_batch=2, max_len=512, max_text=256, device=device, cuda_graphs=cuda_graphs
     )
     prompt = builder.voice(voice, instructions, language, cloned)
     stream = builder.text_stream(prompt, builder.text_ids(text), closed=True)

@@ -39,6 +39,7 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         "max_queue": engine.max_queue,
         "max_audio_seconds": engine.max_audio_seconds,
         "dtype": engine.dtype,
+        "weights": engine.weights,
         "cuda_graphs": engine.cuda_graphs,
         "compile_cache_dir": compile_cache_dir(service),
         "first_chunk_frames": engine.first_chunk_frames,

@@ -82,6 +82,7 @@ class EngineCore:
         max_queue: int,
         cuda_graphs: bool,
         dtype: str,
+        weights: str,
         first_chunk_frames: int,
         chunk_frames: int,
         codec_conv_route: str,
@@ -107,6 +108,7 @@ class EngineCore:
         self.max_batch = max_batch
         self.cuda_graphs = cuda_graphs
         self.dtype = dtype
+        self.weights = weights  # the decoder layers' matrices: bf16 or fp8 (model/fp8.py)
         # Chunks are whole emission steps of the decoder (25 Hz: DiT blocks).
         self.first_chunk_frames = first_chunk_frames = timing.chunk_frames(first_chunk_frames)
         self.chunk_frames = chunk_frames = timing.chunk_frames(chunk_frames)
@@ -178,6 +180,7 @@ class EngineCore:
             max_positions=self.max_len,
             progress=say,
             ops=talker_ops.for_device(self.device, self.cuda_graphs),
+            weights=self.weights,
         )
         self.runner = ModelRunner(
             self.model,

@@ -71,6 +71,7 @@ class TTSEngine:
         max_queue: int = 256,
         cuda_graphs: bool = True,
         dtype: str = "bfloat16",
+        weights: str = "bf16",  # "fp8": the decoder layers' matrices in e4m3 (model/fp8.py)
         first_chunk_frames: int = 2,
         chunk_frames: int = 8,
         codec_conv_route: str = "routed",  # on a GPU: see settings.codec_conv_route
@@ -132,6 +133,7 @@ class TTSEngine:
             max_queue=max_queue,
             cuda_graphs=cuda_graphs,
             dtype=dtype,
+            weights=weights,
             first_chunk_frames=first_chunk_frames,
             chunk_frames=chunk_frames,
             codec_conv_route=codec_conv_route,

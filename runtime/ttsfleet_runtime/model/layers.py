@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DecoderConfig
+from .fp8 import Fp8Weight
 
 if TYPE_CHECKING:
     from .ops import TalkerOps
@@ -117,12 +118,18 @@ def linear_eager(
     """A matrix product with what surrounds it in a layer: the input is
     rms_norm(x) (`norm_weight`) or silu(gate) * up (`gated`); the output gets
     `bias` and `residual` added. `rms_norm` and `silu_mul`: the fused operations'
-    products that cuBLAS runs pass the row kernels (model/ops.py)."""
+    products that cuBLAS runs pass the row kernels (model/ops.py). `weight`: a tensor,
+    or fp8 codes and scales (`Fp8Weight`, model/fp8.py) that run their own product."""
     if norm_weight is not None:
         x = rms_norm(x, norm_weight, eps)
     if gated:
         x = silu_mul(x)
-    y = F.linear(x, weight, bias)
+    if isinstance(weight, Fp8Weight):
+        y = weight.matmul(x)
+        if bias is not None:
+            y = y + bias
+    else:
+        y = F.linear(x, weight, bias)
     return y if residual is None else residual + y
 
 

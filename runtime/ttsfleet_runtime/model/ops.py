@@ -10,6 +10,8 @@ set the time. `fused()` gives:
 - `linear`: the Triton small-batch product (`kernels/linear.py`) with the input norm or
   SiLU gate and the residual fused in, where its table says it beats cuBLAS for that
   (M, N, K); otherwise cuBLAS with the surrounding elementwise work in the row kernels;
+  fp8 weights (`--weights fp8`, model/fp8.py): the prologue and the input's quantization
+  in one kernel (`kernels/fp8_quantize.py`), then torch._scaled_mm;
 - `qk_norm_rope_write`, `decode_attention`: Triton kernels that read each row's
   position from device memory (one graph per batch bucket);
 - `sample`: one Triton kernel per call, no sort (the talker's processors fused in);
@@ -30,6 +32,7 @@ from collections.abc import Callable
 import torch
 
 from . import layers, sampling
+from .fp8 import Fp8Weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +68,14 @@ def for_device(device: str, cuda_graphs: bool) -> TalkerOps:
 
 def fused() -> TalkerOps:
     """The GPU kernels (Triton; on a CPU only in Triton's interpreter, for tests)."""
-    from ..kernels import decode_attention, linear_table, rope_kv, row_ops
+    from ..kernels import decode_attention, fp8_quantize, linear_table, rope_kv, row_ops
     from ..kernels import linear as kernel_linear
     from ..kernels import sampling as kernel_sampling
 
     return TalkerOps(
-        linear=_linear_op(kernel_linear, linear_table, row_ops.rms_norm, row_ops.silu_mul),
+        linear=_linear_op(
+            kernel_linear, linear_table, row_ops.rms_norm, row_ops.silu_mul, fp8_quantize
+        ),
         qk_norm_rope_write=rope_kv.qk_norm_rope_write,
         decode_attention=decode_attention.decode_attention,
         rms_norm=row_ops.rms_norm,
@@ -80,12 +85,24 @@ def fused() -> TalkerOps:
     )
 
 
-def _linear_op(kernel_linear, linear_table, rms_norm: Callable, silu_mul: Callable) -> Callable:
+def _linear_op(
+    kernel_linear, linear_table, rms_norm: Callable, silu_mul: Callable, fp8_quantize
+) -> Callable:
     """The Triton product where its table says it beats cuBLAS for that (rows, N, K);
     cuBLAS with the row kernels around it elsewhere (prefill, large batches, load-time
-    products)."""
+    products). fp8 weights: the input's prologue and quantization in one kernel, then
+    the weight's product (_scaled_mm), then bias and residual."""
 
     def linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-6, gated=False):
+        if isinstance(weight, Fp8Weight):
+            lead = x.shape[:-1]
+            codes, scale = fp8_quantize.quantize_rows(
+                x.reshape(-1, x.shape[-1]), norm_weight=norm_weight, eps=eps, gated=gated
+            )
+            y = weight.product(codes, scale, x.dtype).reshape(*lead, -1)
+            if bias is not None:
+                y = y + bias
+            return y if residual is None else residual + y
         rows = x.numel() // x.shape[-1]
         if linear_table.beats_cublas(rows, *weight.shape):
             return kernel_linear.linear(

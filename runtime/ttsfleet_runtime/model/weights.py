@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from . import fp8
 from .code_predictor import CodePredictor
 from .config import TalkerConfig, TTSConfig
 from .layers import DecoderStack, RotaryTable
@@ -32,6 +33,24 @@ class LoadedModel:
     # None when frames are one code (25 Hz: `num_code_groups` 1): nothing to predict.
     # The checkpoint still holds the predictor's stack; it is checked, not loaded.
     predictor: CodePredictor | None
+    weights: str = "bf16"  # the decoder layers' matrices: bf16 (the dtype) or fp8
+
+    def weight_bytes(self) -> dict[str, int]:
+        """Bytes of the weights in memory: the decoder layers' matrices (what
+        `weights` fp8 quantizes: half of bf16, plus a float32 scale a row), the rest
+        (embeddings, heads, norms, projections), and their total."""
+        modules = [m for m in (self.talker, self.predictor) if m is not None]
+        # Tensors and Fp8Weights both have `nbytes`; only the former are parameters.
+        found = [
+            getattr(layer, name)
+            for m in modules
+            for layer in m.stack.layers
+            for name in fp8.QUANTIZED_MATRICES
+        ]
+        matrices = sum(w.nbytes for w in found)
+        parameters = sum(p.nbytes for m in modules for p in m.parameters())
+        other = parameters - sum(w.nbytes for w in found if isinstance(w, torch.Tensor))
+        return dict(decoder_matrices=matrices, other=other, total=matrices + other)
 
 
 def resolve_checkpoint(model: str, revision: str | None = None) -> Path:
@@ -123,10 +142,20 @@ def load_model(
     max_positions: int = 4096,
     progress: Callable[[str], None] | None = None,
     ops: TalkerOps = EAGER,
+    weights: str = "bf16",
+    fp8_scaled_mm: bool | None = None,
 ) -> LoadedModel:
     """The checkpoint's talker and code predictor on `device`, calling `ops` (eager
-    torch, or the fused kernels: model/ops.py)."""
+    torch, or the fused kernels: model/ops.py). `weights` "fp8": the decoder layers'
+    matrices quantized at load (model/fp8.py), run with torch._scaled_mm when
+    `fp8_scaled_mm` (default: on a GPU), else emulated."""
     say = progress or log.info
+    if weights not in fp8.WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(fp8.WEIGHTS)}, not {weights!r}")
+    if weights == "fp8":
+        fp8.check_device(device, DTYPES[dtype])  # before any weight is read
+        if fp8_scaled_mm is None:
+            fp8_scaled_mm = fp8.uses_scaled_mm(device)
     path = resolve_checkpoint(str(model))
     config = TTSConfig.from_file(path / "config.json")
     say(f"loading {path} ({config.tts_model_type}, {config.tts_model_size}) to {device} as {dtype}")
@@ -162,8 +191,24 @@ def load_model(
     predictor = None
     if t.num_code_groups > 1:
         predictor = _load_predictor(t, tensors, device, torch_dtype, ops)
+    if weights == "fp8":
+        for module in (talker, predictor):
+            if module is not None:
+                fp8.quantize_stack(module.stack, fp8_scaled_mm)
     say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
-    return LoadedModel(path=path, config=config, talker=talker, predictor=predictor)
+    del tensors  # the checkpoint's bf16 copy on the device: only the model's own weights stay
+    model = LoadedModel(
+        path=path, config=config, talker=talker, predictor=predictor, weights=weights
+    )
+    sizes = model.weight_bytes()
+    way = ""
+    if weights == "fp8":
+        way = ", fp8 products by " + ("torch._scaled_mm" if fp8_scaled_mm else "emulation")
+    say(
+        f"weights: {sizes['total'] / 2**30:.2f} GiB, of which the decoder layers' matrices "
+        f"{sizes['decoder_matrices'] / 2**30:.2f} GiB ({weights}{way})"
+    )
+    return model
 
 
 def _rope_in_float32(stack: DecoderStack) -> None:

@@ -37,6 +37,7 @@ def model_identity(settings, info: api.ModelInfo, version: str) -> dict:
         "tokenizer_rate_hz": info.tokenizer_rate_hz,
         "sample_rate": info.sample_rate,
         "dtype": settings.dtype,
+        "weights": settings.weights,  # fp8 weights make other samples than bf16
         "device": settings.device,
         "runtime_version": version,
     }

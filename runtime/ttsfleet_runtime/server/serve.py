@@ -78,6 +78,7 @@ def build_engine(settings: ServerSettings):
         kv_cache_memory=settings.kv_cache_memory,
         max_queue=settings.max_queue,
         dtype=dtype,
+        weights=settings.weights,
         cuda_graphs=settings.cuda_graphs,
         compile_cache_dir=settings.compile_cache_dir,
     )

@@ -141,3 +141,27 @@ def test_a_one_shot_clone_is_keyed_by_its_prompt():
 )
 def test_only_reproducible_requests_are_cached(seed, cache, cached):
     assert wants_cache(seed, cache) is cached
+
+
+def test_fp8_weights_are_another_model_in_the_key():
+    from ttsfleet_runtime.server.cached_speech import model_identity
+    from ttsfleet_runtime.settings import ServerSettings
+
+    info = api.ModelInfo(
+        name="m",
+        size="1.7B",
+        variant="CustomVoice",
+        tokenizer_rate_hz=12,
+        sample_rate=24000,
+        frame_rate_hz=12.5,
+        samples_per_frame=1920,
+        speakers=("ryan",),
+        languages=("english",),
+        supports_instructions=True,
+        supports_voice_clone=False,
+    )
+
+    def identity(weights: str) -> dict:
+        return model_identity(ServerSettings(model="/models/x", weights=weights), info, "1")
+
+    assert key(model=identity("fp8")) != key(model=identity("bf16"))
