@@ -235,3 +235,26 @@ def test_voice_agents_stream_text_and_count_ttfa_from_the_first_delta(server, tm
             assert utterance["audio_s"] == pytest.approx(AUDIO_S)
             first_audio = utterance["chunks"][0][0]
             assert utterance["ttfa_ms"] == first_audio > 0  # from the first delta
+
+
+def test_an_utterance_the_server_ends_before_its_flush_leaves_the_session_going(server, tmp_path):
+    """--max-audio-seconds ends each utterance (10 frames) long before its 2 s of text are
+    sent: the agent still sends the rest and flushes, and the next reply is the next
+    utterance (a client that stopped sending at the early end left the server waiting
+    for a flush, and the session hung until the idle timeout)."""
+    done = loadtest(
+        *("--url", server.base, "--protocol", "websocket", "--sessions", "1"),
+        *("--utterances-per-session", "3", "--reply-chars", "400", "--delta-chars", "4"),
+        *("--delta-interval-ms", "20", "--ramp-s", "0", "--client-processes", "1"),
+        *("--warmup", "1", "--out", str(tmp_path), *LOOSE),
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "loadtest.json").read_text())
+    (level,) = result["levels"]
+    assert level["utterances_finished"] == 3
+    assert level["unfinished_utterances"] == level["sessions_closed_by_server"] == 0
+    (session,) = result["samples"]
+    assert session["status"] == 200 and session["error"] is None
+    for utterance in session["utterances"]:
+        assert utterance["audio_s"] == pytest.approx(AUDIO_S)
+        assert utterance["done_ms"] < utterance["flush_ms"]  # ended before its text did

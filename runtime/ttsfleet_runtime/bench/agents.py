@@ -42,7 +42,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--reply-chars", type=int, default=148)
     ap.add_argument("--utterances-per-session", type=int, default=3)
     ap.add_argument("--ramp-s", type=float, default=2.0)
-    ap.add_argument("--utterance-s", type=float, default=4.0, help="serve --max-audio-seconds")
+    # Random weights never stop: every utterance is --max-audio-seconds long. 10 s is about
+    # what a 148-character reply speaks, so its text ends before its audio does (4 s ended
+    # each utterance while its text was still being sent).
+    ap.add_argument("--utterance-s", type=float, default=10.0, help="serve --max-audio-seconds")
     ap.add_argument("--max-batch", type=int, default=256)
     ap.add_argument("--max-ttfa-p95-ms", type=float, default=80.0, help="a level passes below")
     ap.add_argument("--device", default="cuda")

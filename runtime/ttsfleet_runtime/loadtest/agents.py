@@ -177,6 +177,7 @@ async def _speak(ws, plan: AgentPlan, text: str, k: int) -> _Utterance:
         utterance.last_delta = time.monotonic()
 
     sender = asyncio.create_task(send())
+    ended = False
     try:
         async for message in ws:
             if isinstance(message, bytes):
@@ -190,10 +191,16 @@ async def _speak(ws, plan: AgentPlan, text: str, k: int) -> _Utterance:
                 break
             if kind == "error":
                 raise _Refused(event)
+        ended = True
     finally:
-        if not sender.done():
+        if not ended:
             sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
+    # An utterance the server ended before its flush (its --max-audio-seconds): the
+    # reply is still sent to its end and flushed, as an LLM would go on writing; the
+    # server drops that text, and the next reply starts the next utterance.
+    if sender.exception() is not None:
+        raise sender.exception()
     return utterance
 
 
