@@ -119,8 +119,10 @@ class Inbox:
         with self.lock:
             scheduler, aborting = self.scheduler, self._aborting
             waiting = [*scheduler.waiting, *self._adding.values()]
+            # Batch rows waiting for room are not a queue anyone waits on (nor a reason
+            # to scale out): the queue depth is interactive requests only.
             return (
-                sum(seq.key not in aborting for seq in waiting),
+                sum(seq.key not in aborting and not seq.background for seq in waiting),
                 sum(seq.key not in aborting for seq in scheduler.running.values()),
             )
 

@@ -363,6 +363,7 @@ class TTSEngine:
             keep_codes=self.keep_codes,
             # Retry hints speak of users' slots: only the warm-up comes before ready.
             times_slot=self._ready,
+            background=request.priority == "batch",
         )
         if request.timestamps:
             whole = request.text if isinstance(request.text, str) else None
