@@ -65,6 +65,9 @@ async def test_a_lapsed_lease_goes_to_the_next_claim_and_the_old_holder_is_fence
     results, _ = await store.results(batch_id)
     assert results == {index: line("current")}
     assert (await store.job(batch_id))["completed"] == "1"
+    assert await store.redis.lrange(f"ttsfleet:batch:job:{batch_id}:recorded", 0, -1) == [
+        f"{index} ".encode()  # one accepted completion (this store names no worker)
+    ]
 
 
 async def claimed_within(store: BatchStore, batch_id: str, timeout_s: float) -> list[str]:

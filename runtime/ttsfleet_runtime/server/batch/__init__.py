@@ -9,6 +9,9 @@ The semantics users rely on are in docs/batch.md.
 
 from __future__ import annotations
 
+import os
+import socket
+
 from ..response_cache import CacheConfigError
 from .store import BatchStore
 
@@ -46,7 +49,8 @@ def open_batches(settings) -> BatchStore | None:
             "TTSFLEET_RESPONSE_CACHE_REDIS_URL is not a Redis URL: use "
             "redis://[:password@]host:port/db or rediss://..."
         ) from None
-    return BatchStore(client, s3, settings.batch_s3_prefix)
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    return BatchStore(client, s3, settings.batch_s3_prefix, worker)
 
 
 __all__ = ["BatchStore", "open_batches"]

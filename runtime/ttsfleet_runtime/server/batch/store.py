@@ -7,8 +7,9 @@ Redis keys, all under `ttsfleet:batch:`:
   why claims stopped, "cancelled" or "expired");
 - `job:<id>:items` (index -> the line's custom_id and body), `:pending` (indices not
   yet claimed, a list), `:leases` (index -> lease deadline, ms, a sorted set),
-  `:holders` (index -> the fencing token of its current claim), `:results` (index ->
-  its output or error line);
+  `:holders` (index -> the fencing token of its current claim), `:workers` (index ->
+  the worker that claimed it last), `:results` (index -> its output or error line),
+  `:recorded` (one "index worker" entry per recorded completion: an audit);
 - `tenant:<tenant>:jobs`: the tenant's batches by creation time; `active`: batches
   with work left, which the workers scan; `fence`: the counter fencing tokens come from.
 
@@ -42,6 +43,7 @@ FINAL_STATES = ("completed", "failed", "expired", "cancelled")
 
 _CLAIM = """
 local job, pending, leases, holders, active, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local workers = KEYS[7]
 local lease_ms, want_item, finalize_ms, batch_id = tonumber(ARGV[1]), ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -74,6 +76,7 @@ if not stop and want_item then
   if index then
     local token = redis.call('INCR', fence)
     redis.call('HSET', holders, index, token)
+    redis.call('HSET', workers, index, ARGV[5])
     redis.call('ZADD', leases, now + lease_ms, index)
     if status == 'validating' then
       redis.call('HSET', job, 'status', 'in_progress', 'in_progress_at', math.floor(now / 1000))
@@ -104,6 +107,7 @@ redis.call('HDEL', holders, ARGV[1])
 redis.call('ZREM', leases, ARGV[1])
 if redis.call('HSETNX', results, ARGV[1], ARGV[3]) == 0 then return 0 end
 redis.call('HINCRBY', job, ARGV[4], 1)
+redis.call('RPUSH', KEYS[5], ARGV[1] .. ' ' .. redis.call('HGET', KEYS[6], ARGV[1]))
 return 1
 """
 
@@ -159,6 +163,10 @@ class JobKeys:
         self.leases = self.job + ":leases"
         self.holders = self.job + ":holders"
         self.results = self.job + ":results"
+        # index -> the worker of its latest claim; and one "index worker" entry per
+        # recorded completion (an audit: each index must appear once).
+        self.workers = self.job + ":workers"
+        self.recorded = self.job + ":recorded"
 
 
 def _text(value) -> str | None:
@@ -172,8 +180,9 @@ def _record(raw: dict) -> dict[str, str]:
 class BatchStore:
     """The batches of one fleet: records and queues in Redis, bytes in the bucket."""
 
-    def __init__(self, redis_client, s3: S3Client, prefix: str):
+    def __init__(self, redis_client, s3: S3Client, prefix: str, worker: str = ""):
         self.redis = redis_client
+        self.worker = worker  # who claims (pod name and pid), in the audit
         self.s3 = s3
         self.prefix = prefix.strip("/")
         self._claim = redis_client.register_script(_CLAIM)
@@ -241,8 +250,14 @@ class BatchStore:
         now), or ["idle"|"busy"|"done"|"gone"]."""
         k = JobKeys(batch_id)
         answer = await self._claim(
-            keys=[k.job, k.pending, k.leases, k.holders, ACTIVE, FENCE],
-            args=[int(lease_s * 1000), "1" if want_item else "0", FINALIZE_LEASE_MS, batch_id],
+            keys=[k.job, k.pending, k.leases, k.holders, ACTIVE, FENCE, k.workers],
+            args=[
+                int(lease_s * 1000),
+                "1" if want_item else "0",
+                FINALIZE_LEASE_MS,
+                batch_id,
+                self.worker,
+            ],
         )
         return [_text(a) for a in answer]
 
@@ -260,7 +275,7 @@ class BatchStore:
         k = JobKeys(batch_id)
         return bool(
             await self._complete(
-                keys=[k.job, k.leases, k.holders, k.results],
+                keys=[k.job, k.leases, k.holders, k.results, k.recorded, k.workers],
                 args=[index, token, json.dumps(line), outcome],
             )
         )
