@@ -18,7 +18,7 @@ On the CPU, tiny (a check that it runs, ~2 min):
         --batch-concurrency 2
 On an H200 (1.7B):
     PYTHONPATH=runtime python3 bench/batch_interference.py --out $OUT --size 1.7B \\
-        --rate 20 --duration-s 60 --items 4000 --audio-s 4 --max-batch 128 \\
+        --rate 20 --duration-s 60 --items 20000 --audio-s 4 --max-batch 128 \\
         --batch-concurrency 96 --redis-server ./redis-server --s3s-fs ./s3s-fs
 """
 
@@ -34,6 +34,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,12 +60,13 @@ def wait_until(check, timeout_s: float, what: str) -> None:
 
 
 class Stores:
-    """redis-server and s3s-fs, each on a free loopback port, their data in `folder`."""
+    """redis-server and s3s-fs, each on a free loopback port, their logs in `folder`, the
+    bucket's objects (GBs of batch audio) in a temporary folder removed at the end."""
 
     def __init__(self, redis_binary: str, s3_binary: str, folder: Path):
+        self.data = tempfile.TemporaryDirectory(prefix="batch-bench-s3-")
         password = secrets.token_hex(12)
         redis_port, s3_port = free_port(), free_port()
-        (folder / "s3").mkdir(exist_ok=True)
         self.redis_url = f"redis://:{password}@127.0.0.1:{redis_port}/0"
         self.s3_endpoint = f"http://127.0.0.1:{s3_port}"
         self.logs = [open(folder / "redis.log", "w"), open(folder / "s3s-fs.log", "w")]  # noqa: SIM115
@@ -76,7 +78,7 @@ class Stores:
             ),
             subprocess.Popen(
                 [s3_binary, "--host", "127.0.0.1", "--port", str(s3_port),
-                 "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, str(folder / "s3")],
+                 "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, self.data.name],
                 stdout=self.logs[1], stderr=subprocess.STDOUT,
             ),
         ]  # fmt: skip
@@ -114,6 +116,7 @@ class Stores:
             process.wait(timeout=10)
         for log in self.logs:
             log.close()
+        self.data.cleanup()
 
 
 def submit_batch(base: str, model: str, voice: str, items: int, texts: list[str]) -> str:
@@ -188,7 +191,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=20.0, help="interactive arrivals per second")
     ap.add_argument("--duration-s", type=float, default=60.0)
     ap.add_argument(
-        "--items", type=int, default=4000, help="batch items (enough to outlast the load)"
+        "--items", type=int, default=20_000, help="batch items (enough to outlast the load)"
     )
     ap.add_argument("--audio-s", type=float, default=4.0, help="seconds of audio per utterance")
     ap.add_argument("--max-batch", type=int, default=128)
