@@ -2,8 +2,8 @@
 One is SIGKILLed while it holds leases (no drain, no hand-back: a node lost): its items
 come back when their leases lapse and the others finish the job; every item is recorded
 exactly once (counted in the completions audit, not only in the output file), and the
-items the dead worker held are recorded by another. One is SIGTERMed (a spot preemption
-notice): it hands its leases back at once, long before they would lapse."""
+items the dead worker held are recorded by another.
+(test_batch_drain.py: a draining worker hands its leases back.)"""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ ITEM_AUDIO_S = 4.0
 LEASE_S = 3
 
 
-def worker_flags(prefix: str, s3_endpoint: str, lease_s: float = LEASE_S) -> tuple[str, ...]:
+def worker_flags(prefix: str, s3_endpoint: str) -> tuple[str, ...]:
     return (
         "--batch-api", "on",
         "--batch-worker-concurrency", "2",
-        "--batch-lease", str(lease_s),
+        "--batch-lease", str(LEASE_S),
         "--batch-s3-prefix", prefix,
         "--max-audio-seconds", str(ITEM_AUDIO_S),
         "--response-cache-s3-endpoint", s3_endpoint,
@@ -34,13 +34,13 @@ def worker_flags(prefix: str, s3_endpoint: str, lease_s: float = LEASE_S) -> tup
     )  # fmt: skip
 
 
-def start_pods(count: int, tiny_custom_voice, tmp_path, redis_server, s3_server, **flags):
+def start_pods(count: int, tiny_custom_voice, tmp_path, redis_server, s3_server):
     env = {
         "TTSFLEET_RESPONSE_CACHE_REDIS_URL": redis_server.url,
         "TTSFLEET_RESPONSE_CACHE_S3_ACCESS_KEY": ACCESS_KEY,
         "TTSFLEET_RESPONSE_CACHE_S3_SECRET_KEY": SECRET_KEY,
     }
-    serve_flags = worker_flags(f"batch-{tmp_path.name}", s3_server.endpoint, **flags)
+    serve_flags = worker_flags(f"batch-{tmp_path.name}", s3_server.endpoint)
     return [
         RuntimeProcess(tmp_path, tiny_custom_voice, *serve_flags, name=f"pod-{i}", env=env)
         for i in range(count)
@@ -98,36 +98,6 @@ def test_a_killed_worker_loses_no_item_and_none_is_recorded_twice(
         assert taken_over, "every item the victim held was recorded by it before it died"
         outputs = jsonl(client, done.output_file_id)
         assert sorted(o["custom_id"] for o in outputs) == names
-    finally:
-        for pod in pods:
-            pod.stop()
-
-
-def test_a_preempted_worker_hands_its_leases_back_at_once(
-    tiny_custom_voice, tmp_path, redis_server, s3_server
-):
-    redis = redis_server.client()
-    redis.flushdb()
-    # Leases far longer than the test: only a hand-back can free the items in time.
-    pods = start_pods(2, tiny_custom_voice, tmp_path, redis_server, s3_server, lease_s=3600)
-    try:
-        for pod in pods:
-            pod.wait_ready()
-        names = [f"scene-{i:02d}" for i in range(4)]
-        client, batch = submit_book(pods[0], names)
-        preempted = pods[1]
-        wait_for(
-            lambda: leases_of(redis, batch.id, preempted), 120, interval=0.05,
-            what="the preempted pod to hold leases",
-        )  # fmt: skip
-        preempted.process.terminate()  # SIGTERM: what a spot preemption notice becomes
-        wait_for(
-            lambda: not leases_of(redis, batch.id, preempted), 30, interval=0.05,
-            what="the preempted pod's leases to be handed back",
-        )  # fmt: skip
-        done = wait_status(client, batch.id, ("completed",), timeout=300)
-        assert (done.request_counts.completed, done.request_counts.failed) == (len(names), 0)
-        assert sorted(o["custom_id"] for o in jsonl(client, done.output_file_id)) == names
     finally:
         for pod in pods:
             pod.stop()
