@@ -298,7 +298,7 @@ class TTSEngine:
             )
         # Refuse under overload before the admission work (tokenising the
         # voice, instructions and text); `add` checks again.
-        self._admit(self.core.inbox.check_room)
+        self._admit(lambda: self.core.inbox.check_room(request.priority == "batch"))
         try:
             voice = self.builder.voice(
                 request.voice, request.instructions, request.language, request.cloned_voice
