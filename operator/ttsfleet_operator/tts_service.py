@@ -742,6 +742,34 @@ class CacheSpec(SpecModel):
     s3: S3Cache | None = None
 
 
+# --- batch synthesis jobs (issue 33 part 2; docs/batch.md) ---
+class BatchSpec(SpecModel):
+    """Batch synthesis jobs: OpenAI's /v1/files + /v1/batches on every pod, their state in
+    spec.cache's Redis and their files and audio in its bucket, and workers on the pods of
+    the pools named, on the batch slots interactive traffic leaves."""
+
+    pools: Literal["spot", "on-demand", "both"] = Field(
+        default="both",
+        description="Whose pods run batch workers: spot (cheapest; preemption hands leases back),"
+        " on-demand, or both. Every pod serves the API.",
+    )
+    concurrency: int = Field(
+        default=32,
+        ge=1,
+        le=RUNTIME_SETTINGS["batch_worker_concurrency"].maximum,
+        description="Batch items one worker pod synthesises at once (the engine gives them at most"
+        " three quarters of its batch slots, after interactive requests).",
+    )
+    lease_seconds: float = Field(
+        **RUNTIME_SETTINGS["batch_lease_s"].field_args(),
+        description="How long a worker's claim on an item lasts unless renewed; a pod lost without"
+        " notice holds its items this long.",
+    )
+
+
+# --- end of batch synthesis jobs ---
+
+
 class TTSServiceSpec(SpecModel):
     cel_rules: ClassVar[list[dict]] = [
         cel.rule(
@@ -768,6 +796,12 @@ class TTSServiceSpec(SpecModel):
             "a canary modelRevision is not served from model.cache yet: change model.revision (a new"
             " cache is filled, then the pods move to it) or canary the image only",
             field_path=".canary.candidate.modelRevision",
+        ),
+        cel.rule(
+            "!has(self.batch) || (has(self.cache) && has(self.cache.redis) && has(self.cache.s3))",
+            "batch needs cache.redis and cache.s3: batches keep their state in that Redis and their"
+            " files and audio in that bucket",
+            field_path=".batch",
         ),
         cel.rule(
             "!has(self.voices) || self.model.variant == 'Base'",
@@ -798,6 +832,10 @@ class TTSServiceSpec(SpecModel):
     cache: CacheSpec | None = Field(
         default=None,
         description="The response cache (docs/response-cache.md); absent: no cache.",
+    )
+    batch: BatchSpec | None = Field(
+        default=None,
+        description="Batch synthesis jobs (docs/batch.md); absent: no batch API, no workers.",
     )
 
 

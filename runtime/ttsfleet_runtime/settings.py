@@ -210,6 +210,33 @@ class ServerSettings:
         minimum=0.05,
         maximum=30,
     )
+    # --- batch synthesis jobs (issue 33 part 2; server/batch/, docs/batch.md) ---
+    # OpenAI's /v1/files and /v1/batches, their state and work queue in the response
+    # cache's Redis and their files and audio in its bucket (one store per TTSService).
+    batch_api: bool = setting(
+        False, "serve /v1/files and /v1/batches (needs the response cache's Redis and S3)"
+    )
+    # The worker claims items only while no interactive request waits, and the engine
+    # gives its rows the slots interactive requests leave (SynthesisRequest.priority).
+    batch_worker_concurrency: int = setting(
+        0,
+        "batch items this pod synthesises at once on spare capacity; 0: no batch worker",
+        minimum=0,
+        maximum=1024,
+    )
+    # A worker renews its claim at a third of this; a claim not renewed (the pod died or
+    # was partitioned) returns its item to the queue once it lapses.
+    batch_lease_s: float = setting(
+        30.0, "seconds a worker's claim on a batch item lasts unless renewed", minimum=1
+    )
+    batch_max_file_bytes: int = setting(
+        64 * 1024 * 1024, "largest batch input file upload", minimum=1024
+    )
+    batch_max_items: int = setting(50_000, "most requests one batch may hold", minimum=1)
+    batch_s3_prefix: str = setting(
+        "ttsfleet-batch", "key prefix of batch files and audio in the bucket"
+    )
+    # --- end of batch synthesis jobs ---
     # Engine sizing, passed through to the engine. The TTSService CRD takes its
     # spec.engine defaults and bounds from these entries: what a pod gets by default
     # and what `serve` gets by default are the same. The talker's KV cache is paged: a

@@ -98,3 +98,22 @@ async def test_text_that_is_not_valid_unicode_is_refused_with_its_field(make_eng
         engine.submit(bad)
     assert refused.value.param == field
     assert engine.stats().queue_depth == 0 and engine.stats().active == 0
+
+
+async def test_an_interactive_request_runs_beside_a_batch_that_fills_the_engine(make_engine):
+    # max_batch 4: batch rows may hold 3 slots; the queue bound (1) counts no batch row.
+    engine = await make_engine(max_batch=4, max_queue=1)
+    batch = [
+        engine.submit(dataclasses.replace(request(frames=400, seed=i), priority="batch"))
+        for i in range(6)
+    ]
+    for stream in batch[:3]:
+        await stream.__aiter__().__anext__()  # three batch rows hold slots
+    assert (engine.stats().active, engine.stats().queue_depth) == (3, 0)
+
+    caller = engine.submit(request(frames=2, seed=9))  # not refused: no interactive one waits
+    _, pcm = await collect(caller)
+    assert caller.finish_reason == "length" and len(pcm) == 2 * 1920
+    assert all(s.finish_reason is None for s in batch)  # it did not wait for a batch row
+    for stream in batch:
+        stream.cancel()

@@ -28,6 +28,7 @@ class Seq:
     position: int = 0
     finished: bool = False
     prompt_length: int = 10
+    background: bool = False
 
 
 def make(max_batch: int, max_queue: int, prompts: int = 64, tokens: int = 1024) -> Scheduler:
@@ -43,6 +44,41 @@ def test_admission_beyond_the_queue_bound_is_refused_with_a_hint():
         s.admit(Seq("c"))
     assert e.value.retry_after_s > 0
     assert [q.name for q in s.waiting] == ["a", "b"]
+
+
+def test_batch_rows_never_fill_the_engine_an_interactive_arrival_is_admitted_next_plan():
+    s = Scheduler(4, 2, max_prefill_prompts=64, max_prefill_tokens=1024, max_background=3)
+    batch = [Seq(f"batch{i}", background=True) for i in range(6)]
+    for q in batch:
+        s.add(q)
+    assert [q.name for q in s.plan().prefill] == ["batch0", "batch1", "batch2"]
+    assert s.plan().prefill == []  # the bound: one slot stays free
+    caller = Seq("caller")
+    s.admit(caller)
+    assert [(q.name, q.slot) for q in s.plan().prefill] == [("caller", 3)]
+
+
+def test_batch_rows_wait_while_an_interactive_request_waits_for_a_slot():
+    s = Scheduler(2, 8, max_prefill_prompts=64, max_prefill_tokens=1024, max_background=2)
+    s.admit(Seq("a"))
+    s.add(Seq("batch", background=True))
+    s.admit(Seq("b"))
+    s.admit(Seq("c"))
+    # "batch" arrived before b and c, yet they go first; it waits for room nobody wants.
+    assert [q.name for q in s.plan().prefill] == ["a", "b"]
+    s.remove(s.running[0])
+    assert [q.name for q in s.plan().prefill] == ["c"]
+    s.remove(s.running[1])
+    assert [q.name for q in s.plan().prefill] == ["batch"]
+
+
+def test_waiting_batch_rows_do_not_count_against_the_interactive_queue_bound():
+    s = make(max_batch=1, max_queue=1)
+    for i in range(5):
+        s.add(Seq(f"batch{i}", background=True))
+    s.admit(Seq("caller"))  # would be a 429 if the batch rows counted
+    with pytest.raises(QueueFullError):
+        s.admit(Seq("second caller"))
 
 
 def test_waiting_requests_take_the_lowest_free_slots_in_arrival_order():

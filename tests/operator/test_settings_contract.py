@@ -180,6 +180,13 @@ def test_flag_and_variable_names_are_the_published_ones():
         "TTSFLEET_RESPONSE_CACHE_S3_SECRET_KEY": None,
         "TTSFLEET_RESPONSE_CACHE_S3_TTL_DAYS": "--response-cache-s3-ttl-days",
         "TTSFLEET_RESPONSE_CACHE_TIMEOUT": "--response-cache-timeout",
+        # batch synthesis jobs (docs/batch.md)
+        "TTSFLEET_BATCH_API": "--batch-api",
+        "TTSFLEET_BATCH_WORKER_CONCURRENCY": "--batch-worker-concurrency",
+        "TTSFLEET_BATCH_LEASE": "--batch-lease",
+        "TTSFLEET_BATCH_MAX_FILE_BYTES": "--batch-max-file-bytes",
+        "TTSFLEET_BATCH_MAX_ITEMS": "--batch-max-items",
+        "TTSFLEET_BATCH_S3_PREFIX": "--batch-s3-prefix",
         "TTSFLEET_MAX_BATCH": "--max-batch",
         "TTSFLEET_MAX_LEN": "--max-len",
         "TTSFLEET_KV_CACHE_MEMORY": "--kv-cache-memory",

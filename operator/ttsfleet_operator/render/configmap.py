@@ -50,9 +50,19 @@ def engine_environment(service: TTSService) -> dict[str, str]:
         "model_revision": None if uses_cache(service) else model.revision,
         "voice_retention_days": spec.voices.retention_days if spec.voices else None,
         **_cache_settings(service),
+        **_batch_settings(service),
     }
     values.update(api_keys.auth_settings(service))
     return settings.environment(values)
+
+
+def _batch_settings(service: TTSService) -> dict:
+    """spec.batch's settings shared by every pool; whose pods run workers is the
+    Deployment's (deployment.batch_worker_env)."""
+    batch = service.spec.batch
+    if batch is None:
+        return {}
+    return {"batch_api": True, "batch_lease_s": batch.lease_seconds}
 
 
 def _cache_settings(service: TTSService) -> dict:

@@ -104,7 +104,7 @@ def _pod_spec(
         "affinity": scheduling.node_affinity(service, pool),
         "tolerations": scheduling.tolerations(service, pool),
         "topologySpreadConstraints": scheduling.topology_spread(pod_labels),
-        "containers": [_runtime_container(service, pod_labels[labels.TRACK])],
+        "containers": [_runtime_container(service, pod_labels[labels.TRACK], pool)],
         "volumes": _volumes(service, model_claim),
     }
     if runtime.service_account_name:
@@ -114,7 +114,7 @@ def _pod_spec(
     return spec
 
 
-def _runtime_container(service: TTSService, track: str) -> dict:
+def _runtime_container(service: TTSService, track: str, pool: str) -> dict:
     runtime = service.spec.runtime
     resources = runtime.resources
     requests: dict[str, str] = {"cpu": resources.cpu, "memory": resources.memory}
@@ -141,6 +141,7 @@ def _runtime_container(service: TTSService, track: str) -> dict:
             }
         )
     env += _cache_secrets(service)
+    env += batch_worker_env(service, pool)
     env += [item.wire() for item in runtime.env or []]
     return {
         "name": "runtime",
@@ -181,6 +182,21 @@ def _runtime_container(service: TTSService, track: str) -> dict:
         "securityContext": pod_security.container_security_context(),
         "volumeMounts": _volume_mounts(service),
     }
+
+
+def batch_worker_env(service: TTSService, pool: str) -> list[dict]:
+    """spec.batch's worker concurrency on the pools it names (0 elsewhere: they only serve
+    the API). Per Deployment, so it overrides nothing the ConfigMap all pools share says."""
+    batch = service.spec.batch
+    if batch is None:
+        return []
+    runs = batch.pools in ("both", pool)
+    return [
+        {
+            "name": RUNTIME_SETTINGS["batch_worker_concurrency"].env,
+            "value": str(batch.concurrency if runs else 0),
+        }
+    ]
 
 
 def _cache_secrets(service: TTSService) -> list[dict]:

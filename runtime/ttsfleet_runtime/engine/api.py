@@ -23,6 +23,8 @@ FinishReason = Literal["eos", "length", "cancelled", "error", "shutdown"]
 # response format but Opus holds), or "f32", float32 in [-1, 1].
 SampleFormat = Literal["s16", "f32"]
 SAMPLE_FORMATS: tuple[SampleFormat, ...] = ("s16", "f32")
+Priority = Literal["interactive", "batch"]
+PRIORITIES: tuple[Priority, ...] = ("interactive", "batch")
 
 
 class EngineError(Exception):
@@ -211,8 +213,17 @@ class SynthesisRequest:
     # `words` (engine/word_timing.py). Off by default: it costs the engine thread a
     # little bookkeeping per frame and a tokenisation with offsets.
     timestamps: bool = False
+    # "batch": batch jobs on spare capacity (docs/batch.md). The scheduler admits such a
+    # request only when no interactive one waits, into at most its background slots, and
+    # does not count it against the waiting-queue bound interactive callers see as 429.
+    priority: Priority = "interactive"
 
     def __post_init__(self) -> None:
+        if self.priority not in PRIORITIES:
+            raise InvalidRequest(
+                f"priority must be one of {', '.join(PRIORITIES)}, not {self.priority!r}",
+                param="priority",
+            )
         if self.sample_format not in SAMPLE_FORMATS:
             raise InvalidRequest(
                 f"sample_format must be one of {', '.join(SAMPLE_FORMATS)}, "

@@ -79,16 +79,20 @@ class Inbox:
         self._aborting: set[int] = set()
 
     # ------------------------------------------------------------ any thread
-    def check_room(self) -> None:
-        """Raise QueueFullError when the waiting queue is full, counting the requests
-        on their way to it."""
+    def check_room(self, background: bool = False) -> None:
+        """Raise QueueFullError when the waiting queue is full, counting the interactive
+        requests on their way to it. Batch work (`background`) is never refused here: the
+        batch worker bounds its own rows, and they count against no interactive caller."""
+        if background:
+            return
         with self.lock:
-            self.scheduler.check_room(len(self._adding))
+            self.scheduler.check_room(sum(not q.background for q in self._adding.values()))
 
     def add(self, seq: Sequence) -> None:
         """Send an admitted request, or raise QueueFullError."""
         with self.lock:
-            self.scheduler.check_room(len(self._adding))
+            if not seq.background:
+                self.scheduler.check_room(sum(not q.background for q in self._adding.values()))
             self._adding[seq.key] = seq
         self._queue.put(Add(seq))
 
@@ -119,8 +123,10 @@ class Inbox:
         with self.lock:
             scheduler, aborting = self.scheduler, self._aborting
             waiting = [*scheduler.waiting, *self._adding.values()]
+            # Batch rows waiting for room are not a queue anyone waits on (nor a reason
+            # to scale out): the queue depth is interactive requests only.
             return (
-                sum(seq.key not in aborting for seq in waiting),
+                sum(seq.key not in aborting and not seq.background for seq in waiting),
                 sum(seq.key not in aborting for seq in scheduler.running.values()),
             )
 

@@ -33,6 +33,13 @@ iteration prefills at most `GUARDED_PREFILL_TOKENS` positions, so the decode
 step comes sooner. At least one prompt is always taken: newcomers never wait
 forever behind an overloaded batch.
 
+Priority: a background sequence (`SynthesisRequest.priority` "batch": batch jobs on
+spare capacity, docs/batch.md) takes a slot only when no ready interactive request
+waits, and background rows hold at most `max_background` slots, so an interactive
+request arriving while a batch fills the engine finds a free slot at the next plan.
+Background rows do not count against the waiting-queue bound that refuses interactive
+callers with 429: the batch worker bounds its own rows.
+
 Backpressure: a sequence whose caller has more audio waiting than its
 buffer is paused (`pause`, a command from its stream) and left out of the
 decode steps, in its slot, until `resume`.
@@ -77,12 +84,18 @@ LEAD_GUARD_S = 0.1
 GUARDED_PREFILL_TOKENS = 64
 
 
+def default_max_background(max_batch: int) -> int:
+    """Slots batch work may hold: three quarters of the batch, at least one."""
+    return max(1, max_batch - max(1, max_batch // 4))
+
+
 class Schedulable(Protocol):
     slot: int | None
     position: int  # next KV position to write
     prompt_length: int  # positions its (next) prefill writes
     kv_blocks: list[int]  # KV blocks held, in position order
     t_admitted: float | None  # when it took its slot (plan sets it)
+    background: bool  # batch work: after interactive requests, within max_background
 
     @property
     def finished(self) -> bool: ...
@@ -198,8 +211,13 @@ class Scheduler(Generic[S]):
         max_prefill_prompts: int,
         max_prefill_tokens: int,
         kv: KVBlocks | None = None,
+        max_background: int | None = None,
     ):
         self.max_batch = max_batch
+        # Slots background rows may hold; the rest stay free for interactive arrivals.
+        self.max_background = (
+            default_max_background(max_batch) if max_background is None else max_background
+        )
         # KV blocks; None: memory is not accounted (the engine sets it at load).
         self.kv = kv
         self.kv_stalled: list[S] = []  # running rows the last step_rows left without a block
@@ -219,7 +237,7 @@ class Scheduler(Generic[S]):
     def check_room(self, on_the_way: int = 0) -> None:
         """Raise QueueFullError when the queue is full (before any admission work);
         `on_the_way`: requests admitted by the front end that `add` has not queued yet."""
-        waiting = len(self.waiting) + on_the_way
+        waiting = sum(not q.background for q in self.waiting) + on_the_way
         if waiting >= self.max_queue:
             waves = 1 + waiting // max(1, self.max_batch)
             raise QueueFullError(waiting, round(waves * self.mean_slot_seconds / 2, 1))
@@ -340,13 +358,21 @@ class Scheduler(Generic[S]):
         if self.refill:
             return plan  # a next piece did not fit: no newcomer overtakes it
         free = sorted(set(range(self.max_batch)) - set(self.running))
+        interactive_ready = sum(not q.background and q.ready_for_prefill for q in self.waiting)
+        background_rows = sum(q.background for q in self.running.values())
         for seq in list(self.waiting):
             if not free:
                 break
             if not seq.ready_for_prefill:
                 continue  # its text has not arrived; later arrivals may go first
+            if seq.background and (interactive_ready or background_rows >= self.max_background):
+                continue  # batch work only on room no interactive request wants
             if not take(seq, self._admit_kv):
                 break
+            if seq.background:
+                background_rows += 1
+            else:
+                interactive_ready -= 1
             self.waiting.remove(seq)
             # Lowest free slot: keeps the batch a short prefix of the slots.
             seq.slot = free.pop(0)

@@ -156,8 +156,11 @@ class Sequence:
         prompt_length: int,
         keep_codes: bool = False,
         times_slot: bool = True,
+        background: bool = False,
     ):
         self.key = next(_keys)
+        # Batch work (SynthesisRequest.priority "batch"): scheduled after interactive requests.
+        self.background = background
         self.request_id = request_id
         self.params = params
         self.seed = seed

@@ -300,7 +300,7 @@ class TTSEngine:
             )
         # Refuse under overload before the admission work (tokenising the
         # voice, instructions and text); `add` checks again.
-        self._admit(self.core.inbox.check_room)
+        self._admit(lambda: self.core.inbox.check_room(request.priority == "batch"))
         try:
             voice = self.builder.voice(
                 request.voice, request.instructions, request.language, request.cloned_voice
@@ -365,6 +365,7 @@ class TTSEngine:
             keep_codes=self.keep_codes,
             # Retry hints speak of users' slots: only the warm-up comes before ready.
             times_slot=self._ready,
+            background=request.priority == "batch",
         )
         if request.timestamps:
             whole = request.text if isinstance(request.text, str) else None

@@ -32,6 +32,9 @@ from . import (
     voice_routes,
 )
 from .auth import ApiKeys
+from .batch import BatchStore, open_batches
+from .batch import routes as batch_routes
+from .batch.worker import BatchWorker
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
 from .rate_limit import ConcurrencyLimiter, TokenBucketLimiter
@@ -61,6 +64,8 @@ class Runtime:
     response_cache: ResponseCache | None = None
     # What names this server's audio in a cache key (cached_speech.model_identity).
     model_identity: dict = dataclasses.field(default_factory=dict)
+    # Batch jobs' store (server/batch/); None: /v1/files and /v1/batches are off.
+    batches: BatchStore | None = None
     engine_stopped: bool = False
 
     def ready(self) -> bool:
@@ -163,6 +168,7 @@ def create_app(
     info = engine.info
     runtime.response_cache = open_cache(settings, runtime_metrics)
     runtime.model_identity = cached_speech.model_identity(settings, info, package_version)
+    runtime.batches = open_batches(settings)
     runtime_metrics.registry.register(api_keys.collector())
     runtime_metrics.build_info.labels(
         version=package_version, model=info.name, variant=info.variant, size=info.size
@@ -186,7 +192,17 @@ def create_app(
         if voices is not None:
             await asyncio.to_thread(voices.store.watch)
             housekeeping = asyncio.create_task(voices.keep())
+        worker = None
+        if runtime.batches is not None and settings.batch_worker_concurrency > 0:
+            worker = BatchWorker(
+                runtime.batches, runtime, settings.batch_worker_concurrency, settings.batch_lease_s
+            )
+            worker.start()
         yield
+        if worker is not None:
+            await worker.stop()
+        if runtime.batches is not None:
+            await runtime.batches.close()
         if housekeeping is not None:
             housekeeping.cancel()
             voices.close()
@@ -210,6 +226,7 @@ def create_app(
     app.include_router(voice_routes.router)
     app.include_router(service_routes.router)
     app.include_router(playground_routes.router)
+    app.include_router(batch_routes.router)
 
     @app.exception_handler(errors.ApiError)
     async def api_error(request: Request, exc: errors.ApiError):

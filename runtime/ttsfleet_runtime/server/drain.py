@@ -9,6 +9,7 @@ proxy retries elsewhere) while in-flight utterances run to their end.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class Drain:
@@ -17,13 +18,21 @@ class Drain:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        # Told once when draining begins: the batch worker hands its leases back at once.
+        self._on_begin: list[Callable[[], None]] = []
+
+    def on_begin(self, callback: Callable[[], None]) -> None:
+        self._on_begin.append(callback)
 
     @property
     def inflight(self) -> int:
         return self._inflight
 
     def begin(self) -> None:
-        self.draining = True
+        if not self.draining:
+            self.draining = True
+            for callback in self._on_begin:
+                callback()
 
     def acquire(self) -> None:
         self._inflight += 1

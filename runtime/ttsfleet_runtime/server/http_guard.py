@@ -119,6 +119,8 @@ class HttpGuard:
         self.metrics = metrics
 
     def _body_limit(self, method: str, path: str) -> int:
+        if method == "POST" and path.rstrip("/") == "/v1/files":
+            return self.settings.batch_max_file_bytes + _MULTIPART_SLACK
         if method == "POST" and path.rstrip("/") == "/v1/audio/voices":
             return self.settings.max_voice_upload_bytes + _MULTIPART_SLACK
         speech = path.rstrip("/") in ("/v1/audio/speech", "/v1/audio/speech/with-timestamps")

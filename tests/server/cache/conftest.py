@@ -1,42 +1,18 @@
-"""Fixtures for the response cache tests: one real redis-server and one real S3 server
-(s3s-fs) for the session, and servers over the real tiny engine on CPU whose cache has
-all three levels."""
+"""Fixtures for the response cache tests: servers over the real tiny engine on CPU whose
+cache has all three levels, over the session's real redis-server and S3 server (s3s-fs,
+tests/server/conftest.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
 
 from support.live_server import API_KEY, OTHER_KEY, LiveServer
-from support.redis_server import RedisServer
 from support.response_cache import AUDIO_S, MEMORY_BYTES
-from support.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, S3Server
+from support.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY
 from ttsfleet_runtime.server.auth import ApiKeys
-from ttsfleet_runtime.server.response_cache.s3_client import S3Client
 from ttsfleet_runtime.settings import ServerSettings
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-
-    async def create_bucket():
-        client = S3Client(server.endpoint, BUCKET, ACCESS_KEY, SECRET_KEY)
-        await client.create_bucket()
-        await client.close()
-
-    asyncio.run(create_bucket())
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ NOT_AUDIO_RELEVANT: dict[str, dict[str, str]] = {
         "buffer_s": "paces generation for a slow client; the samples are the same",
         "timestamps": "records which frame read which text token; the samples are the same "
         "(and /with-timestamps, its only asker, is not cached)",
+        "priority": "decides when a request gets a batch slot, not what it computes there",
     },
     "SpeechRequest": {
         "cache": "the opt-in itself: a request with and without it makes the same audio",
