@@ -12,7 +12,6 @@ Logic lives in reconcile.py and render/.
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import logging
 
@@ -41,7 +40,8 @@ CHILD_LABELS = {labels.MANAGED_BY: labels.MANAGER, labels.SERVICE: kopf.PRESENT}
 
 
 def _plain(body: kopf.Body) -> dict:
-    return copy.deepcopy(dict(body))
+    # Shallow: Resync keeps its own encoded copy and changes nothing of it.
+    return dict(body)
 
 
 def _log_failed_pass(key: tuple[str, str], outcome: asyncio.Future) -> None:

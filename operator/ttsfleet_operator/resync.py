@@ -36,13 +36,12 @@ child watches' passes wait behind what a user just applied.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ttsfleet_operator.cluster import is_newer
+from ttsfleet_operator.cluster import Kept, not_older, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +142,9 @@ class Resync:
         self.clock = clock
         # key -> (passes failed in a row, clock time from which the period retries it)
         self.failing: dict[Key, tuple[int, float]] = {}
-        # key -> the newest body known (the watch's, or what our status write returned)
-        self.bodies: dict[Key, dict] = {}
+        # key -> the newest body known (the watch's, or what our status write returned),
+        # without managedFields (a pass reads none)
+        self.bodies: dict[Key, Kept] = {}
         # key -> change_digest of the body the watch delivered last
         self.digests: dict[Key, tuple] = {}
         # key -> the pass asked for that has not started; its requesters await it
@@ -163,8 +163,11 @@ class Resync:
     def remember(self, body: dict) -> None:
         """Keep `body` unless the one known is newer (resourceVersion)."""
         key = self.key(body)
-        if is_newer(body, self.bodies.get(key)):
-            self.bodies[key] = copy.deepcopy(body)
+        current = self.bodies.get(key)
+        if current is None or not_older(resource_version(body), current.version):
+            metadata = {**body["metadata"]}
+            metadata.pop("managedFields", None)
+            self.bodies[key] = Kept({**body, "metadata": metadata})
 
     def forget(self, body: dict) -> None:
         key = self.key(body)
@@ -234,14 +237,14 @@ class Resync:
         # it, and its body is the newest by then.
         future = self.pending.pop(key)
         self.changed.discard(key)
-        body = self.bodies.get(key)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        kept = self.bodies.get(key)
+        if kept is None or kept.deleting:
             future.set_result(None)
             return
         self.started.add(key)
         began = self.clock()
         try:
-            outcome = await self.reconcile(copy.deepcopy(body))
+            outcome = await self.reconcile(kept.load())
         except Exception as error:
             self._record(key, began, failed=True)
             future.set_exception(error)
@@ -311,8 +314,8 @@ class Resync:
         """Reconcile every known object once, but those backing off; returns how many."""
         count = 0
         for key in list(self.bodies):
-            body = self.bodies.get(key)
-            if body is None or body["metadata"].get("deletionTimestamp") or self.backing_off(key):
+            kept = self.bodies.get(key)
+            if kept is None or kept.deleting or self.backing_off(key):
                 continue
             try:
                 await self.request(key)

@@ -469,3 +469,19 @@ async def test_the_watch_asks_for_a_pass_for_a_new_or_changed_service_never_for_
     resync.forget(watched(6, 2))
     await resync.observe(watched(7, 1))  # deleted and created again by the same name
     assert seen[-1] == "7"
+
+
+async def test_a_pass_gets_the_body_without_managed_fields():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj)
+
+    resync = Resync(reconcile, period_seconds=30)
+    delivered = watched(1, 1)
+    delivered["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    resync.remember(delivered)
+    await resync.pass_once()
+    assert "managedFields" not in seen[0]["metadata"]
+    assert seen[0]["metadata"]["generation"] == 1
+    assert "managedFields" in delivered["metadata"]  # the watch's body is left as it was
