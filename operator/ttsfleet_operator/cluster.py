@@ -8,6 +8,7 @@ method is one API request, so counting calls counts requests.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -54,7 +55,11 @@ class Kept:
         self.name: str = metadata.get("name", "")
         self.uid: str | None = metadata.get("uid")
         self.version = resource_version(obj)
-        self.labels: dict[str, str] = dict(metadata.get("labels") or {})
+        # Interned: every child carries the same label keys, and a service's children its name.
+        self.labels: dict[str, str] = {
+            sys.intern(key): sys.intern(value)
+            for key, value in (metadata.get("labels") or {}).items()
+        }
         self.deleting = bool(metadata.get("deletionTimestamp"))
         self.encoded = json.dumps(obj, separators=(",", ":"))
 
