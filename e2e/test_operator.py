@@ -47,6 +47,13 @@ def test_sample_becomes_owned_children_on_the_right_gpus_and_reports_ready(
     status = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     assert status["readyReplicas"] == status["replicas"] == spec["replicas"], status
+    # The operator tells changes from the watch: no kopf diff-base written onto the object
+    # (a PATCH more per change), no progress annotations, no finalizer.
+    written_by_kopf = [
+        key for key in obj["metadata"].get("annotations") or {} if "ttsfleet.io/" in key
+    ]
+    assert written_by_kopf == [], written_by_kopf
+    assert not obj["metadata"].get("finalizers"), obj["metadata"]["finalizers"]
 
     for kind in CHILD_KINDS:
         objs = children(cluster, kind, name, namespace)

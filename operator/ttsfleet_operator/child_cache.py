@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import copy
 import time
 from collections.abc import Callable, Mapping
 
 from ttsfleet_operator import child_kinds, labels
-from ttsfleet_operator.cluster import Cluster, is_newer, resource_version
+from ttsfleet_operator.cluster import Cluster, Kept, not_older, resource_version
 
 Slot = tuple[str, str]  # (namespace, kind)
 
@@ -43,16 +42,14 @@ TOMBSTONES_KEPT = 10_000
 DELETED = "DELETED"
 
 
-def _trimmed(obj: Mapping, kind: str, api_version: str) -> dict:
-    """The object as kept: no managedFields (nothing reads them; they are most of its size).
-
-    Shallow: what is kept shares its nested values with `obj`, which nobody changes
-    afterwards (a watch event's body, an apply's answer); `list` hands out deep copies."""
-    kept = {**obj, "metadata": dict(obj.get("metadata") or {})}
-    kept["metadata"].pop("managedFields", None)
-    kept.setdefault("apiVersion", api_version)
-    kept.setdefault("kind", kind)
-    return kept
+def _trimmed(obj: Mapping, kind: str, api_version: str) -> Kept:
+    """The object as kept: no managedFields (nothing reads them; they are most of its
+    size), encoded (`Kept`: `list` hands out copies)."""
+    trimmed = {**obj, "metadata": dict(obj.get("metadata") or {})}
+    trimmed["metadata"].pop("managedFields", None)
+    trimmed.setdefault("apiVersion", api_version)
+    trimmed.setdefault("kind", kind)
+    return Kept(trimmed)
 
 
 class CachedCluster:
@@ -69,7 +66,7 @@ class CachedCluster:
         self.clock = clock
         self.kinds = {kind.kind: kind for kind in child_kinds.CACHED}
         # (namespace, kind) -> name -> object
-        self.objects: dict[Slot, dict[str, dict]] = collections.defaultdict(dict)
+        self.objects: dict[Slot, dict[str, Kept]] = collections.defaultdict(dict)
         # (namespace, kind, service label) -> names: what one pass lists
         self.by_service: dict[tuple[str, str, str], set[str]] = collections.defaultdict(set)
         # (namespace, kind) -> clock time of its last listing
@@ -92,10 +89,10 @@ class CachedCluster:
                 while len(self.tombstones) > TOMBSTONES_KEPT:
                     self.tombstones.popitem(last=False)
             current = self.objects[(namespace, kind.kind)].get(obj["metadata"]["name"])
-            if current is not None and current["metadata"].get("uid") == uid:
+            if current is not None and current.uid == uid:
                 self._remove(namespace, kind.kind, obj["metadata"]["name"])
             return
-        self._store(namespace, _trimmed(obj, kind.kind, kind.api_version))
+        self._store(namespace, kind.kind, _trimmed(obj, kind.kind, kind.api_version))
 
     # -- the Cluster protocol ---------------------------------------------------------------
 
@@ -116,10 +113,9 @@ class CachedCluster:
         )
         found = []
         for name in sorted(names):
-            obj = self.objects[slot][name]
-            object_labels = obj["metadata"].get("labels") or {}
-            if all(object_labels.get(key) == value for key, value in selector.items()):
-                found.append(copy.deepcopy(obj))
+            kept = self.objects[slot][name]
+            if all(kept.labels.get(key) == value for key, value in selector.items()):
+                found.append(kept.load())
         return found
 
     async def serves(self, api_version: str, kind: str) -> bool:
@@ -133,7 +129,7 @@ class CachedCluster:
         kind = self.kinds.get(manifest["kind"])
         if kind is not None and isinstance(result, dict) and result.get("metadata"):
             namespace = result["metadata"].get("namespace", manifest["metadata"]["namespace"])
-            self._store(namespace, _trimmed(result, kind.kind, kind.api_version))
+            self._store(namespace, kind.kind, _trimmed(result, kind.kind, kind.api_version))
         return result
 
     async def delete(
@@ -167,37 +163,35 @@ class CachedCluster:
             present = {item["metadata"]["name"] for item in items}
             # Gone from the listing and not newer than anything in it: deleted while no
             # watch reported it. (A newer one was created after the listing was taken.)
-            for name, obj in list(self.objects.get(slot, {}).items()):
-                if name not in present and (resource_version(obj) or 0) <= newest:
+            for name, kept in list(self.objects.get(slot, {}).items()):
+                if name not in present and (kept.version or 0) <= newest:
                     self._remove(namespace, kind, name)
             for item in items:
                 if item["metadata"].get("uid") not in self.tombstones:
-                    self._store(namespace, _trimmed(item, kind, api_version))
+                    self._store(namespace, kind, _trimmed(item, kind, api_version))
             self.listed[slot] = started
 
-    def _store(self, namespace: str, obj: dict) -> None:
-        slot = (namespace, obj["kind"])
-        name = obj["metadata"]["name"]
-        current = self.objects[slot].get(name)
-        if not is_newer(obj, current):
+    def _store(self, namespace: str, kind: str, kept: Kept) -> None:
+        slot = (namespace, kind)
+        current = self.objects[slot].get(kept.name)
+        if current is not None and not not_older(kept.version, current.version):
             return
         if current is not None:
-            self._unindex(namespace, current)
-        self.objects[slot][name] = obj
-        service = (obj["metadata"].get("labels") or {}).get(labels.SERVICE)
+            self._unindex(namespace, kind, current)
+        self.objects[slot][kept.name] = kept
+        service = kept.labels.get(labels.SERVICE)
         if service is not None:
-            self.by_service[(namespace, obj["kind"], service)].add(name)
+            self.by_service[(namespace, kind, service)].add(kept.name)
 
     def _remove(self, namespace: str, kind: str, name: str) -> None:
-        obj = self.objects[(namespace, kind)].pop(name, None)
-        if obj is not None:
-            self._unindex(namespace, obj)
+        kept = self.objects[(namespace, kind)].pop(name, None)
+        if kept is not None:
+            self._unindex(namespace, kind, kept)
 
-    def _unindex(self, namespace: str, obj: dict) -> None:
-        service = (obj["metadata"].get("labels") or {}).get(labels.SERVICE)
-        key = (namespace, obj["kind"], service)
+    def _unindex(self, namespace: str, kind: str, kept: Kept) -> None:
+        key = (namespace, kind, kept.labels.get(labels.SERVICE))
         names = self.by_service.get(key)
         if names is not None:
-            names.discard(obj["metadata"]["name"])
+            names.discard(kept.name)
             if not names:
                 del self.by_service[key]

@@ -1,6 +1,8 @@
 """kopf wiring, kept thin: every handler delegates to `Reconciler.reconcile`.
 
-Create/update/resume handlers react to changes at once; the per-service work queue
+Only kopf's on.event handlers: a TTSService's watch events ask for a pass at once when
+it is new or changed (`Resync.observe`; kopf's create/update handlers would patch a
+diff-base annotation onto it after each change); the per-service work queue
 (resync.py) runs every pass, the period's drift correction too, and a TTSService's
 pass comes soon after a child's status changes or a child is deleted (child_watch.py).
 The same child events keep the cache passes list children from (child_cache.py).
@@ -10,7 +12,7 @@ Logic lives in reconcile.py and render/.
 from __future__ import annotations
 
 import asyncio
-import copy
+import functools
 import logging
 
 import kopf
@@ -38,7 +40,35 @@ CHILD_LABELS = {labels.MANAGED_BY: labels.MANAGER, labels.SERVICE: kopf.PRESENT}
 
 
 def _plain(body: kopf.Body) -> dict:
-    return copy.deepcopy(dict(body))
+    # Shallow: Resync keeps its own encoded copy and changes nothing of it.
+    return dict(body)
+
+
+def _log_failed_pass(key: tuple[str, str], outcome: asyncio.Future) -> None:
+    # A failed pass is not retried through kopf (that would write progress annotations);
+    # the resync period tries again.
+    if not outcome.cancelled() and outcome.exception() is not None:
+        log.error(
+            "pass failed",
+            exc_info=outcome.exception(),
+            extra={"namespace": key[0], "service": key[1]},
+        )
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf keeps no diff-base: the operator registers no create/update/resume handlers
+    (a TTSService's changes are told by `Resync.observe`), so none would be read, and
+    kopf's own storage builds a deep copy of every watched object (children included,
+    managedFields and all) on every watch event to compare with it."""
+
+    def build(self, *, body, extra_fields=None):
+        return None
+
+    def fetch(self, *, body):
+        return None
+
+    def store(self, *, body, patch, essence):
+        pass
 
 
 def register(
@@ -67,14 +97,13 @@ def register(
         # kopf would post an Event for every handler run (writes on every pass);
         # the reconciler posts its own Events for what it changes.
         settings.posting.enabled = False
-        # Progress and diff-base in our own annotations, never in status (our
-        # status schema is structural and would prune kopf's fields).
+        # Progress in our own annotations, never in status (our status schema is
+        # structural and would prune kopf's fields); none is written while no kopf
+        # handler but on.event is registered.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
             prefix=ANNOTATION_PREFIX
         )
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-        )
+        settings.persistence.diffbase_storage = NoDiffBase()
         settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
         # No CRD or namespace watching: fewer RBAC rules; the chart installs the CRD first.
         settings.scanning.disabled = True
@@ -102,7 +131,11 @@ def register(
             memo.reconciler.forget(body["metadata"]["uid"])
             metrics.forget(body["metadata"].get("namespace", "default"), body["metadata"]["name"])
         else:
-            memo.resync.remember(_plain(body))
+            plain = _plain(body)
+            requested = memo.resync.observe(plain)
+            if requested is not None:
+                # Not awaited: kopf's next event of this object need not wait for the pass.
+                requested.add_done_callback(functools.partial(_log_failed_pass, Resync.key(plain)))
 
     async def child_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
         memo.cluster.observe(event.get("type"), body)
@@ -118,11 +151,3 @@ def register(
             labels=CHILD_LABELS,
             registry=registry,
         )(child_changed)
-
-    @kopf.on.resume(**RESOURCE, registry=registry)
-    @kopf.on.create(**RESOURCE, registry=registry)
-    @kopf.on.update(**RESOURCE, registry=registry)
-    async def reconcile(body: kopf.Body, memo: kopf.Memo, **_) -> None:
-        await memo.resync.reconcile_now(_plain(body))
-        # A failed pass is not retried through kopf (that would write progress
-        # annotations); the resync loop tries again next period.

@@ -1,7 +1,7 @@
 """One queue of work per TTSService: who asks for a pass, and which body it reconciles.
 
-Passes are asked for by kopf's create/update/resume handlers (`reconcile_now`), by a
-child's watch event (`soon`, child_watch.py) and by the period (`pass_once`, the
+Passes are asked for by the TTSService watch when an object is new or a user changed it
+(`observe`), by a child's watch event (`soon`, child_watch.py) and by the period (`pass_once`, the
 level-based safety net; kopf's own timers would add a finalizer to every TTSService, so
 deleting one would hang while the operator is down). For each key (namespace, name):
 
@@ -29,19 +29,19 @@ its requests in flight, the operator's memory peaks with them, and no pass finis
 sooner for it, the API server and the event loop being the limits). A TTSService's first
 pass goes before waiting re-passes: after a bulk apply or an operator start, the services
 already done ask again as their Deployments go ready, and a new one's children must not
-wait behind them. So does a pass asked for by a change (kopf's create, update and resume
-handlers): the period's and the child watches' passes wait behind what a user just applied.
+wait behind them. So does a pass asked for by a change (`observe`): the period's and the
+child watches' passes wait behind what a user just applied.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ttsfleet_operator.cluster import is_newer
+from ttsfleet_operator.cluster import Kept, not_older, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,25 @@ Key = tuple[str, str]  # (namespace, name)
 BACKOFF_CAP_SECONDS = 300.0
 # Passes running at once; more only queue on the event loop and the API client's pool.
 MAX_CONCURRENT_PASSES = 16
+# Annotations written by tools, not by a user deciding something: no pass for them. (The
+# second is kopf's diff-base, which operators before this one wrote.)
+TOOL_ANNOTATIONS = frozenset(
+    {"kubectl.kubernetes.io/last-applied-configuration", "ttsfleet.io/last-handled-configuration"}
+)
+
+
+def change_digest(body: dict) -> tuple:
+    """What of a TTSService a user changes: its spec (the API server counts each change in
+    the generation), its labels and its annotations (a canary action is one). Status writes,
+    the operator's own, change none of it."""
+    metadata = body["metadata"]
+    annotations = {
+        key: value
+        for key, value in (metadata.get("annotations") or {}).items()
+        if key not in TOOL_ANNOTATIONS
+    }
+    labels_and_annotations = json.dumps([metadata.get("labels") or {}, annotations], sort_keys=True)
+    return metadata.get("generation"), hash(labels_and_annotations)
 
 
 class PassSlots:
@@ -123,8 +142,11 @@ class Resync:
         self.clock = clock
         # key -> (passes failed in a row, clock time from which the period retries it)
         self.failing: dict[Key, tuple[int, float]] = {}
-        # key -> the newest body known (the watch's, or what our status write returned)
-        self.bodies: dict[Key, dict] = {}
+        # key -> the newest body known (the watch's, or what our status write returned),
+        # without managedFields (a pass reads none)
+        self.bodies: dict[Key, Kept] = {}
+        # key -> change_digest of the body the watch delivered last
+        self.digests: dict[Key, tuple] = {}
         # key -> the pass asked for that has not started; its requesters await it
         self.pending: dict[Key, asyncio.Future] = {}
         # key -> the one task running that key's passes, one after another
@@ -141,12 +163,16 @@ class Resync:
     def remember(self, body: dict) -> None:
         """Keep `body` unless the one known is newer (resourceVersion)."""
         key = self.key(body)
-        if is_newer(body, self.bodies.get(key)):
-            self.bodies[key] = copy.deepcopy(body)
+        current = self.bodies.get(key)
+        if current is None or not_older(resource_version(body), current.version):
+            metadata = {**body["metadata"]}
+            metadata.pop("managedFields", None)
+            self.bodies[key] = Kept({**body, "metadata": metadata})
 
     def forget(self, body: dict) -> None:
         key = self.key(body)
         self.bodies.pop(key, None)
+        self.digests.pop(key, None)
         self.failing.pop(key, None)
         self.started.discard(key)
         self.changed.discard(key)
@@ -154,13 +180,32 @@ class Resync:
         if pending is not None:
             pending.cancel()
 
+    def observe(self, body: dict) -> asyncio.Future | None:
+        """A TTSService as its watch delivered it: kept, and a pass asked for, ahead of
+        background passes, when the object is new to this process or a user changed it
+        (`change_digest`); its future, or None when no pass was asked for.
+
+        This is all the change detection there is: kopf's create/update/resume handlers
+        would need its diff-base, an annotation patched onto every TTSService after each
+        change (one request more per change) and a copy of the object built on every
+        watch event."""
+        key = self.key(body)
+        self.remember(body)
+        digest = change_digest(body)
+        if self.digests.get(key) == digest:
+            return None
+        self.digests[key] = digest
+        return self._request_for_change(key)
+
     async def reconcile_now(self, body: dict) -> object:
         """A pass over `body`'s key (its newest known body), shared with any not yet started."""
         self.remember(body)
-        key = self.key(body)
+        return await self._request_for_change(self.key(body))
+
+    def _request_for_change(self, key: Key) -> asyncio.Future:
         self.changed.add(key)
         self.slots.promote(key)
-        return await self.request(key)
+        return self.request(key)
 
     def request(self, key: Key) -> asyncio.Future:
         """Ask for a pass over `key`; the future is its outcome (None: nothing to reconcile)."""
@@ -192,14 +237,14 @@ class Resync:
         # it, and its body is the newest by then.
         future = self.pending.pop(key)
         self.changed.discard(key)
-        body = self.bodies.get(key)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        kept = self.bodies.get(key)
+        if kept is None or kept.deleting:
             future.set_result(None)
             return
         self.started.add(key)
         began = self.clock()
         try:
-            outcome = await self.reconcile(copy.deepcopy(body))
+            outcome = await self.reconcile(kept.load())
         except Exception as error:
             self._record(key, began, failed=True)
             future.set_exception(error)
@@ -269,8 +314,8 @@ class Resync:
         """Reconcile every known object once, but those backing off; returns how many."""
         count = 0
         for key in list(self.bodies):
-            body = self.bodies.get(key)
-            if body is None or body["metadata"].get("deletionTimestamp") or self.backing_off(key):
+            kept = self.bodies.get(key)
+            if kept is None or kept.deleting or self.backing_off(key):
                 continue
             try:
                 await self.request(key)

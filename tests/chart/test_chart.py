@@ -70,7 +70,7 @@ def rules_by_resource(rules: list[dict]) -> dict[str, set[str]]:
 
 def expected_rules() -> dict[str, set[str]]:
     expected = {
-        "ttsfleet.io/ttsservices": {"list", "watch", "patch"},
+        "ttsfleet.io/ttsservices": {"list", "watch"},
         "ttsfleet.io/ttsservices/status": {"patch"},
         "/events": {"create"},
     }

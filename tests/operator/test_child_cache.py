@@ -113,3 +113,20 @@ async def test_lists_are_copies_and_carry_no_managed_fields(fake_cluster):
     first["spec"] = "changed by a caller"
     (second,) = await cache.list("v1", "Service", "voice", SELECTOR)
     assert second["spec"] != "changed by a caller"
+
+
+async def test_the_cache_keeps_its_own_copy_of_what_the_watch_delivered(fake_cluster):
+    await Reconciler(fake_cluster).reconcile(body())
+    cache = CachedCluster(fake_cluster)
+    await cache.list("v1", "Service", "voice", SELECTOR)  # the first listing, done
+    delivered = {
+        "kind": "Service",
+        **copy.deepcopy(fake_cluster.objects[("Service", "voice", "demo")]),
+    }
+    delivered["spec"]["sessionAffinity"] = "ClientIP"
+    delivered["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    cache.observe("MODIFIED", delivered)
+    delivered["spec"]["sessionAffinity"] = "None"  # whoever holds the watch body later
+    (kept,) = await cache.list("v1", "Service", "voice", SELECTOR)
+    assert kept["spec"]["sessionAffinity"] == "ClientIP"
+    assert "managedFields" not in kept["metadata"]

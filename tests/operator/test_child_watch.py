@@ -190,7 +190,7 @@ async def test_a_child_event_schedules_one_coalesced_pass_over_its_owner():
     assert passes == ["demo"]
     # The same events keep the cache the pass lists children from.
     (cached,) = memo.cluster.objects[("voice", "Deployment")].values()
-    assert cached["status"]["readyReplicas"] == 3
+    assert cached.load()["status"]["readyReplicas"] == 3
 
 
 def service_child(uid="s-1", **status) -> dict:

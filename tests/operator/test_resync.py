@@ -438,3 +438,50 @@ async def test_a_spec_change_goes_before_waiting_background_passes():
     release.set()
     await asyncio.gather(busy, changed, *background)
     assert seen == ["busy", "a", "c"]
+
+
+def watched(version, generation, annotations=None, labels=None):
+    """The TTSService "a" as its watch delivers it."""
+    obj = versioned("a", str(version))
+    obj["metadata"].update(generation=generation, annotations=annotations or {})
+    obj["metadata"]["labels"] = labels or {}
+    return obj
+
+
+async def test_the_watch_asks_for_a_pass_for_a_new_or_changed_service_never_for_a_status_write():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj["metadata"]["resourceVersion"])
+
+    resync = Resync(reconcile, period_seconds=30)
+    await resync.observe(watched(1, 1))  # new to this process (created, or listed at start)
+    assert resync.observe(watched(2, 1)) is None  # the pass's own status write
+    await resync.observe(watched(3, 2))  # a spec change
+    await resync.observe(watched(4, 2, annotations={"ttsfleet.io/canary-action": "promote"}))
+    await resync.observe(watched(5, 2, {"ttsfleet.io/canary-action": "promote"}, {"team": "x"}))
+    kubectl = {
+        "ttsfleet.io/canary-action": "promote",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+    }
+    assert resync.observe(watched(6, 2, kubectl, {"team": "x"})) is None
+    assert seen == ["1", "3", "4", "5"]
+    resync.forget(watched(6, 2))
+    await resync.observe(watched(7, 1))  # deleted and created again by the same name
+    assert seen[-1] == "7"
+
+
+async def test_a_pass_gets_the_body_without_managed_fields():
+    seen = []
+
+    async def reconcile(obj):
+        seen.append(obj)
+
+    resync = Resync(reconcile, period_seconds=30)
+    delivered = watched(1, 1)
+    delivered["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    resync.remember(delivered)
+    await resync.pass_once()
+    assert "managedFields" not in seen[0]["metadata"]
+    assert seen[0]["metadata"]["generation"] == 1
+    assert "managedFields" in delivered["metadata"]  # the watch's body is left as it was

@@ -35,8 +35,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/*
 The operator's permissions: exactly the requests it makes.
-- ttsservices: kopf lists and watches them and patches its annotations
-  (last-handled configuration); the reconciler patches status.
+- ttsservices: kopf lists and watches them and writes nothing onto them (no diff-base,
+  progress or finalizer: handlers.py); the reconciler patches status.
 - children: listed to compare, created and patched by server-side apply
   (apply of a new object needs create), deleted when no longer rendered.
 - deployments are also watched: a TTSService's status follows its Deployments'
@@ -49,7 +49,7 @@ election uses a Lease, granted apart in leader-election.yaml).
 {{- define "ttsfleet.rules" -}}
 - apiGroups: ["ttsfleet.io"]
   resources: ["ttsservices"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["list", "watch"]
 - apiGroups: ["ttsfleet.io"]
   resources: ["ttsservices/status"]
   verbs: ["patch"]
