@@ -60,13 +60,14 @@ class Listener:
 _keys = itertools.count()
 
 
-def stream_seq(chunks_delivered: int) -> CodecStream:
+def stream_seq(chunks_delivered: int, background: bool = False) -> CodecStream:
     return CodecStream(
         key=next(_keys),
         request_id="",
         stream=Listener(chunks_delivered),
         voice=None,
         t_admitted=0.0,
+        background=background,
     )
 
 
@@ -97,5 +98,19 @@ def test_a_first_chunk_goes_first_even_when_it_is_the_longest_call():
         # A larger first chunk (first_chunk_frames 4) beside a stream ramping at 2.
         worker._run_wave([chunk(stream_seq(1), 2), chunk(stream_seq(0), 4)])
         assert decoder.calls == [(1, 4), (1, 2)]
+    finally:
+        worker.stop()
+
+
+def test_a_batch_jobs_first_chunk_waits_its_turn_by_length():
+    # Nobody listens for batch work's first audio: its 2-frame first chunk is not put
+    # ahead of the interactive streams' calls; by length it still goes before the 4s.
+    decoder = RecordingDecoder()
+    worker = CodecWorker(decoder, "cpu")
+    try:
+        batch_first = chunk(stream_seq(0, background=True), 2)
+        interactive_first = chunk(stream_seq(0), 8)
+        worker._run_wave([chunk(stream_seq(2), 4), batch_first, interactive_first])
+        assert decoder.calls == [(1, 8), (1, 2), (1, 4)]
     finally:
         worker.stop()

@@ -35,6 +35,7 @@ class Seq:
     chunks: int = 5  # handed to the codec so far (5: past the ramp, next chunk is 8 frames)
     finished: bool = False
     paused: bool = False  # its caller is a buffer behind (backpressure)
+    background: bool = False  # batch work (SynthesisRequest.priority "batch")
 
 
 def seconds_ago(s: float) -> float:
@@ -81,6 +82,20 @@ def test_a_chunk_on_its_way_to_the_listener_needs_no_more_steps(core):
     assert core.underrun_steps == 0
     core.scheduler.running.clear()
     assert core._sample_leads(NOW) is None and core.min_lead_s is None
+
+
+def test_batch_work_has_no_listener_and_no_lead(core):
+    # A batch row's audio goes to a bucket: a fresh one, a frame ahead, must not put the
+    # scheduler on its guarded prefill budget, nor count as an underrun when behind.
+    core.step_s = 0.05
+    fresh = Seq(Stream(seconds_ago(0.1), 2), frames=2, pending=[], chunks=1, background=True)
+    behind = Seq(Stream(seconds_ago(1.0), 10), frames=10, pending=[], background=True)
+    core.scheduler.running.update({0: fresh, 1: behind})
+    assert core._sample_leads(NOW) is None and core.min_lead_s is None
+    assert core.underrun_steps == 0
+    listened = Seq(Stream(seconds_ago(0.5), 8), frames=16, pending=[])
+    core.scheduler.running[2] = listened
+    assert core._sample_leads(NOW) == pytest.approx(8 * FRAME_S - 0.5)
 
 
 async def test_a_running_engine_measures_its_streams_leads(make_engine):

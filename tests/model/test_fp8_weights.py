@@ -127,25 +127,22 @@ def test_the_kernel_path_with_fp8_weights_speaks_the_eager_codes(tiny_custom_voi
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_a_gpu_the_graphed_scaled_mm_step_speaks_the_emulations_codes(tiny_custom_voice):
-    """_scaled_mm inside the captured decode graphs (the fused operations, bf16) against
-    the same quantized model emulated in the same graphs: only the fp8 product differs."""
-    from ttsfleet_runtime.model import ops as talker_ops
-
-    def codes(scaled_mm: bool):
-        return our_codes(
-            tiny_custom_voice,
-            "Eight bits a weight, on the GPU.",
-            "ryan",
-            None,
-            "english",
-            12,
-            ops=talker_ops.fused(),
-            device="cuda",
-            dtype="bfloat16",
-            cuda_graphs=True,
-            weights="fp8",
-            fp8_scaled_mm=scaled_mm,
-        )
-
-    assert torch.equal(codes(True).cpu(), codes(False).cpu())
+def test_on_a_gpu_the_graphed_scaled_mm_product_is_the_emulations_to_accumulation_error():
+    """_scaled_mm captured in a CUDA graph against the emulation, at the shape of a decode
+    step. Not equal: Hopper's fp8 tensor cores accumulate with fewer bits than float32
+    (on the H200 the graphed step's codes of a random tiny model, whose logits are nearly
+    flat, parted from the emulation's after 12 codes), so the bound is a share of the
+    output's scale, far below what a wrong scale or layout gives (errors of order 1)."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(2048, 1024, generator=generator).cuda()
+    x = torch.randn(8, 1024, generator=generator).cuda().to(torch.bfloat16)
+    emulated = fp8.Fp8Weight(weight, scaled_mm=False).matmul(x).float()
+    quantized = fp8.Fp8Weight(weight, scaled_mm=True)
+    quantized.matmul(x)  # cuBLASLt picks its kernel outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = quantized.matmul(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    error = (out.float() - emulated).abs().amax() / emulated.abs().amax()
+    assert error < 1e-2, f"relative error {error:.2e}"

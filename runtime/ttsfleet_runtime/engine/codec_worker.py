@@ -81,6 +81,7 @@ class CodecStream:
     voice: object  # its VoicePrompt: the decoder's conditioning (25 Hz)
     t_admitted: float | None
     sample_format: SampleFormat = "f32"  # what its chunks carry (`SynthesisRequest`)
+    background: bool = False  # batch work: nobody waits for its first audio
 
 
 @dataclasses.dataclass
@@ -378,10 +379,14 @@ def _urgency(group: tuple[int, list[ChunkJob]]) -> tuple[bool, int]:
     stream that has no audio out yet (its time to first audio is running), then the
     smaller chunks (streams early in the ramp, with the least lead). Under load a
     wave holds first chunks beside other streams' 8-frame chunks; those callers have
-    seconds of audio ahead of them. A stream is in one call of a wave, so its own
-    chunks keep their order."""
+    seconds of audio ahead of them. A batch job's first chunk is not urgent: nobody
+    listens for it. A stream is in one call of a wave, so its own chunks keep their
+    order."""
     frames, jobs = group
-    first_audio = any(not job.prime and job.request.stream.chunks_delivered == 0 for job in jobs)
+    first_audio = any(
+        not job.prime and not job.request.background and job.request.stream.chunks_delivered == 0
+        for job in jobs
+    )
     return (not first_audio, frames)
 
 

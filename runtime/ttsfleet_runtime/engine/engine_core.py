@@ -482,8 +482,9 @@ class EngineCore:
         for seq in self.scheduler.running.values():
             stream = seq.stream
             # A paused stream's listener has audio waiting (more than its buffer):
-            # the engine is not what it waits for.
-            if stream.first_audio_at is None or seq.finished or seq.paused:
+            # the engine is not what it waits for. Batch work has no listener: a fresh
+            # batch row's small lead would hold every prefill to the guarded budget.
+            if stream.first_audio_at is None or seq.finished or seq.paused or seq.background:
                 continue
             lead = stream.audio_delivered_s - (now - stream.first_audio_at)
             in_flight = seq.frames - len(seq.pending) > stream.frames_decoded
@@ -573,7 +574,13 @@ class EngineCore:
 def _codec_stream(seq: Sequence) -> CodecStream:
     """What the codec worker reads of `seq` (it never sees the Sequence itself)."""
     return CodecStream(
-        seq.key, seq.request_id, seq.stream, seq.voice, seq.t_admitted, seq.stream.sample_format
+        seq.key,
+        seq.request_id,
+        seq.stream,
+        seq.voice,
+        seq.t_admitted,
+        seq.stream.sample_format,
+        seq.background,
     )
 
 
