@@ -214,7 +214,12 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     from ttsfleet_runtime.bench.common import ready_checkpoint
-    from ttsfleet_runtime.loadtest.serve_process import Server, report_head, report_saver
+    from ttsfleet_runtime.loadtest.serve_process import (
+        Server,
+        report_head,
+        report_saver,
+        wait_background,
+    )
     from ttsfleet_runtime.loadtest.texts import builtin_texts
 
     report = report_head("batch_interference", args)
@@ -235,6 +240,10 @@ def main() -> int:
     samples = {}
     try:
         report["ready_s"] = server.wait_ready(600)
+        # The graphs captured after ready stall steps while they are made: both phases
+        # start once they are done (the H200's first "alone" phase, started at ready,
+        # had p95 812 ms from its first 10 s).
+        report["capture_background_s"] = wait_background(server.base, 120.0)
         alone = interactive_phase(server.base, args, texts, "alone")
         samples["alone"] = alone.pop("samples")
         report["alone"] = phase_summary(alone)
