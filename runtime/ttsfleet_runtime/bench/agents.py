@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-from .common import Budget, add_tokenizer_rate_argument
+from .common import Budget, add_serve_arguments, add_tokenizer_rate_argument
 
 RESULT = "agents.json"
 
@@ -48,17 +48,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--utterance-s", type=float, default=10.0, help="serve --max-audio-seconds")
     ap.add_argument("--max-batch", type=int, default=256)
     ap.add_argument("--max-ttfa-p95-ms", type=float, default=80.0, help="a level passes below")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
-    ap.add_argument("--ready-timeout-s", type=float, default=300.0)
-    ap.add_argument(
-        "--serve-flag",
-        action="append",
-        default=[],
-        help="one more `serve` argument, as --serve-flag=--max-queue --serve-flag=1024",
-    )
-    ap.add_argument("--budget-s", type=float, default=480.0)
+    add_serve_arguments(ap, budget_s=480.0)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .common import Budget, add_tokenizer_rate_argument, checkpoint_path
+from .common import Budget, add_serve_arguments, add_tokenizer_rate_argument, checkpoint_path
 
 
 def write_checkpoint(size: str, args, folder: Path) -> dict:
@@ -221,17 +221,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-burst", action="store_true")
     ap.add_argument("--stop-after", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
-    ap.add_argument("--ready-timeout-s", type=float, default=300.0)
-    ap.add_argument(
-        "--serve-flag",
-        action="append",
-        default=[],
-        help="one more `serve` argument, as --serve-flag=--max-queue --serve-flag=1024",
-    )
-    ap.add_argument("--budget-s", type=float, default=540.0)
+    add_serve_arguments(ap, budget_s=540.0)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -95,6 +95,22 @@ def add_tokenizer_rate_argument(ap) -> None:
     )
 
 
+def add_serve_arguments(ap, budget_s: float) -> None:
+    """The options of a benchmark that serves a random checkpoint and loads it over HTTP:
+    where it runs, its checkpoint folder, how long it may start, `serve` flags, a budget."""
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--ckpt-dir", default="/tmp/ttsfleet-ckpt")
+    ap.add_argument("--ready-timeout-s", type=float, default=300.0)
+    ap.add_argument(
+        "--serve-flag",
+        action="append",
+        default=[],
+        help="one more `serve` argument, as --serve-flag=--max-queue --serve-flag=1024",
+    )
+    ap.add_argument("--budget-s", type=float, default=budget_s)
+
+
 def checkpoint_path(size: str, args, variant: str = "CustomVoice") -> str:
     """Where the random checkpoint of `size`, `variant` and the tokenizer rate (the
     `--tokenizer-rate` of benchmarks that have one; else 12 Hz) lives, or `args.model`."""
