@@ -115,6 +115,7 @@ class Seq:
     chunks: int
     finished: bool = False
     paused: bool = False
+    background: bool = False  # batch work has no listener: no lead
 
 
 def test_frames_the_decoder_holds_back_are_not_audio_on_its_way(tiny_25hz_custom_voice):
