@@ -178,6 +178,9 @@ def phase_summary(result: dict) -> dict:
         "share": rate.get("share"),
         "interactive_audio_s_per_s": rate.get("audio_s_per_s"),
         "wall_s": result["wall_s"],
+        # The server's own view over the phase: the engine and codec threads' busy
+        # shares per phase (where a batch's cost lands), active streams, queue depth.
+        "server": rate.get("server"),
     }
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from ttsfleet_runtime.engine.api import SamplingParams
 from ttsfleet_runtime.engine.scheduler import (
+    BACKGROUND_PREFILL_TOKENS,
     GUARDED_PREFILL_TOKENS,
     LEAD_GUARD_S,
     QueueFullError,
@@ -29,6 +30,7 @@ class Seq:
     finished: bool = False
     prompt_length: int = 10
     background: bool = False
+    chunks: int = 0
 
 
 def make(max_batch: int, max_queue: int, prompts: int = 64, tokens: int = 1024) -> Scheduler:
@@ -68,8 +70,43 @@ def test_batch_rows_wait_while_an_interactive_request_waits_for_a_slot():
     assert [q.name for q in s.plan().prefill] == ["a", "b"]
     s.remove(s.running[0])
     assert [q.name for q in s.plan().prefill] == ["c"]
+    s.running[0].chunks = 1  # c's first audio is out
     s.remove(s.running[1])
     assert [q.name for q in s.plan().prefill] == ["batch"]
+
+
+def test_batch_rows_wait_while_an_interactive_stream_makes_its_first_chunk():
+    s = make(max_batch=8, max_queue=8)
+    caller = Seq("caller")
+    s.admit(caller)
+    s.add(Seq("batch", background=True))
+    # The caller's prefill goes alone, and the iterations up to its first chunk carry
+    # no batch prefill either: they are its time to first audio.
+    assert [q.name for q in s.plan().prefill] == ["caller"]
+    assert s.plan().prefill == []
+    caller.chunks = 1
+    assert [q.name for q in s.plan().prefill] == ["batch"]
+
+
+def test_batch_rows_wait_while_a_playing_stream_is_short_of_lead():
+    s = make(max_batch=8, max_queue=8)
+    s.add(Seq("batch", background=True))
+    assert s.plan(spare_s=LEAD_GUARD_S / 2).prefill == []
+    assert [q.name for q in s.plan(spare_s=LEAD_GUARD_S * 2).prefill] == ["batch"]
+
+
+def test_an_iteration_prefills_a_few_batch_prompts_at_most():
+    s = make(max_batch=64, max_queue=64)
+    length = BACKGROUND_PREFILL_TOKENS // 4
+    for i in range(10):
+        s.add(Seq(f"batch{i}", background=True, prompt_length=length))
+    assert len(s.plan().prefill) == 4
+    assert len(s.plan().prefill) == 4
+    # One prompt longer than the whole allowance still goes, alone.
+    s = make(max_batch=64, max_queue=64)
+    s.add(Seq("long", background=True, prompt_length=BACKGROUND_PREFILL_TOKENS * 3))
+    s.add(Seq("short", background=True))
+    assert [q.name for q in s.plan().prefill] == ["long"]
 
 
 def test_waiting_batch_rows_do_not_count_against_the_interactive_queue_bound():
@@ -209,6 +246,18 @@ def test_each_chunk_is_as_long_as_the_audio_before_it_up_to_chunk_frames():
     flat = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=8, chunk_frames=4)
     assert [flat.chunk_limit(i) for i in range(3)] == [8, 4, 4]
     assert flat.chunk_sizes() == (4, 8)
+
+
+def test_batch_work_makes_steady_chunks_from_the_first():
+    rules = StepRules(eos_id=EOS, max_len=100, first_chunk_frames=2, chunk_frames=8)
+    assert [rules.chunk_limit(i, background=True) for i in range(3)] == [8, 8, 8]
+    s = make(max_batch=2, max_queue=2)
+    seq = running(0)
+    seq.background = True
+    sizes = []
+    for _ in range(16):
+        sizes += [len(c.codes) for c in step(s, [seq], rules=rules).chunks]
+    assert sizes == [8, 8]
 
 
 def test_eos_ends_the_sequence_with_its_pending_frames_as_the_last_chunk():

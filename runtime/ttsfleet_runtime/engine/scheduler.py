@@ -37,6 +37,11 @@ Priority: a background sequence (`SynthesisRequest.priority` "batch": batch jobs
 spare capacity, docs/batch.md) takes a slot only when no ready interactive request
 waits, and background rows hold at most `max_background` slots, so an interactive
 request arriving while a batch fills the engine finds a free slot at the next plan.
+A prefill lengthens the iteration every stream waits for, so batch prompts also wait
+while an interactive stream is making its first chunk (its time to first audio runs
+through the next few iterations) and while the lead guard is up, and an iteration
+prefills at most `BACKGROUND_PREFILL_TOKENS` positions of them: the batch joins a few
+prompts at a time in the gaps, never as a burst in front of a newcomer.
 Background rows do not count against the waiting-queue bound that refuses interactive
 callers with 429: the batch worker bounds its own rows.
 
@@ -82,6 +87,11 @@ LEAD_GUARD_S = 0.1
 # Positions one guarded iteration prefills: the smallest buckets, a prefill
 # about as long as a decode step, still several typical (~10-position) prompts.
 GUARDED_PREFILL_TOKENS = 64
+# Positions of batch prompts one iteration prefills (at least one prompt): a few
+# typical prompts, a prefill that costs about a decode step, so batch admissions
+# spread over the iterations instead of stretching one of them. At ~100 iterations a
+# second this still admits far more batch prompts than the slots free up.
+BACKGROUND_PREFILL_TOKENS = 128
 
 
 def default_max_background(max_batch: int) -> int:
@@ -96,6 +106,7 @@ class Schedulable(Protocol):
     kv_blocks: list[int]  # KV blocks held, in position order
     t_admitted: float | None  # when it took its slot (plan sets it)
     background: bool  # batch work: after interactive requests, within max_background
+    chunks: int  # chunks made so far (0: its time to first audio is still running)
 
     @property
     def finished(self) -> bool: ...
@@ -140,8 +151,12 @@ class StepRules:
     first_chunk_frames: int
     chunk_frames: int  # the steady chunk, once the ramp reaches it
 
-    def chunk_limit(self, index: int) -> int:
-        """Frames of a stream's `index`-th chunk (0-based)."""
+    def chunk_limit(self, index: int, background: bool = False) -> int:
+        """Frames of a stream's `index`-th chunk (0-based). Batch work (`background`)
+        has no listener to start early: its chunks are `chunk_frames` from the first,
+        fewer and larger decoder calls for the codec thread."""
+        if background:
+            return self.chunk_frames
         if index == 0:
             return self.first_chunk_frames
         before = self.first_chunk_frames << min(index - 1, 16)  # frames made before it
@@ -201,6 +216,25 @@ class Releases:
 
     seqs: list
     slots: list[int]
+
+
+@dataclasses.dataclass
+class BackgroundRoom:
+    """One plan's room for batch prompts (`Scheduler.plan`)."""
+
+    slots: int  # slots background rows may still take
+    starting: bool  # an interactive stream is making its first chunk
+    guarded: bool  # a playing stream is short of lead
+    tokens: int = 0  # batch positions this plan prefills
+
+    def admits(self, seq: Schedulable) -> bool:
+        if self.slots <= 0 or self.starting or self.guarded:
+            return False
+        return not self.tokens or self.tokens + seq.prompt_length <= BACKGROUND_PREFILL_TOKENS
+
+    def took(self, seq: Schedulable) -> None:
+        self.slots -= 1
+        self.tokens += seq.prompt_length
 
 
 class Scheduler(Generic[S]):
@@ -359,20 +393,25 @@ class Scheduler(Generic[S]):
             return plan  # a next piece did not fit: no newcomer overtakes it
         free = sorted(set(range(self.max_batch)) - set(self.running))
         interactive_ready = sum(not q.background and q.ready_for_prefill for q in self.waiting)
-        background_rows = sum(q.background for q in self.running.values())
+        room: BackgroundRoom | None = None  # counted once, when a batch prompt is ready
         for seq in list(self.waiting):
             if not free:
                 break
             if not seq.ready_for_prefill:
                 continue  # its text has not arrived; later arrivals may go first
-            if seq.background and (interactive_ready or background_rows >= self.max_background):
-                continue  # batch work only on room no interactive request wants
+            if seq.background:
+                if room is None:
+                    room = self._background_room(guarded)
+                if interactive_ready or not room.admits(seq):
+                    continue  # batch work only on room and time no interactive request wants
             if not take(seq, self._admit_kv):
                 break
             if seq.background:
-                background_rows += 1
+                room.took(seq)
             else:
                 interactive_ready -= 1
+                if room is not None:
+                    room.starting = True
             self.waiting.remove(seq)
             # Lowest free slot: keeps the batch a short prefix of the slots.
             seq.slot = free.pop(0)
@@ -380,6 +419,20 @@ class Scheduler(Generic[S]):
             self.running[seq.slot] = seq
             self._kv_changed[seq.slot] = seq
         return plan
+
+    def _background_room(self, guarded: bool) -> BackgroundRoom:
+        """What this plan leaves batch prompts: the slots under `max_background` that
+        background rows do not hold, and whether any interactive stream still makes its
+        first chunk (one pass over the running rows, made only when batch work waits)."""
+        rows = starting = 0
+        for seq in self.running.values():
+            if seq.background:
+                rows += 1
+            elif seq.chunks == 0:
+                starting += 1
+        return BackgroundRoom(
+            slots=self.max_background - rows, starting=starting > 0, guarded=guarded
+        )
 
     def _admit_kv(self, seq: S) -> bool:
         """Blocks for a newcomer's prompt, if they are free beyond the watermark."""
@@ -500,7 +553,7 @@ class Scheduler(Generic[S]):
             reason = "length"
         if reason is not None and clock is not None:
             clock.piece_ended(seq.frames)
-        if reason is not None or len(seq.pending) >= rules.chunk_limit(seq.chunks):
+        if reason is not None or len(seq.pending) >= rules.chunk_limit(seq.chunks, seq.background):
             words = clock.take() if clock is not None else ()
             out.chunks.append(
                 Chunk(seq, np.stack(seq.pending), seq.chunks, last=reason is not None, words=words)

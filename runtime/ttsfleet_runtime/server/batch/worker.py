@@ -190,10 +190,12 @@ class BatchWorker:
             raise
         finally:
             stream.release()
-        pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
         rate = runtime.engine.info.sample_rate
-        data = audio_encoding.encode_file(pcm, rate, body.response_format)
-        duration_s = len(pcm) / rate
+        # Encoding (an mp3 of a minute takes tens of ms) and hashing run off the event
+        # loop, which streams the interactive requests' audio meanwhile.
+        data, digest, duration_s = await asyncio.to_thread(
+            _stored_audio, parts, rate, body.response_format
+        )
         key = self.store.audio_object(job["id"], item["custom_id"], body.response_format)
         if renewing.done():
             raise LeaseLost()  # another worker has the item: leave its object alone
@@ -214,8 +216,15 @@ class BatchWorker:
                     "content_type": audio_encoding.CONTENT_TYPES[body.response_format],
                     "bytes": len(data),
                     "duration_s": round(duration_s, 3),
-                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "sha256": digest,
                 },
             ),
             "completed",
         )
+
+
+def _stored_audio(parts: list[np.ndarray], rate: int, fmt: str) -> tuple[bytes, str, float]:
+    """An item's audio as the file stored for it: (bytes, their sha256, seconds)."""
+    pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+    data = audio_encoding.encode_file(pcm, rate, fmt)
+    return data, hashlib.sha256(data).hexdigest(), len(pcm) / rate
