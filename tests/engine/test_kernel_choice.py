@@ -5,6 +5,8 @@ the eager model's path fails the test, whichever kernel it is."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -69,14 +71,19 @@ def test_a_model_loaded_eager_holds_the_eager_operations(tiny_custom_voice):
 
 
 def test_serving_on_a_gpu_turns_cudnn_attention_off_and_a_cpu_leaves_it():
-    """The one process-wide switch is the serving process's (engine/process_switches.py),
+    """The process-wide switches are the serving process's (engine/process_switches.py),
     set at its start, not by an engine's constructor."""
-    was = torch.backends.cuda.cudnn_sdp_enabled()
+    was, interval = torch.backends.cuda.cudnn_sdp_enabled(), sys.getswitchinterval()
     try:
         torch.backends.cuda.enable_cudnn_sdp(True)
+        sys.setswitchinterval(0.005)
         process_switches.set_for_serving("cpu")
         assert torch.backends.cuda.cudnn_sdp_enabled()
+        # The engine thread takes the interpreter lock back sooner, on any device.
+        assert sys.getswitchinterval() == pytest.approx(process_switches.GIL_SWITCH_INTERVAL_S)
+        assert sys.getswitchinterval() < 0.005
         process_switches.set_for_serving("cuda:0")
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(was)
+        sys.setswitchinterval(interval)

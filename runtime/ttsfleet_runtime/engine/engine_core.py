@@ -149,6 +149,9 @@ class EngineCore:
         self.min_lead_s: float | None = None
         self.underrun_steps = 0
         self.prefill_deferred = 0
+        # Interactive requests left waiting by the last plan: what a batch worker asks
+        # before it claims more (read without the lock; a plan's worth stale at most).
+        self.interactive_waiting = 0
         self.step_s = 0.0  # seconds between decode steps while stepping (moving average)
         self._in_flight: StepInFlight | None = None  # launched, not applied yet
         # Seconds the engine thread spent in each phase of its iterations (idle
@@ -422,6 +425,7 @@ class EngineCore:
             spare_s = self._sample_leads(time.monotonic())
             plan = self.scheduler.plan(spare_s)
             self.prefill_deferred += plan.deferred
+            self.interactive_waiting = sum(not q.background for q in self.scheduler.waiting)
         self._sync_block_tables()  # the prompts' blocks, before the prefills store into them
         t = self._spent("plan", t)
         self._prefill(plan.prefill)

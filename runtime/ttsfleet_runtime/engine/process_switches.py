@@ -1,4 +1,4 @@
-"""The torch switches that act on the whole process. A serving process (and a benchmark
+"""The torch and interpreter switches that act on the whole process. A serving process (and a benchmark
 that times one) sets them once at start-up, before it builds its engine; no engine's
 constructor touches them, so building an engine changes no other model in the process.
 
@@ -10,11 +10,23 @@ attention at the same time), so it cannot choose per call either.
 
 from __future__ import annotations
 
+import sys
+
 import torch
+
+# How long a thread that wants the interpreter lock waits before the holder is asked
+# to hand it over (CPython's default: 5 ms). The engine thread hands the lock over at
+# most torch calls of an iteration (bench/torch_calls.py), and takes it back only
+# when the thread holding it then lets go: with the event loop busy (many streams, a
+# batch job's storage calls), each of those handovers could cost the engine up to
+# 5 ms, and an iteration makes dozens (the batch benchmark's H200 run: the engine's
+# iteration took twice as long with a batch running, its step mostly waiting).
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def set_for_serving(device: str) -> None:
-    """The switches a server on `device` runs with (nothing on a CPU)."""
+    """The switches a server on `device` runs with (on a CPU only the interpreter's)."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     if torch.device(device).type != "cuda":
         return
     # cuDNN's fused attention builds a kernel for every new shape (~0.1 s), and every

@@ -411,6 +411,13 @@ class TTSEngine:
     def _cancel(self, seq: Sequence) -> None:
         self.core.abort(seq, "cancelled")
 
+    def interactive_waiting(self) -> int:
+        """Interactive requests the engine's last plan left waiting for a slot: a cheap
+        hint for the batch worker, which asks before every claim. It takes no lock and
+        touches no device, unlike `stats`, so the event loop never waits for the engine
+        thread to ask it; requests submitted since that plan are not in it yet."""
+        return self.core.interactive_waiting
+
     def stats(self) -> EngineStats:
         waiting, active = self.core.inbox.counts()
         with self.core.lock:

@@ -86,7 +86,7 @@ class BatchWorker:
     def _room(self) -> bool:
         if self.stopping or len(self.held) >= self.concurrency:
             return False
-        return self.runtime.engine.stats().queue_depth == 0
+        return self.runtime.engine.interactive_waiting() == 0
 
     async def _run(self) -> None:
         while not self.stopping:
