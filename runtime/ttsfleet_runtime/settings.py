@@ -224,6 +224,13 @@ class ServerSettings:
         minimum=0,
         maximum=1024,
     )
+    # The worker holds fewer items while interactive requests' p95 time to first audio is
+    # over this (server/batch/pacing.py): batch work yields to interactive traffic.
+    batch_ttfa_budget_s: float = setting(
+        0.05,
+        "interactive p95 time to first audio (seconds) beyond which the batch worker backs off",
+        minimum=0.001,
+    )
     # A worker renews its claim at a third of this; a claim not renewed (the pod died or
     # was partitioned) returns its item to the queue once it lapses.
     batch_lease_s: float = setting(

@@ -183,6 +183,7 @@ def test_flag_and_variable_names_are_the_published_ones():
         # batch synthesis jobs (docs/batch.md)
         "TTSFLEET_BATCH_API": "--batch-api",
         "TTSFLEET_BATCH_WORKER_CONCURRENCY": "--batch-worker-concurrency",
+        "TTSFLEET_BATCH_TTFA_BUDGET": "--batch-ttfa-budget",
         "TTSFLEET_BATCH_LEASE": "--batch-lease",
         "TTSFLEET_BATCH_MAX_FILE_BYTES": "--batch-max-file-bytes",
         "TTSFLEET_BATCH_MAX_ITEMS": "--batch-max-items",

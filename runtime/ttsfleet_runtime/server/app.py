@@ -34,6 +34,7 @@ from . import (
 from .auth import ApiKeys
 from .batch import BatchStore, open_batches
 from .batch import routes as batch_routes
+from .batch.pacing import BatchPacing
 from .batch.worker import BatchWorker
 from .drain import Drain
 from .http_guard import HttpGuard, record_error
@@ -66,6 +67,9 @@ class Runtime:
     model_identity: dict = dataclasses.field(default_factory=dict)
     # Batch jobs' store (server/batch/); None: /v1/files and /v1/batches are off.
     batches: BatchStore | None = None
+    # How many items this pod's batch worker may hold now (server/batch/pacing.py), fed
+    # by the interactive requests' times to first audio; None: no worker.
+    batch_pacing: BatchPacing | None = None
     engine_stopped: bool = False
 
     def ready(self) -> bool:
@@ -124,6 +128,9 @@ def create_app(
     drain = Drain()
     store = voice_routes.open_store(settings, api_keys)
     runtime_metrics = metric_names.RuntimeMetrics(engine.stats, lambda: runtime.ready(), gpu=gpu)
+    pacing = None
+    if settings.batch_api and settings.batch_worker_concurrency > 0:
+        pacing = BatchPacing(settings.batch_worker_concurrency, settings.batch_ttfa_budget_s)
     voices = (
         None
         if store is None
@@ -155,7 +162,9 @@ def create_app(
             settings.max_input_chars,
             settings.max_audio_seconds,
             settings.stream_buffer_seconds,
+            on_first_audio=pacing.first_audio if pacing is not None else None,
         ),
+        batch_pacing=pacing,
         served_models=tuple(
             dict.fromkeys(n for n in (settings.served_model_name, engine.info.name) if n)
         ),
@@ -193,9 +202,9 @@ def create_app(
             await asyncio.to_thread(voices.store.watch)
             housekeeping = asyncio.create_task(voices.keep())
         worker = None
-        if runtime.batches is not None and settings.batch_worker_concurrency > 0:
+        if runtime.batches is not None and runtime.batch_pacing is not None:
             worker = BatchWorker(
-                runtime.batches, runtime, settings.batch_worker_concurrency, settings.batch_lease_s
+                runtime.batches, runtime, runtime.batch_pacing, settings.batch_lease_s
             )
             worker.start()
         yield

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from ..engine import api
 from . import errors
@@ -80,6 +80,7 @@ class Utterance:
     sample_rate: int
     metrics: object
     drain: Drain
+    on_first_audio: Callable[[float], None] | None = None  # told the TTFA at the first chunk
     first_audio_at: float | None = None
     admitted_at: float | None = None
     last_audio_at: float | None = None
@@ -99,6 +100,8 @@ class Utterance:
             if self.first_audio_at is None:
                 self.first_audio_at = now
                 self.admitted_at = chunk.t_admitted
+                if self.on_first_audio is not None:
+                    self.on_first_audio(now - self.received_at)
             self.last_audio_at = now
             self.audio_s += chunk.duration_s
             yield chunk
@@ -178,8 +181,12 @@ class Synthesizer:
         max_input_chars: int,
         max_audio_seconds: float,
         stream_buffer_s: float | None = None,
+        on_first_audio: Callable[[float], None] | None = None,
     ):
         self.engine = engine
+        # Told each interactive request's time to first audio as it happens (the batch
+        # worker's pacing, server/batch/pacing.py).
+        self.on_first_audio = on_first_audio
         self.metrics = metrics
         self.drain = drain
         self.voices = voices
@@ -293,4 +300,6 @@ class Synthesizer:
             sample_rate=self.engine.info.sample_rate,
             metrics=self.metrics,
             drain=self.drain,
+            # A streamed text's first audio waits for its text too: not the engine's time.
+            on_first_audio=self.on_first_audio if isinstance(request.text, str) else None,
         )

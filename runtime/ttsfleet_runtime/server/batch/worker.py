@@ -1,7 +1,9 @@
 """The batch worker inside a runtime pod: batch items on the room interactive traffic leaves.
 
 It claims an item only while no interactive request waits for the engine and it holds
-fewer than `--batch-worker-concurrency` items, and submits each with priority "batch",
+fewer items than its pacing allows (at most `--batch-worker-concurrency`, fewer while
+interactive requests' time to first audio is over `--batch-ttfa-budget`: pacing.py),
+and submits each with priority "batch",
 so the scheduler gives it only slots no interactive request wants (engine/scheduler.py).
 While an item is synthesised its lease is renewed at a third of its length; the audio
 goes to the bucket under the item's deterministic key, then the result is recorded
@@ -31,6 +33,7 @@ from .. import audio_encoding, errors
 from ..speech_request import SpeechRequest
 from ..synthesis import engine_refusal, generation_failure
 from . import jobs
+from .pacing import BatchPacing
 from .store import BatchStore
 
 log = logging.getLogger(__name__)
@@ -44,10 +47,10 @@ class LeaseLost(Exception):
 
 
 class BatchWorker:
-    def __init__(self, store: BatchStore, runtime, concurrency: int, lease_s: float):
+    def __init__(self, store: BatchStore, runtime, pacing: BatchPacing, lease_s: float):
         self.store = store
         self.runtime = runtime
-        self.concurrency = concurrency
+        self.pacing = pacing  # how many items it may hold now
         self.lease_s = lease_s
         self.poll_s = min(0.25, lease_s / 10)
         # (batch id, index) -> (token, task) of each item this worker runs.
@@ -84,7 +87,7 @@ class BatchWorker:
 
     # ------------------------------------------------------------ claiming
     def _room(self) -> bool:
-        if self.stopping or len(self.held) >= self.concurrency:
+        if self.stopping or len(self.held) >= self.pacing.allowed():
             return False
         return self.runtime.engine.interactive_waiting() == 0
 
