@@ -9,13 +9,17 @@ first audio of the interactive requests this pod served in the last `window_s`, 
 `--batch-ttfa-budget`.
 
 Additive increase, multiplicative decrease (TCP's congestion window, applied to items
-held): every half window, the limit halves when the interactive p95 of the window is
-over the budget, and grows by an eighth of the worker's concurrency when it is not (or
-when no interactive request came). It starts at that eighth, so a batch that begins
-under interactive load ramps up instead of arriving at full concurrency, and it never
-drops below one item: a batch always progresses, at a trickle while interactive
-traffic alone is over the budget. Items already running finish; the limit acts on what
-the worker claims next, so it follows the load within about an item's synthesis time.
+held): every quarter window, the limit halves when the interactive p95 of the window is
+over the budget, and grows by a sixteenth of the worker's concurrency when it is not (or
+when no interactive request came). A decrease forgets the requests that made it: the
+next decision judges only those that came after it, so one slow moment halves the limit
+once, not at every decision while it is in the window. The limit starts at that
+sixteenth, so a batch that begins under interactive load ramps up instead of arriving at
+full concurrency, and it never drops below one item: a batch always progresses, at a
+trickle while interactive traffic alone is over the budget. Items already running
+finish; the limit acts on what the worker claims next, so it follows the load within
+about an item's synthesis time (the H200 run in docs/batch.md: interactive p95 over the
+budget by about that lag).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class BatchPacing:
         self.concurrency = concurrency  # the most the worker ever holds
         self.budget_s = budget_s  # interactive p95 time to first audio the batch may not push past
         self.window_s = window_s
-        self.step = max(1, concurrency // 8)
+        self.step = max(1, concurrency // 16)
         self.limit = min(concurrency, self.step)
         self._clock = clock
         self._samples: collections.deque[tuple[float, float]] = collections.deque()
@@ -49,7 +53,7 @@ class BatchPacing:
     def allowed(self) -> int:
         """Batch items the worker may hold now."""
         now = self._clock()
-        if now - self._decided_at >= self.window_s / 2:
+        if now - self._decided_at >= self.window_s / 4:
             self._decide(now)
         return self.limit
 
@@ -66,6 +70,7 @@ class BatchPacing:
         p95 = self.interactive_p95_s()
         if p95 is not None and p95 > self.budget_s:
             self.limit = max(1, self.limit // 2)
+            self._samples.clear()  # judged: the next decision is on what follows it
         else:
             self.limit = min(self.concurrency, self.limit + self.step)
         self._decided_at = now
