@@ -91,7 +91,6 @@ async def agent_session(
 ) -> dict:
     """One agent session started at clock time `start` (waited for here); its record.
     Never raises: a failure is in the record (`error`, `closed_by_server`)."""
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     delay = start - time.monotonic()
@@ -103,13 +102,7 @@ async def agent_session(
     config = {"type": "session.config", "model": target.model, "voice": target.voice}
     try:
         async with asyncio.timeout(target.timeout_s):
-            async with connect(
-                target.socket_url(),
-                additional_headers=target.headers(),
-                compression=None,
-                ping_interval=None,
-                max_size=None,
-            ) as ws:
+            async with target.connect() as ws:
                 await ws.send(json.dumps(config))
                 ready = json.loads(await ws.recv())
                 if ready.get("type") != "session.ready":
