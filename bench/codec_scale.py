@@ -40,7 +40,6 @@ import dataclasses
 import datetime
 import json
 import math
-import platform
 import statistics
 import tempfile
 import time
@@ -50,7 +49,7 @@ from pathlib import Path
 import torch
 import triton
 
-from ttsfleet_runtime.bench.common import timed
+from ttsfleet_runtime.bench.common import machine_facts, timed
 from ttsfleet_runtime.checkpoint.speech_tokenizer_files import write_random_speech_tokenizer
 from ttsfleet_runtime.engine.frame_decoder import timing_12hz
 from ttsfleet_runtime.speech_tokenizer.rate12 import convs, load_speech_tokenizer
@@ -393,20 +392,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     torch.backends.cudnn.benchmark = True
+    facts = machine_facts("cuda", Path(__file__).resolve().parents[1])
     report = {
         "benchmark": "codec_scale",
         "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "machine": {
-            "gpu": torch.cuda.get_device_name(),
-            "host": platform.node(),
-            "python": platform.python_version(),
-        },
-        "versions": {
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
-        },
+        "machine": facts,
+        # The versions as this JSON has always listed them (cuDNN: the codec's convolutions).
+        "versions": {k: facts[k] for k in ("torch", "triton", "cuda")}
+        | {"cudnn": torch.backends.cudnn.version()},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
     }
     path = args.out / "codec_scale.json"

@@ -38,16 +38,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import gc
 import gzip
 import json
 import math
 import os
-import platform
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -55,44 +51,13 @@ from pathlib import Path
 
 import torch
 
-from ttsfleet_runtime.bench.common import TEXT, Budget, ready_checkpoint, timed
+from ttsfleet_runtime.bench.common import TEXT, Budget, machine_facts, ready_checkpoint, timed
 
 REPO = Path(__file__).resolve().parents[1]
 WAYS = ("bf16", "fp8")
 
 
 # ---------------------------------------------------------------- machine
-def machine(device: str) -> dict:
-    """Where and with what the numbers were taken."""
-    facts = dict(
-        host=socket.gethostname(),
-        cpus=os.cpu_count(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        command=" ".join(sys.argv),
-    )
-    try:
-        facts["git"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except Exception as e:  # a device copy of the tree may not be a checkout
-        facts["git"] = f"unknown: {e!r}"[:200]
-    try:
-        import triton
-
-        facts["triton"] = triton.__version__
-    except Exception as e:
-        facts["triton"] = f"unavailable: {e!r}"[:200]
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        facts |= dict(
-            gpu=props.name,
-            gpu_memory_gib=round(props.total_memory / 2**30, 1),
-            capability=f"{props.major}.{props.minor}",
-        )
-    return facts
 
 
 # ---------------------------------------------------------------- the pair
@@ -512,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--seeds must be at least 2 (the two-draw SNR baseline)")
     os.makedirs(args.out, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "budget")}
-    summary: dict = dict(env=machine(args.device), config=config, sizes={})
+    summary: dict = dict(env=machine_facts(args.device, REPO), config=config, sizes={})
     raw: dict = dict(config=config, sizes={})
 
     def dump() -> None:

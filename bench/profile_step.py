@@ -28,15 +28,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import gc
 import json
 import math
 import os
-import platform
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -46,53 +42,11 @@ from pathlib import Path
 
 import torch
 
-from ttsfleet_runtime.bench.common import Budget, run_sections, timed
+from ttsfleet_runtime.bench.common import Budget, machine_facts, run_sections, timed
 
 REPO = Path(__file__).resolve().parents[1]
 NAME_CHARS = 120
 TOP = 25
-
-
-# ---------------------------------------------------------------- environment
-def git_commit() -> dict:
-    """The checkout's commit, when the tree is a git checkout (a device copy may not be)."""
-    try:
-        run = lambda *a: subprocess.run(  # noqa: E731
-            ["git", *a], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        return dict(commit=run("rev-parse", "HEAD"), dirty=bool(run("status", "--porcelain")))
-    except Exception as e:
-        return dict(commit=None, why=repr(e)[:200])
-
-
-def environment(device: str) -> dict:
-    env = dict(
-        host=socket.gethostname(),
-        cpus=os.cpu_count(),
-        python=platform.python_version(),
-        torch=torch.__version__,
-        cuda=torch.version.cuda,
-        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        command=" ".join(sys.argv),
-        git=git_commit(),
-    )
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except Exception as e:
-        env["triton"] = f"unavailable: {e!r}"[:200]
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        env.update(
-            gpu=props.name,
-            gpu_memory_gib=round(props.total_memory / 2**30, 1),
-            sms=props.multi_processor_count,
-            capability=f"{props.major}.{props.minor}",
-        )
-    else:
-        env["gpu"] = None
-    return env
 
 
 # ---------------------------------------------------------------- measuring
@@ -507,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "profile_step.json")
     results: dict = dict(
-        env=environment(args.device),
+        env=machine_facts(args.device, REPO),
         config={k: v for k, v in vars(args).items() if k not in ("out", "budget")},
         sizes={},
     )

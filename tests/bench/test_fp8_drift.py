@@ -25,7 +25,7 @@ def test_bf16_and_fp8_side_by_side_on_a_tiny_checkpoint(tmp_path, tiny_custom_vo
     )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads((tmp_path / "fp8_drift.json").read_text())
-    assert out["env"]["torch"] and out["env"]["date"] and "git" in out["env"]
+    assert out["env"]["torch"] and out["env"]["date"] and "commit" in out["env"]["git"]
     size = out["sizes"]["tiny"]
     assert "error" not in size, size.get("traceback")
     bf16, fp8 = size["weight_bytes"]["bf16"], size["weight_bytes"]["fp8"]

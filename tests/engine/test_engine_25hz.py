@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from support.engine_requests import request
+from support.playing_sequence import PlayingSequence
 from ttsfleet_runtime.engine.kv_blocks import stream_blocks
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
 from ttsfleet_runtime.speech_tokenizer.rate25 import (
@@ -107,23 +108,12 @@ class HeldStream:
     frames_decoded: int
 
 
-@dataclasses.dataclass(eq=False)
-class Seq:
-    stream: HeldStream
-    frames: int
-    pending: list
-    chunks: int
-    finished: bool = False
-    paused: bool = False
-    background: bool = False  # batch work has no listener: no lead
-
-
 def test_frames_the_decoder_holds_back_are_not_audio_on_its_way(tiny_25hz_custom_voice):
     core = TTSEngine.from_pretrained(str(tiny_25hz_custom_voice), "cpu").core
     core.step_s = 0.01
     # 24 codes decoded, one block (0.48 s) of them heard-able, playing for 0.3 s: the
     # second block's audio needs the next block's 12 codes, so 12 steps are owed.
-    held = Seq(HeldStream(100.0 - 0.3, 0.48, 24), frames=24, pending=[], chunks=2)
+    held = PlayingSequence(HeldStream(100.0 - 0.3, 0.48, 24), frames=24, pending=[], chunks=2)
     core.scheduler.running[0] = held
     assert core._sample_leads(100.0) == pytest.approx(0.48 - 0.3 - BLOCK * 0.01)
 

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from support.engine_requests import request
+from support.playing_sequence import PlayingSequence
 from ttsfleet_runtime.engine.api import EngineStats
 from ttsfleet_runtime.engine.tts_engine import TTSEngine
 from ttsfleet_runtime.metrics import RuntimeMetrics
@@ -27,17 +28,6 @@ class Stream:
         return self.frames_decoded * FRAME_S
 
 
-@dataclasses.dataclass(eq=False)
-class Seq:
-    stream: Stream
-    frames: int  # generated
-    pending: list  # generated, not yet handed to the codec
-    chunks: int = 5  # handed to the codec so far (5: past the ramp, next chunk is 8 frames)
-    finished: bool = False
-    paused: bool = False  # its caller is a buffer behind (backpressure)
-    background: bool = False  # batch work (SynthesisRequest.priority "batch")
-
-
 def seconds_ago(s: float) -> float:
     return NOW - s
 
@@ -52,9 +42,11 @@ def core(tiny_checkpoint):
 
 def test_the_smallest_lead_is_reported_and_a_stream_out_of_audio_is_an_underrun(core):
     core.step_s = 0.05
-    behind = Seq(Stream(seconds_ago(1.0), 10), frames=10, pending=[])  # 0.8 s heard in 1 s
-    ahead = Seq(Stream(seconds_ago(1.0), 30), frames=34, pending=[0] * 4)
-    silent = Seq(Stream(None, 0), frames=1, pending=[0])  # not playing yet: no lead
+    behind = PlayingSequence(
+        Stream(seconds_ago(1.0), 10), frames=10, pending=[]
+    )  # 0.8 s heard in 1 s
+    ahead = PlayingSequence(Stream(seconds_ago(1.0), 30), frames=34, pending=[0] * 4)
+    silent = PlayingSequence(Stream(None, 0), frames=1, pending=[0])  # not playing yet: no lead
     core.scheduler.running.update({0: behind, 1: ahead, 2: silent})
 
     spare = core._sample_leads(NOW)
@@ -68,7 +60,7 @@ def test_the_smallest_lead_is_reported_and_a_stream_out_of_audio_is_an_underrun(
 def test_a_young_stream_owes_only_its_next_ramp_chunk(core):
     core.step_s = 0.05
     # First chunk (2 frames) delivered 0.1 s ago; its second chunk is 2 frames too.
-    young = Seq(Stream(seconds_ago(0.1), 2), frames=2, pending=[], chunks=1)
+    young = PlayingSequence(Stream(seconds_ago(0.1), 2), frames=2, pending=[], chunks=1)
     core.scheduler.running[0] = young
     assert core._sample_leads(NOW) == pytest.approx(2 * FRAME_S - 0.1 - 2 * 0.05)
 
@@ -76,7 +68,7 @@ def test_a_young_stream_owes_only_its_next_ramp_chunk(core):
 def test_a_chunk_on_its_way_to_the_listener_needs_no_more_steps(core):
     core.step_s = 0.05
     # 16 frames generated and handed over, 8 of them delivered: 8 in flight.
-    in_flight = Seq(Stream(seconds_ago(0.5), 8), frames=16, pending=[])
+    in_flight = PlayingSequence(Stream(seconds_ago(0.5), 8), frames=16, pending=[])
     core.scheduler.running[0] = in_flight
     assert core._sample_leads(NOW) == pytest.approx(8 * FRAME_S - 0.5)
     assert core.underrun_steps == 0
@@ -88,12 +80,14 @@ def test_batch_work_has_no_listener_and_no_lead(core):
     # A batch row's audio goes to a bucket: a fresh one, a frame ahead, must not put the
     # scheduler on its guarded prefill budget, nor count as an underrun when behind.
     core.step_s = 0.05
-    fresh = Seq(Stream(seconds_ago(0.1), 2), frames=2, pending=[], chunks=1, background=True)
-    behind = Seq(Stream(seconds_ago(1.0), 10), frames=10, pending=[], background=True)
+    fresh = PlayingSequence(
+        Stream(seconds_ago(0.1), 2), frames=2, pending=[], chunks=1, background=True
+    )
+    behind = PlayingSequence(Stream(seconds_ago(1.0), 10), frames=10, pending=[], background=True)
     core.scheduler.running.update({0: fresh, 1: behind})
     assert core._sample_leads(NOW) is None and core.min_lead_s is None
     assert core.underrun_steps == 0
-    listened = Seq(Stream(seconds_ago(0.5), 8), frames=16, pending=[])
+    listened = PlayingSequence(Stream(seconds_ago(0.5), 8), frames=16, pending=[])
     core.scheduler.running[2] = listened
     assert core._sample_leads(NOW) == pytest.approx(8 * FRAME_S - 0.5)
 
@@ -133,7 +127,9 @@ def test_the_leads_are_exported_to_prometheus():
 def test_a_paused_stream_is_no_underrun(core):
     # Its client stopped reading: audio waits for it, the engine is not what it waits for.
     core.step_s = 0.05
-    stopped_reading = Seq(Stream(seconds_ago(60.0), 10), frames=10, pending=[], paused=True)
+    stopped_reading = PlayingSequence(
+        Stream(seconds_ago(60.0), 10), frames=10, pending=[], paused=True
+    )
     core.scheduler.running.update({0: stopped_reading})
 
     assert core._sample_leads(NOW) is None

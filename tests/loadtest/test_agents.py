@@ -76,3 +76,14 @@ def test_a_level_counts_underruns_unfinished_and_server_closed_sessions_as_stall
     assert summary["ttfa_ms"]["p50"] == 40.0
     why = level_failures(summary, Thresholds(ttfa_p95_ms=80, underrun_share=0.01))
     assert why == ["stalled utterances 50.00% >= 1.00%"]
+
+
+def test_a_slow_or_silent_level_says_why_in_the_words_of_a_rate():
+    limits = Thresholds(ttfa_p95_ms=80, underrun_share=0.01)
+    slow = {"ttfa_ms": {"p95": 120.0}, "stalled_share": 0.0}
+    silent = {"ttfa_ms": {"p95": None}, "stalled_share": 1.0}
+    assert level_failures(slow, limits) == ["ttfa p95 120 ms > 80"]
+    assert level_failures(silent, limits) == [
+        "no utterance got audio",
+        "stalled utterances 100.00% >= 1.00%",
+    ]

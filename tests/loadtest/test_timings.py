@@ -91,7 +91,7 @@ def test_a_rate_passes_only_under_every_threshold():
     assert timings.failures(timings.summarise(slow, 1.0), limits) == ["ttfa p95 500 ms > 100"]
     stalled = good[:-1] + [sample(ttfa=1.0, underruns=1, chunks=[(1.0, 100)])]
     assert timings.failures(timings.summarise(stalled, 1.0), limits) == [
-        "underrun streams 1.00% >= 1.00%"
+        "stalled streams 1.00% >= 1.00%"
     ]
     refused = good[:-1] + [sample(outcome=timings.RATE_LIMITED)]
     assert timings.failures(timings.summarise(refused, 1.0), limits) == [

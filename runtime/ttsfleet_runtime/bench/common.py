@@ -1,13 +1,19 @@
 """What the benchmarks share: the text they speak, a run's clock and budget, CUDA-event
-timing, the random checkpoints they write, and the section loop that keeps a run's
-JSON written whatever fails."""
+timing, the machine facts every result records, the random checkpoints they write, and
+the section loop that keeps a run's JSON written whatever fails."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
+import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 # The text every benchmark speaks; the peer harness (bench/peers/) imports it from here.
 TEXT = (
@@ -54,6 +60,53 @@ def timed(fn, iters: int) -> list[float]:
         end.synchronize()
         samples.append(start.elapsed_time(end))
     return samples
+
+
+def git_commit(checkout: Path) -> dict:
+    """The commit of the checkout at `checkout` and whether it has local changes; why
+    not, where it is no git checkout (a copy of the tree on the device machine)."""
+    try:
+        run = lambda *a: subprocess.run(  # noqa: E731
+            ["git", *a], cwd=checkout, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        return dict(commit=run("rev-parse", "HEAD"), dirty=bool(run("status", "--porcelain")))
+    except Exception as e:
+        return dict(commit=None, why=repr(e)[:200])
+
+
+def machine_facts(device: str, checkout: Path) -> dict:
+    """Where and with what a benchmark's numbers were taken: host, CPUs, Python, torch,
+    CUDA and Triton versions, the GPU (None off `cuda`), the time, the command line and
+    the commit of `checkout`. Every result JSON's `env` is this, so results from
+    different scripts compare machine to machine."""
+    import torch
+
+    facts = dict(
+        host=socket.gethostname(),
+        cpus=os.cpu_count(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        command=" ".join(sys.argv),
+        git=git_commit(checkout),
+    )
+    try:
+        import triton
+
+        facts["triton"] = triton.__version__
+    except Exception as e:  # no Triton on this machine: the result still says so
+        facts["triton"] = f"unavailable: {e!r}"[:200]
+    facts["gpu"] = None
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        facts.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            sms=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+        )
+    return facts
 
 
 def run_sections(

@@ -20,16 +20,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime
 import gc
 import json
 import os
-import platform
 import sys
 import time
 import traceback
+from pathlib import Path
 
-from .common import TEXT, Budget, add_tokenizer_rate_argument, checkpoint_path, ready_checkpoint
+from .common import (
+    TEXT,
+    Budget,
+    add_tokenizer_rate_argument,
+    checkpoint_path,
+    machine_facts,
+    ready_checkpoint,
+)
+
+# The tree this module runs from, when it is a checkout (its commit goes into the
+# result); an installed wheel has none, and the result says so.
+CHECKOUT = Path(__file__).resolve().parents[3]
 
 
 def request(frames: int, seed: int, text: str = TEXT, timestamps: bool = False):
@@ -338,13 +348,7 @@ class EngineRun:
         import torch  # heavy: only when the benchmark runs (the CLI imports this module)
 
         args, results, log = self.args, self.results, self.budget.log
-        results["env"] = dict(
-            torch=torch.__version__,
-            cuda=torch.version.cuda,
-            gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-            python=platform.python_version(),
-            date=datetime.date.today().isoformat(),
-        )
+        results["env"] = machine_facts(args.device, CHECKOUT)
         results["command"] = " ".join(self.argv)
         for check in before:
             # Same process: compiled kernels are shared with the runs below.

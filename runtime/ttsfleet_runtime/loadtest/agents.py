@@ -91,7 +91,6 @@ async def agent_session(
 ) -> dict:
     """One agent session started at clock time `start` (waited for here); its record.
     Never raises: a failure is in the record (`error`, `closed_by_server`)."""
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     delay = start - time.monotonic()
@@ -103,13 +102,7 @@ async def agent_session(
     config = {"type": "session.config", "model": target.model, "voice": target.voice}
     try:
         async with asyncio.timeout(target.timeout_s):
-            async with connect(
-                target.socket_url(),
-                additional_headers=target.headers(),
-                compression=None,
-                ping_interval=None,
-                max_size=None,
-            ) as ws:
+            async with target.connect() as ws:
                 await ws.send(json.dumps(config))
                 ready = json.loads(await ws.recv())
                 if ready.get("type") != "session.ready":
@@ -327,17 +320,12 @@ def _p99(values: list[float]) -> float | None:
 
 
 def level_failures(summary: dict, thresholds: timings.Thresholds) -> list[str]:
-    """Why a level is past what agents accept (empty: within)."""
-    why = []
-    p95 = summary["ttfa_ms"]["p95"]
-    if p95 is None:
-        why.append("no utterance got audio")
-    elif p95 > thresholds.ttfa_p95_ms:
-        why.append(f"ttfa p95 {p95:g} ms > {thresholds.ttfa_p95_ms:g}")
-    share = summary["stalled_share"]
-    if share is not None and share >= thresholds.underrun_share:
-        why.append(f"stalled utterances {share:.2%} >= {thresholds.underrun_share:.2%}")
-    return why
+    """Why a level is past what agents accept (empty: within). Refused or failed
+    sessions need no check of their own: the utterances they did not finish count as
+    stalled."""
+    return timings.listening_failures(
+        summary["ttfa_ms"]["p95"], summary["stalled_share"], thresholds, unit="utterance"
+    )
 
 
 def level_seconds(plan: AgentPlan, audio_s: float) -> float:

@@ -60,6 +60,21 @@ class Target:
     def socket_url(self) -> str:
         return "ws" + self.url.removeprefix("http") + SOCKET_ROUTE
 
+    def connect(self):
+        """A WebSocket session on the server's speech stream (`async with`), as every
+        load-test client opens it: no compression (audio does not compress, and deflate
+        costs the client's event loop), no keepalive pings (a session lasts seconds; a ping
+        answered late under load would close it), no message size cap (audio frames)."""
+        from websockets.asyncio.client import connect
+
+        return connect(
+            self.socket_url(),
+            additional_headers=self.headers(),
+            compression=None,
+            ping_interval=None,
+            max_size=None,
+        )
+
 
 @dataclasses.dataclass
 class _Recording:
@@ -148,18 +163,11 @@ async def _over_http(client, target: Target, text: str, rec: _Recording) -> None
 
 
 async def _over_socket(target: Target, text: str, rec: _Recording) -> None:
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     config = {"type": "session.config", "model": target.model, "voice": target.voice}
     try:
-        async with connect(
-            target.socket_url(),
-            additional_headers=target.headers(),
-            compression=None,
-            ping_interval=None,
-            max_size=None,
-        ) as ws:
+        async with target.connect() as ws:
             try:
                 for message in (config, {"type": "text.delta", "text": text}, {"type": "end"}):
                     await ws.send(json.dumps(message))

@@ -149,17 +149,28 @@ def summarise(samples: Sequence[dict], window_s: float) -> dict:
     }
 
 
-def failures(summary: dict, limits: Thresholds) -> list[str]:
-    """Why a rate's summary is past capacity (empty: within)."""
+def listening_failures(
+    ttfa_p95_ms: float | None, stalled_share: float | None, limits: Thresholds, unit: str
+) -> list[str]:
+    """Why what listeners heard is past the limits (empty: within): the p95 TTFA and the
+    share of `unit`s (streams, utterances) that stalled. Every load-test mode judges
+    with this one function, so a rate and an agent level pass by the same rules."""
     why = []
-    p95 = summary["ttfa_ms"]["p95"]
-    if p95 is None:
-        why.append("no stream got audio")
-    elif p95 > limits.ttfa_p95_ms:
-        why.append(f"ttfa p95 {p95:g} ms > {limits.ttfa_p95_ms:g}")
-    share = summary["underrun_share"]
-    if share is not None and share >= limits.underrun_share:
-        why.append(f"underrun streams {share:.2%} >= {limits.underrun_share:.2%}")
+    if ttfa_p95_ms is None:
+        why.append(f"no {unit} got audio")
+    elif ttfa_p95_ms > limits.ttfa_p95_ms:
+        why.append(f"ttfa p95 {ttfa_p95_ms:g} ms > {limits.ttfa_p95_ms:g}")
+    if stalled_share is not None and stalled_share >= limits.underrun_share:
+        why.append(f"stalled {unit}s {stalled_share:.2%} >= {limits.underrun_share:.2%}")
+    return why
+
+
+def failures(summary: dict, limits: Thresholds) -> list[str]:
+    """Why a rate's summary is past capacity (empty: within): what its listeners heard,
+    and the requests refused or failed."""
+    why = listening_failures(
+        summary["ttfa_ms"]["p95"], summary["underrun_share"], limits, unit="stream"
+    )
     errors = 1 - summary["ok"] / summary["requests"] if summary["requests"] else 1.0
     if errors >= limits.error_share:
         why.append(f"refused or failed {errors:.2%} >= {limits.error_share:.2%}")

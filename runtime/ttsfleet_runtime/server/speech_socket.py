@@ -25,7 +25,10 @@ Protocol (JSON text frames unless said otherwise):
            seconds from the utterance's first sample (server/timestamp_routes.py's
            fields; engine/word_timing.py's rule). Text sent in deltas is timed as the
            whole text would be: a word once its last token is known.
-  server:  {"type": "utterance.done", "utterance": k, "audio_seconds", "ttfa_ms", "total_ms"}
+  server:  {"type": "utterance.done", "utterance": k, "audio_seconds", "ttfa_ms", "total_ms",
+            "finish_reason": "stop" | "length"}   "length": the `--max-audio-seconds`
+           cap ended it before its text was said; text sent after that, up to the
+           next flush, is dropped
   server:  {"type": "session.done", "utterances": count}, then close 1000
   errors:  {"type": "error", "code", "message", "retry_after_s"?}, then close
            (the close reason repeats the message):
@@ -435,6 +438,7 @@ class _Session:
                     if utterance.ttfa_s is None
                     else round(utterance.ttfa_s * 1000, 1),
                     "total_ms": round((time.monotonic() - submitted) * 1000, 1),
+                    "finish_reason": utterance.finish_reason,
                 },
             )
             self.count += 1

@@ -127,6 +127,14 @@ class Utterance:
         return self._done
 
     @property
+    def finish_reason(self) -> str | None:
+        """Why a complete utterance ended, in the words of OpenAI-style APIs: "stop" (the
+        model said all of its text) or "length" (`--max-audio-seconds`, or the model's
+        context, cut it first: text it was given went unsaid). None while it runs and
+        after a failure (which raises from `chunks` instead)."""
+        return {"eos": "stop", "length": "length"}.get(self.stream.finish_reason)
+
+    @property
     def ttfa_s(self) -> float | None:
         return None if self.first_audio_at is None else self.first_audio_at - self.received_at
 

@@ -10,7 +10,10 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from support.live_server import API_KEY, metric_value
+from support.engine_requests import says_eos_after_two_frames
+from support.live_server import API_KEY, SHORT_AUDIO_S, LiveServer, metric_value
+from ttsfleet_runtime.server.auth import ApiKeys
+from ttsfleet_runtime.settings import ServerSettings
 
 
 def open_session(server, key=API_KEY, via="header"):
@@ -166,3 +169,42 @@ def test_a_message_over_the_body_limit_is_refused_with_a_close_handshake(server)
     assert [m["code"] for m in messages if isinstance(m, dict) and m["type"] == "error"] == [
         "protocol_error"
     ]
+
+
+def spoken_utterances(server, texts) -> list[dict]:
+    """The `utterance.done` events of one session that says each of `texts` (a flush
+    after each)."""
+    with open_session(server) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "Vivian", "seed": 3}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "session.ready"
+        for text in texts:
+            ws.send(json.dumps({"type": "text.delta", "text": text}))
+            ws.send(json.dumps({"type": "flush"}))
+        ws.send(json.dumps({"type": "end"}))
+        messages = receive_until_closed(ws)
+        assert ws.close_code == 1000
+    return [m for m in messages if isinstance(m, dict) and m["type"] == "utterance.done"]
+
+
+def test_an_utterance_the_audio_cap_cut_says_length(server):
+    # Random weights never say EOS: the server's --max-audio-seconds ends each utterance
+    # before its text was said, and the client must be able to tell.
+    done = spoken_utterances(server, ["A reply far longer than the audio cap lets it be."])
+    assert [d["finish_reason"] for d in done] == ["length"]
+    assert done[0]["audio_seconds"] == pytest.approx(SHORT_AUDIO_S, abs=0.1)
+
+
+@pytest.fixture(scope="module")
+def eos_server(make_engine):
+    """A server whose model says EOS once it has spoken its text (at 2 frames a piece)."""
+    engine = make_engine()
+    settings = ServerSettings(max_audio_seconds=SHORT_AUDIO_S)
+    with LiveServer(engine, settings, ApiKeys((API_KEY,))) as live:
+        says_eos_after_two_frames(engine)  # the model is loaded once the server started
+        yield live
+
+
+def test_an_utterance_said_to_its_end_says_stop(eos_server):
+    done = spoken_utterances(eos_server, ["Hello there.", "And again."])
+    assert [d["finish_reason"] for d in done] == ["stop", "stop"]
+    assert all(d["audio_seconds"] < SHORT_AUDIO_S for d in done)
