@@ -614,6 +614,61 @@ def fleet() -> dict:
         8,
         7,
     )
+    s.row("Batch jobs")
+    s.add(
+        timeseries(
+            "Batch items",
+            "Items per second the pods' batch workers finished, by outcome: completed, failed "
+            "(the item's fault), released (handed back: draining), lost (lease lapsed).",
+            [
+                (
+                    f"sum by (namespace, service, outcome) "
+                    f"(rate(ttsfleet_batch_items_total{{{F}}}[$__rate_interval]))",
+                    "{{service}} {{outcome}}",
+                )
+            ],
+            "ops",
+            stack=True,
+        ),
+        8,
+        7,
+    )
+    s.add(
+        timeseries(
+            "Batch audio",
+            "Seconds of batch audio made per second (stored in the bucket, not streamed).",
+            [
+                (
+                    f"sum by (namespace, service) "
+                    f"(rate(ttsfleet_batch_audio_seconds_total{{{F}}}[$__rate_interval]))",
+                    "{{service}}",
+                )
+            ],
+            "short",
+        ),
+        8,
+        7,
+    )
+    s.add(
+        timeseries(
+            "Batch items held and allowed",
+            "Items the workers synthesise now, and how many their pacing allows: allowed "
+            "drops while interactive time to first audio is over --batch-ttfa-budget.",
+            [
+                (
+                    f"sum by (namespace, service) (ttsfleet_batch_items_held{{{F}}})",
+                    "{{service}} held",
+                ),
+                (
+                    f"sum by (namespace, service) (ttsfleet_batch_items_allowed{{{F}}})",
+                    "{{service}} allowed",
+                ),
+            ],
+            "short",
+        ),
+        8,
+        7,
+    )
     s.row("Operator")
     s.add(
         timeseries(

@@ -97,6 +97,17 @@ What each metric means, exactly:
   whose length or checksum did not match (served as a miss, deleted).
 - ttsfleet_response_cache_errors_total (counter, label level): Redis or S3 calls
   that failed or timed out; the request went on as a miss (a warning is logged).
+- ttsfleet_batch_items_total (counter, label outcome = completed | failed |
+  released | lost): batch items this pod's worker finished with: recorded done, recorded
+  failed (the item's own fault, in the batch's error file), handed back for another
+  pod (draining, or a refusal that is not the item's fault), or lost (its lease
+  lapsed or was taken, nothing recorded by this pod).
+- ttsfleet_batch_audio_seconds_total (counter): seconds of audio of the batch items
+  this pod completed (stored in the bucket, not sent to clients).
+- ttsfleet_batch_items_held (gauge): batch items the worker synthesises now.
+- ttsfleet_batch_items_allowed (gauge): how many its pacing allows now (at most
+  --batch-worker-concurrency; fewer while interactive time to first audio is over
+  --batch-ttfa-budget).
 - ttsfleet_startup_seconds (gauge, label phase): where this process's start
   went, one of STARTUP_PHASES below; the phases up to warm_up follow each
   other and add up to phase="total" (process start -> ready). Set once each
@@ -144,6 +155,11 @@ RESPONSE_CACHE_STORED_BYTES = "ttsfleet_response_cache_stored_bytes_total"  # la
 RESPONSE_CACHE_EVICTIONS = "ttsfleet_response_cache_evictions_total"  # label: level
 RESPONSE_CACHE_CORRUPT = "ttsfleet_response_cache_corrupt_total"  # label: level
 RESPONSE_CACHE_ERRORS = "ttsfleet_response_cache_errors_total"  # label: level
+BATCH_ITEMS = "ttsfleet_batch_items_total"  # label: outcome (BATCH_OUTCOMES)
+BATCH_AUDIO_SECONDS = "ttsfleet_batch_audio_seconds_total"  # audio of completed batch items
+BATCH_ITEMS_HELD = "ttsfleet_batch_items_held"  # items the batch worker runs now
+BATCH_ITEMS_ALLOWED = "ttsfleet_batch_items_allowed"  # items its pacing allows now
+BATCH_OUTCOMES = ("completed", "failed", "released", "lost")
 AUTH_KEYS_RELOAD_ERRORS = (
     "ttsfleet_auth_keys_reload_errors_total"  # keys files rejected (server/auth.py)
 )
@@ -310,6 +326,23 @@ class RuntimeMetrics:
             "Response cache calls that failed or timed out, by level",
             ["level"],
             registry=r,
+        )
+        self.batch_items = Counter(
+            _strip_total(BATCH_ITEMS),
+            "Batch items this pod's worker finished, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.batch_audio_seconds = Counter(
+            _strip_total(BATCH_AUDIO_SECONDS),
+            "Seconds of audio of the batch items this pod completed",
+            registry=r,
+        )
+        self.batch_items_held = Gauge(
+            BATCH_ITEMS_HELD, "Batch items the worker synthesises now", registry=r
+        )
+        self.batch_items_allowed = Gauge(
+            BATCH_ITEMS_ALLOWED, "Batch items the worker's pacing allows now", registry=r
         )
         self.build_info = Gauge(
             BUILD_INFO,

@@ -41,4 +41,8 @@ def test_a_draining_worker_hands_its_leases_back_and_records_nothing(
         assert held <= set(redis.lrange(keys + ":pending", 0, -1))
         assert redis.hlen(keys + ":results") == 0
         assert redis.llen(keys + ":pending") == 4  # and nothing claimed since
+        released = server.runtime.metrics.registry.get_sample_value(
+            "ttsfleet_batch_items_total", {"outcome": "released"}
+        )
+        assert released == len(held)
         assert server.runtime.engine.ready  # the engine runs on for interactive streams

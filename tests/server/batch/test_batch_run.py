@@ -19,6 +19,13 @@ from support.s3_server import BUCKET
 def test_a_batch_runs_to_completed_and_every_item_is_in_the_output_once(
     client, batch_server, s3_server, redis_server
 ):
+    registry = batch_server.runtime.metrics.registry
+
+    def items(outcome: str) -> float:
+        return registry.get_sample_value("ttsfleet_batch_items_total", {"outcome": outcome}) or 0
+
+    before = {o: items(o) for o in ("completed", "failed")}
+    audio_before = registry.get_sample_value("ttsfleet_batch_audio_seconds_total") or 0
     names = [f"chapter-{i}" for i in range(5)]
     lines = [speech_line(n, model(batch_server)) for n in names]
     lines.append(speech_line("no-such-voice", model(batch_server), voice="Nobody"))
@@ -45,5 +52,11 @@ def test_a_batch_runs_to_completed_and_every_item_is_in_the_output_once(
     # What the workers recorded (not only the file): one result per item.
     assert len(recorded(redis_server.client(), batch.id)) == 6
     assert [b.id for b in client.batches.list(limit=100).data].count(batch.id) == 1
+    # The pod's metrics say the same: five done, one failed, their audio, none held.
+    assert (items("completed") - before["completed"], items("failed") - before["failed"]) == (5, 1)
+    audio = registry.get_sample_value("ttsfleet_batch_audio_seconds_total") - audio_before
+    assert audio == pytest.approx(5 * ITEM_AUDIO_S, abs=0.5)
+    assert registry.get_sample_value("ttsfleet_batch_items_held") == 0
+    assert registry.get_sample_value("ttsfleet_batch_items_allowed") >= 1
     with pytest.raises(openai.ConflictError):
         client.batches.cancel(batch.id)  # a completed batch cannot be

@@ -51,6 +51,7 @@ class BatchWorker:
         self.store = store
         self.runtime = runtime
         self.pacing = pacing  # how many items it may hold now
+        self.metrics = runtime.metrics
         self.lease_s = lease_s
         self.poll_s = min(0.25, lease_s / 10)
         # (batch id, index) -> (token, task) of each item this worker runs.
@@ -79,15 +80,20 @@ class BatchWorker:
         handed = 0
         for (batch_id, index), (token, _) in held:
             try:
-                handed += await self.store.release(batch_id, index, token)
+                released = await self.store.release(batch_id, index, token)
             except Exception:  # the lease lapses by itself
                 log.warning("could not hand a batch lease back", extra={"batch_id": batch_id})
+                released = False
+            handed += released
+            self._counted("released" if released else "lost")
         if held:
             log.info("batch worker stopped", extra={"leases_handed_back": handed})
 
     # ------------------------------------------------------------ claiming
     def _room(self) -> bool:
-        if self.stopping or len(self.held) >= self.pacing.allowed():
+        allowed = self.pacing.allowed()
+        self.metrics.batch_items_allowed.set(allowed)
+        if self.stopping or len(self.held) >= allowed:
             return False
         return self.runtime.engine.interactive_waiting() == 0
 
@@ -116,6 +122,7 @@ class BatchWorker:
                     return False
                 task = asyncio.create_task(self._item(batch_id, index, token))
                 self.held[(batch_id, index)] = (token, task)
+                self.metrics.batch_items_held.set(len(self.held))
                 return True
             if answer[0] == "finalize":
                 await jobs.finalize(self.store, batch_id)
@@ -129,28 +136,43 @@ class BatchWorker:
             item = await self.store.item(batch_id, index)
             job = await self.store.job(batch_id)
             request_id = f"{batch_id}:{index}"
+            audio_s = 0.0
             try:
-                line, outcome = await self._synthesise(job, item, request_id, renewing)
+                line, audio_s = await self._synthesise(job, item, request_id, renewing)
+                outcome = "completed"
             except pydantic.ValidationError as exc:  # checked at create; a newer server's?
                 refusal = errors.invalid_request(f"the body is not a speech request: {exc}")
                 line, outcome = jobs.error_line(item["custom_id"], request_id, refusal), "failed"
             except errors.ApiError as exc:
                 if exc.code in _NOT_THE_ITEMS_FAULT:
-                    await self.store.release(batch_id, index, token)
+                    released = await self.store.release(batch_id, index, token)
+                    self._counted("released" if released else "lost")
                     return
                 line, outcome = jobs.error_line(item["custom_id"], request_id, exc), "failed"
-            if not await self.store.complete(batch_id, index, token, line, outcome):
+            if await self.store.complete(batch_id, index, token, line, outcome):
+                self._counted(outcome, audio_s)
+            else:
+                self._counted("lost")
                 log.warning(
                     "batch item done after its lease was lost; not recorded",
                     extra={"batch_id": batch_id, "custom_id": item["custom_id"]},
                 )
-        except (LeaseLost, asyncio.CancelledError):
-            pass
+        except LeaseLost:
+            self._counted("lost")
+        except asyncio.CancelledError:
+            pass  # stopping: `stop` hands the lease back and counts it
         except Exception:
+            self._counted("lost")  # nothing recorded: the lease lapses, another pod takes it
             log.exception("batch item failed", extra={"batch_id": batch_id})
         finally:
             renewing.cancel()
             self.held.pop((batch_id, index), None)
+            self.metrics.batch_items_held.set(len(self.held))
+
+    def _counted(self, outcome: str, audio_s: float = 0.0) -> None:
+        self.metrics.batch_items.labels(outcome=outcome).inc()
+        if audio_s:
+            self.metrics.batch_audio_seconds.inc(audio_s)
 
     async def _renew(self, batch_id: str, index: str, token: str) -> None:
         while True:
@@ -158,7 +180,10 @@ class BatchWorker:
             if not await self.store.renew(batch_id, index, token, self.lease_s):
                 return  # lost: the item's task sees it and stops
 
-    async def _synthesise(self, job: dict, item: dict, request_id: str, renewing: asyncio.Task):
+    async def _synthesise(
+        self, job: dict, item: dict, request_id: str, renewing: asyncio.Task
+    ) -> tuple[dict, float]:
+        """The item's output line once its audio is in the bucket, and the audio's seconds."""
         runtime = self.runtime
         body = SpeechRequest.model_validate(item["body"])
         voice = await runtime.synthesizer.speaking_voice(body.voice, job["tenant"])
@@ -222,7 +247,7 @@ class BatchWorker:
                     "sha256": digest,
                 },
             ),
-            "completed",
+            duration_s,
         )
 
 
