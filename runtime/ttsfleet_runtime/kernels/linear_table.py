@@ -2,7 +2,9 @@
 product with, and whether it runs it at all: the table measured on the GPU (data), the
 bucket of a batch size, a default for shapes the table does not know, and the rule
 against cuBLAS (`beats_cublas`), which the fused operations (model/ops.py) consult per
-call. No Triton here: the table is read on the host when a graph is captured.
+call. fp8 weights (e4m3 codes, model/fp8.py) have their own table (`FP8_TABLE`) and
+their own rule (`fp8_scaled_mm_wins`: the kernel, or torch._scaled_mm with the input
+quantized). No Triton here: the tables are read on the host when a graph is captured.
 """
 
 from __future__ import annotations
@@ -404,6 +406,32 @@ TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
 }
 
 
+# fp8 codes (W8A16: e4m3 weight tiles widened in registers, bf16 activations): the same
+# kernel and key as TABLE. A 16-byte load holds twice the K of a bf16 one, so the GEMV
+# starting points take twice bf16's block_k (the same bytes a tile). Starting points, not
+# measurements: bench/fp8_kernel.py times every shape here on the GPU, sweeps candidates
+# (`--sweep`) and prints a table to paste over this one.
+FP8_TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
+    # 1.7B talker: qkv, o, gate_up, down
+    (1, 4096, 2048): ("gemv", 1, 4, 2048, 4, 1),
+    (1, 2048, 2048): ("gemv", 1, 4, 2048, 4, 1),
+    (1, 12288, 2048): ("gemv", 1, 16, 512, 4, 1),
+    (1, 2048, 6144): ("gemv", 1, 8, 2048, 8, 1),
+    # 1.7B predictor: qkv, o, gate_up, down
+    (1, 4096, 1024): ("gemv", 1, 8, 1024, 4, 1),
+    (1, 1024, 2048): ("gemv", 1, 4, 2048, 4, 1),
+    (1, 6144, 1024): ("gemv", 1, 16, 512, 4, 1),
+    (1, 1024, 3072): ("gemv", 1, 8, 2048, 8, 1),
+}
+
+# (M bucket, N, K) of fp8 products that torch._scaled_mm (input quantized per row by
+# kernels/fp8_quantize.py, fp8 tensor cores) runs instead of the kernel: where it measured
+# faster. Empty until a GPU run says otherwise (bench/fp8_kernel.py reports, per shape and
+# bucket, which one wins). Past the largest bucket (prefill) the kernel runs too: one
+# definition of the product, the weight-only one, whatever the batch.
+FP8_SCALED_MM: frozenset[tuple[int, int, int]] = frozenset()
+
+
 def m_bucket(m: int) -> int:
     """The smallest bucket >= m (the largest bucket for bigger m)."""
     for bucket in M_BUCKETS:
@@ -412,25 +440,32 @@ def m_bucket(m: int) -> int:
     return M_BUCKETS[-1]
 
 
-def default_config(m: int, n: int, k: int) -> LinearConfig:
-    """A safe choice for shapes the table does not know."""
+def default_config(m: int, n: int, k: int, fp8: bool = False) -> LinearConfig:
+    """A safe choice for shapes the table does not know (`fp8`: e4m3 weight codes)."""
     bucket = m_bucket(m)
     if bucket <= 8:
-        # Small N gets narrow blocks so that every SM has programs to run.
-        return LinearConfig("gemv", bucket, 8 if n >= 2048 else 4, 512)
+        # Small N gets narrow blocks so that every SM has programs to run; an fp8 tile
+        # twice as wide in K reads the bytes of a bf16 one.
+        return LinearConfig("gemv", bucket, 8 if n >= 2048 else 4, 1024 if fp8 else 512)
     return LinearConfig("dot", min(bucket, 64), 64, 128, num_warps=4, num_stages=3)
 
 
 @functools.cache
-def config_for(m: int, n: int, k: int) -> LinearConfig:
+def config_for(m: int, n: int, k: int, fp8: bool = False) -> LinearConfig:
     """The table's entry for m's bucket, else for the nearest smaller measured bucket of the
-    same (n, k), else `default_config`."""
+    same (n, k), else `default_config`. fp8 codes: FP8_TABLE's entry for m's bucket, else
+    the default (the kernel runs every batch there, where a smaller bucket's GEMV shape
+    would read the weights once a row)."""
     bucket = m_bucket(m)
+    if fp8:
+        entry = FP8_TABLE.get((bucket, n, k))
+        return LinearConfig(*entry) if entry is not None else default_config(m, n, k, fp8)
+    table = TABLE
     for measured in reversed(M_BUCKETS[: M_BUCKETS.index(bucket) + 1]):
-        entry = TABLE.get((measured, n, k))
+        entry = table.get((measured, n, k))
         if entry is not None:
             return LinearConfig(*entry)
-    return default_config(m, n, k)
+    return default_config(m, n, k, fp8)
 
 
 def beats_cublas(m: int, n: int, k: int) -> bool:
@@ -446,3 +481,10 @@ def beats_cublas(m: int, n: int, k: int) -> bool:
     if any(key[1:] == (n, k) for key in TABLE):
         return False
     return bucket <= 8
+
+
+def fp8_scaled_mm_wins(m: int, n: int, k: int) -> bool:
+    """Whether an (m, n, k) product with fp8 weights runs torch._scaled_mm (activations
+    quantized too) instead of the weight-only kernel: only where FP8_SCALED_MM says it
+    measured faster."""
+    return m <= M_BUCKETS[-1] and (m_bucket(m), n, k) in FP8_SCALED_MM
