@@ -209,7 +209,8 @@ def products(model, args, summary: dict, raw: dict, dump) -> None:
                 others = [row[w].get("us") for w in ("bf16", "fp8_scaled_mm")]
                 if fp8 and all(others):
                     row["fp8_kernel_speedup_vs"] = {
-                        w: round(o / fp8, 3) for w, o in zip(("bf16", "fp8_scaled_mm"), others)
+                        w: round(o / fp8, 3)
+                        for w, o in zip(("bf16", "fp8_scaled_mm"), others, strict=True)
                     }
                 rows.append(row)
                 args.budget.log(f"  {matrix.name} m={m}: " + _brief(row))
@@ -242,14 +243,14 @@ def sweep(model, args, summary: dict, raw: dict, dump) -> None:
                 if cfg.block_k > k or (cfg.variant == "gemv" and cfg.block_m > m):
                     continue
 
-                def call(cfg=cfg):
+                def call(cfg=cfg, case=case, q=q, fusion=matrix.fusion):
                     return kernel_linear.linear(
                         case["x"],
                         q.codes,
                         weight_scale=q.scale,
                         residual=case["residual"],
                         config=cfg,
-                        **matrix.fusion,
+                        **fusion,
                     )
 
                 try:
