@@ -52,21 +52,33 @@ import fp8_drift  # noqa: E402  (bench/ is not a package: the sibling script's h
 from ttsfleet_runtime.bench.common import Budget, ready_checkpoint, timed  # noqa: E402
 
 WAYS = ("bf16", "fp8_kernel", "fp8_scaled_mm")
-# fp8 kernel candidates of the sweep: (variant, block_m, block_n, block_k, warps, stages).
-GEMV_CANDIDATES = [
-    ("gemv", bm, bn, bk, w, 1)
-    for bm in (1, 2, 4, 8)
-    for bn in (4, 8, 16)
-    for bk in (512, 1024, 2048)
-    for w in (4, 8)
-]
-DOT_CANDIDATES = [
-    ("dot", bm, bn, bk, w, s)
-    for bm in (16, 32, 64)
-    for bn in (32, 64, 128)
-    for bk in (128, 256)
-    for w, s in ((4, 3), (8, 3), (4, 4))
-]
+
+
+def candidates(m: int) -> list[tuple]:
+    """The sweep's fp8 kernel configurations for m rows, (variant, block_m, block_n,
+    block_k, warps, stages): GEMV tiles up to 8 rows, tensor-core tiles from 8 (the
+    fp8 dot puts the weight tile's N on the MMA's 64-row side, the rows on its narrow
+    side), a few dozen each so that a sweep of every matrix fits a 10-minute call."""
+    found = []
+    if m <= 8:
+        rows = [b for b in (1, 2, 4, 8) if b <= m][-2:]
+        found += [
+            ("gemv", bm, bn, bk, w, 1)
+            for bm in rows
+            for bn in (4, 8, 16)
+            for bk in (1024, 2048)
+            for w in (4, 8)
+        ]
+    if m >= 8:
+        rows = [b for b in (16, 32, 64, 128) if b <= max(16, m)][-2:]
+        found += [
+            ("dot", bm, bn, bk, w, st)
+            for bm in rows
+            for bn in (64, 128)
+            for bk in (64, 128, 256)
+            for w, st in ((4, 3), (4, 4), (8, 3))
+        ]
+    return found
 
 
 @dataclasses.dataclass
@@ -231,14 +243,13 @@ def sweep(model, args, summary: dict, raw: dict, dump) -> None:
     best: dict = {}
     for matrix in matrices(model, args.matrices):
         n, k = matrix.weight.shape
-        for m in args.m_list:
+        for m in args.sweep_m_list:
             if args.budget.left_s() < 0:
                 break
             case = ways(matrix, m, None)
             q = case["quantized"]
-            candidates = GEMV_CANDIDATES if m <= 8 else DOT_CANDIDATES
             timings = {}
-            for entry in candidates:
+            for entry in candidates(m):
                 cfg = LinearConfig(*entry)
                 if cfg.block_k > k or (cfg.variant == "gemv" and cfg.block_m > m):
                     continue
@@ -281,7 +292,7 @@ def sweep(model, args, summary: dict, raw: dict, dump) -> None:
 def steps(ckpt: str, args, summary: dict, raw: dict, dump) -> None:
     """The decode step at each batch, bf16 then fp8 weights (one model in memory at a time)."""
     result = summary.setdefault("step_ms", {})
-    for weights in fp8_drift.WAYS:
+    for weights in fp8_drift.WAYS if args.batch_sizes else ():
         if args.budget.left_s() < 0:
             result[weights] = dict(skipped="time budget")
             continue
@@ -310,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matrices", default="", help="only these, e.g. talker.o,predictor.down")
     ap.add_argument("--calls", type=int, default=20, help="products per timed graph")
     ap.add_argument("--sweep", action="store_true", help="also sweep fp8 kernel configurations")
+    ap.add_argument("--sweep-ms", default="8,32,128,256", help="rows the sweep times")
     ap.add_argument("--batches", default="1,128", help="decode batch sizes timed")
     ap.add_argument("--kv-len", type=int, default=256, help="occupied KV positions when timed")
     ap.add_argument("--replays", type=int, default=100, help="timed graph replays")
@@ -318,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args.budget = Budget(args.budget_s)
     args.dtype = "bfloat16" if args.device == "cuda" else "float32"
     args.m_list = [int(m) for m in args.ms.split(",") if m]
+    args.sweep_m_list = [int(m) for m in args.sweep_ms.split(",") if m]
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b]
     args.seeds, args.max_len = 1, 512  # fp8_drift.load_side's rows and KV length
     if args.device == "cuda" and not torch.cuda.is_available():
