@@ -368,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                 steps(ckpt, args, summary, raw, dump)
             else:
                 if model is None:
-                    model = fp8_drift.load_side(ckpt, "bf16", args).model
+                    # load_side sizes its runner by the batches; none timed: one row.
+                    rows = argparse.Namespace(**{**vars(args), "batch_sizes": [1]})
+                    model = fp8_drift.load_side(ckpt, "bf16", rows).model
                 section(model, args, summary, raw, dump)
         except Exception as e:
             summary.setdefault("errors", {})[name] = repr(e)
