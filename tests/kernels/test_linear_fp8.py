@@ -152,12 +152,12 @@ def test_fp8_codes_take_their_own_table_and_no_smaller_buckets_gemv(monkeypatch)
     )
 
 
-def test_scaled_mm_runs_only_where_its_table_says(monkeypatch):
-    monkeypatch.setattr(linear_table, "FP8_SCALED_MM", frozenset({(128, 512, 256)}))
+def test_scaled_mm_runs_from_the_tables_bucket_on(monkeypatch):
+    monkeypatch.setattr(linear_table, "FP8_SCALED_MM_FROM", 16)
     wins = linear_table.fp8_scaled_mm_wins
-    assert wins(100, 512, 256) and wins(128, 512, 256)
-    assert not wins(64, 512, 256) and not wins(128, 512, 512)
-    assert not wins(1000, 512, 256)  # prefill: the kernel
+    assert not wins(1, 512, 256) and not wins(8, 512, 256)
+    assert wins(9, 512, 256) and wins(256, 512, 256)  # 9 rows: bucket 16
+    assert wins(1000, 512, 256)  # prefill: the largest bucket's way
 
 
 def test_bad_fp8_calls_fail_with_a_clear_message():

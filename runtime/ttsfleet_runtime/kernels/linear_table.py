@@ -3,8 +3,9 @@ product with, and whether it runs it at all: the table measured on the GPU (data
 bucket of a batch size, a default for shapes the table does not know, and the rule
 against cuBLAS (`beats_cublas`), which the fused operations (model/ops.py) consult per
 call. fp8 weights (e4m3 codes, model/fp8.py) have their own table (`FP8_TABLE`) and
-their own rule (`fp8_scaled_mm_wins`: the kernel, or torch._scaled_mm with the input
-quantized). No Triton here: the tables are read on the host when a graph is captured.
+their own rule (`fp8_scaled_mm_wins`: the kernel up to a few rows, torch._scaled_mm
+with the input quantized from FP8_SCALED_MM_FROM rows on). No Triton here: the tables
+are read on the host when a graph is captured.
 """
 
 from __future__ import annotations
@@ -424,12 +425,16 @@ FP8_TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
     (1, 1024, 3072): ("gemv", 1, 8, 2048, 8, 1),
 }
 
-# (M bucket, N, K) of fp8 products that torch._scaled_mm (input quantized per row by
-# kernels/fp8_quantize.py, fp8 tensor cores) runs instead of the kernel: where it measured
-# faster. Empty until a GPU run says otherwise (bench/fp8_kernel.py reports, per shape and
-# bucket, which one wins). Past the largest bucket (prefill) the kernel runs too: one
-# definition of the product, the weight-only one, whatever the batch.
-FP8_SCALED_MM: frozenset[tuple[int, int, int]] = frozenset()
+# From this batch bucket on, fp8 products run torch._scaled_mm (the input quantized per
+# row by kernels/fp8_quantize.py, fp8 tensor cores) instead of the kernel; prefill (past
+# the largest bucket) too. Measured on an H200 (torch 2.11, triton 3.6), 2026-11-28, by
+# bench/fp8_kernel.py (bench/results/fp8-kernel-h200.json): at 1 row the kernel beat
+# bf16 on 7 of the 8 1.7B matrices (talker gate_up 9.3 vs 13.0 us, down 6.1 vs 8.2) and
+# _scaled_mm on all (10.7-24.8 us); from 8 rows the kernel, its best swept tile too, lost
+# to _scaled_mm on every matrix (talker down at 8 rows: 27.3 vs 24.9 us; at 128 rows
+# 107.6 vs 25.8): the widened codes do not feed Hopper's pipelined wgmma as bf16 tiles do.
+# Buckets 2 and 4 are not measured yet: they take the kernel's GEMV tiles.
+FP8_SCALED_MM_FROM = 8
 
 
 def m_bucket(m: int) -> int:
@@ -485,6 +490,6 @@ def beats_cublas(m: int, n: int, k: int) -> bool:
 
 def fp8_scaled_mm_wins(m: int, n: int, k: int) -> bool:
     """Whether an (m, n, k) product with fp8 weights runs torch._scaled_mm (activations
-    quantized too) instead of the weight-only kernel: only where FP8_SCALED_MM says it
-    measured faster."""
-    return m <= M_BUCKETS[-1] and (m_bucket(m), n, k) in FP8_SCALED_MM
+    quantized too) instead of the weight-only kernel: from FP8_SCALED_MM_FROM rows on
+    (its bucket), the measured crossing on every 1.7B matrix."""
+    return m_bucket(m) >= FP8_SCALED_MM_FROM

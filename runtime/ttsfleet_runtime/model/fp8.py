@@ -22,9 +22,11 @@ sums, and scaled per column in the epilogue, rounded once. `matmul` is the same 
 in torch (float32, one rounding): the eager operations' and the tests' reference.
 
 torch._scaled_mm (both operands fp8, the input quantized per row by
-kernels/fp8_quantize.py) is the other way, kept for the batch sizes where a GPU run
-measured its fp8 tensor cores faster (kernels/linear_table.py `FP8_SCALED_MM`, empty
-today); `product` runs it. It needs compute capability 8.9+ (Ada, Hopper), which
+kernels/fp8_quantize.py: W8A8) is the other way, kept for the batch sizes where an H200
+run measured it faster than the kernel: 8 rows and more, prefill included
+(kernels/linear_table.py `FP8_SCALED_MM_FROM`); `product` runs it. So a decode step of
+1-7 rows computes the weight-only product and a larger one the W8A8 product, whose
+input rounding adds its own error (docs/fp8-weights.md). It needs compute capability 8.9+ (Ada, Hopper), which
 `check_device` asks of every fp8 run: the kernel's e4m3 loads are measured only there.
 The first version ran every product that way and stepped slower than bf16 (docs/fp8-weights.md).
 """
@@ -90,7 +92,7 @@ class Fp8Weight(nn.Module):
     def product(self, x_codes: torch.Tensor, x_scale: torch.Tensor, dtype) -> torch.Tensor:
         """torch._scaled_mm of quantized rows (codes [M, K], scales [M, 1], from
         kernels/fp8_quantize.py) with W^T -> [M, N] in `dtype`: the W8A8 way, where
-        FP8_SCALED_MM says it is faster."""
+        linear_table.FP8_SCALED_MM_FROM says it is faster."""
         # codes^T is a column-major view: the layout _scaled_mm wants for its second operand.
         return torch._scaled_mm(
             x_codes, self.codes.t(), scale_a=x_scale, scale_b=self.scale, out_dtype=dtype
