@@ -408,21 +408,36 @@ TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
 
 
 # fp8 codes (W8A16: e4m3 weight tiles widened in registers, bf16 activations): the same
-# kernel and key as TABLE. A 16-byte load holds twice the K of a bf16 one, so the GEMV
-# starting points take twice bf16's block_k (the same bytes a tile). Starting points, not
-# measurements: bench/fp8_kernel.py times every shape here on the GPU, sweeps candidates
-# (`--sweep`) and prints a table to paste over this one.
+# kernel and key as TABLE, for the buckets where the kernel runs (below
+# FP8_SCALED_MM_FROM). A 16-byte load holds twice the K of a bf16 one, so the sweep's
+# GEMV tiles start at block_k 1024. Swept on an H200 (torch 2.11, triton 3.6),
+# 2026-11-28, by `bench/fp8_kernel.py --sweep --sweep-ms 1,2,4` (its fp8_table.py pasted
+# here; bench/results/fp8-kernel-h200.json). Comment: the matrix, its time a call.
 FP8_TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
-    # 1.7B talker: qkv, o, gate_up, down
-    (1, 4096, 2048): ("gemv", 1, 4, 2048, 4, 1),
-    (1, 2048, 2048): ("gemv", 1, 4, 2048, 4, 1),
-    (1, 12288, 2048): ("gemv", 1, 16, 512, 4, 1),
-    (1, 2048, 6144): ("gemv", 1, 8, 2048, 8, 1),
-    # 1.7B predictor: qkv, o, gate_up, down
-    (1, 4096, 1024): ("gemv", 1, 8, 1024, 4, 1),
-    (1, 1024, 2048): ("gemv", 1, 4, 2048, 4, 1),
-    (1, 6144, 1024): ("gemv", 1, 16, 512, 4, 1),
-    (1, 1024, 3072): ("gemv", 1, 8, 2048, 8, 1),
+    (1, 1024, 2048): ("gemv", 1, 4, 2048, 8, 1),  # predictor.o: 2.8 us
+    (1, 1024, 3072): ("gemv", 1, 4, 1024, 8, 1),  # predictor.down: 3.9 us
+    (1, 2048, 2048): ("gemv", 1, 8, 2048, 8, 1),  # talker.o: 3.2 us
+    (1, 2048, 6144): ("gemv", 1, 8, 2048, 8, 1),  # talker.down: 6.1 us
+    (1, 4096, 1024): ("gemv", 1, 16, 1024, 8, 1),  # predictor.qkv: 3.8 us
+    (1, 4096, 2048): ("gemv", 1, 16, 1024, 4, 1),  # talker.qkv: 4.9 us
+    (1, 6144, 1024): ("gemv", 1, 16, 1024, 4, 1),  # predictor.gate_up: 4.5 us
+    (1, 12288, 2048): ("gemv", 1, 16, 1024, 4, 1),  # talker.gate_up: 9.4 us
+    (2, 1024, 2048): ("gemv", 1, 8, 2048, 8, 1),  # predictor.o: 3.1 us
+    (2, 1024, 3072): ("gemv", 1, 8, 1024, 8, 1),  # predictor.down: 4.4 us
+    (2, 2048, 2048): ("gemv", 1, 8, 1024, 4, 1),  # talker.o: 4.0 us
+    (2, 2048, 6144): ("gemv", 1, 16, 2048, 4, 1),  # talker.down: 9.1 us
+    (2, 4096, 1024): ("gemv", 2, 16, 1024, 4, 1),  # predictor.qkv: 4.5 us
+    (2, 4096, 2048): ("gemv", 2, 16, 1024, 4, 1),  # talker.qkv: 6.1 us
+    (2, 6144, 1024): ("gemv", 2, 8, 1024, 4, 1),  # predictor.gate_up: 6.4 us
+    (2, 12288, 2048): ("gemv", 2, 16, 1024, 4, 1),  # talker.gate_up: 13.8 us
+    (4, 1024, 2048): ("gemv", 2, 8, 2048, 4, 1),  # predictor.o: 4.0 us
+    (4, 1024, 3072): ("gemv", 2, 8, 1024, 4, 1),  # predictor.down: 6.7 us
+    (4, 2048, 2048): ("gemv", 2, 16, 1024, 4, 1),  # talker.o: 5.2 us
+    (4, 2048, 6144): ("gemv", 2, 16, 1024, 8, 1),  # talker.down: 14.1 us
+    (4, 4096, 1024): ("gemv", 4, 16, 1024, 4, 1),  # predictor.qkv: 5.9 us
+    (4, 4096, 2048): ("gemv", 4, 16, 1024, 4, 1),  # talker.qkv: 8.8 us
+    (4, 6144, 1024): ("gemv", 4, 8, 1024, 4, 1),  # predictor.gate_up: 8.6 us
+    (4, 12288, 2048): ("gemv", 4, 16, 1024, 4, 1),  # talker.gate_up: 21.7 us
 }
 
 # From this batch bucket on, fp8 products run torch._scaled_mm (the input quantized per
@@ -433,7 +448,7 @@ FP8_TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
 # _scaled_mm on all (10.7-24.8 us); from 8 rows the kernel, its best swept tile too, lost
 # to _scaled_mm on every matrix (talker down at 8 rows: 27.3 vs 24.9 us; at 128 rows
 # 107.6 vs 25.8): the widened codes do not feed Hopper's pipelined wgmma as bf16 tiles do.
-# Buckets 2 and 4 are not measured yet: they take the kernel's GEMV tiles.
+# At 4 rows the swept kernel beat _scaled_mm on 7 of 8 (75 against 108 us for the eight).
 FP8_SCALED_MM_FROM = 8
 
 
