@@ -16,7 +16,7 @@ product and per decode step, in one run.
 - sweep (`--sweep`): candidate fp8 kernel configurations per (rows, matrix), the fastest
   printed as FP8_TABLE entries to paste into kernels/linear_table.py (fp8_table.py);
 - steps: the graph decode step (talker + 15 predictor passes + sampling) at `--batches`
-  for `--weights bf16` and `fp8` on the same checkpoint, timed as bench/fp8_drift.py
+  for `--weights bf16` and `fp8` on the same checkpoint, timed as bench/fp8_pair.py
   times it.
 
 Writes OUT/fp8_kernel.json (summary, machine, versions; after each section) and
@@ -45,11 +45,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ttsfleet_runtime.bench import fp8_pair
+from ttsfleet_runtime.bench.common import Budget, ready_checkpoint, timed
 
-import fp8_drift  # noqa: E402  (bench/ is not a package: the sibling script's helpers)
-
-from ttsfleet_runtime.bench.common import Budget, ready_checkpoint, timed  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 WAYS = ("bf16", "fp8_kernel", "fp8_scaled_mm")
 
@@ -293,13 +292,13 @@ def sweep(model, args, summary: dict, raw: dict, dump) -> None:
 def steps(ckpt: str, args, summary: dict, raw: dict, dump) -> None:
     """The decode step at each batch, bf16 then fp8 weights (one model in memory at a time)."""
     result = summary.setdefault("step_ms", {})
-    for weights in fp8_drift.WAYS if args.batch_sizes else ():
+    for weights in fp8_pair.WAYS if args.batch_sizes else ():
         if args.budget.left_s() < 0:
             result[weights] = dict(skipped="time budget")
             continue
-        side = fp8_drift.load_side(ckpt, weights, args)
+        side = fp8_pair.load_side(ckpt, weights, args)
         for B in args.batch_sizes:
-            timing = fp8_drift.step_ms(side, B, args)
+            timing = fp8_pair.step_ms(side, B, args)
             result[f"{weights}_B{B}"] = round(timing["ms"], 4)
             summary["step_how"] = timing["how"]
             raw.setdefault("step_ms", {})[f"{weights}_B{B}"] = timing["samples_ms"]
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     args.m_list = [int(m) for m in args.ms.split(",") if m]
     args.sweep_m_list = [int(m) for m in args.sweep_ms.split(",") if m]
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b]
-    args.seeds, args.max_len = 1, 512  # fp8_drift.load_side's rows and KV length
+    args.seeds, args.max_len = 1, 512  # fp8_pair.load_side's rows and KV length
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("no CUDA device: use --device cpu")
     if args.device == "cuda":
@@ -344,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "budget")}
-    summary: dict = dict(env=fp8_drift.machine(args.device), config=config)
+    summary: dict = dict(env=fp8_pair.machine(args.device, REPO), config=config)
     raw: dict = dict(config=config)
 
     def dump() -> None:
@@ -371,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                 if model is None:
                     # load_side sizes its runner by the batches; none timed: one row.
                     rows = argparse.Namespace(**{**vars(args), "batch_sizes": [1]})
-                    model = fp8_drift.load_side(ckpt, "bf16", rows).model
+                    model = fp8_pair.load_side(ckpt, "bf16", rows).model
                 section(model, args, summary, raw, dump)
         except Exception as e:
             summary.setdefault("errors", {})[name] = repr(e)
