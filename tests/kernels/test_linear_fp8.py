@@ -101,8 +101,9 @@ def test_every_flag_combination_matches_the_dequantized_product(name, dtype, pro
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_the_eager_product_is_the_kernels(config):
-    """Fp8Weight.matmul, the eager operations' product, computes what the kernel does."""
-    inputs = _inputs(5, torch.float32, prologue="plain", bias=False, residual=False)
+    """Fp8Weight.matmul, the eager operations' product, computes what the kernel does
+    for the few rows the kernel runs (linear_table.FP8_SCALED_MM_FROM)."""
+    inputs = _inputs(3, torch.float32, prologue="plain", bias=False, residual=False)
     out = _run(inputs, config=config)
     assert torch.allclose(out, inputs["weight"].matmul(inputs["x"]), rtol=1e-5, atol=1e-6)
 

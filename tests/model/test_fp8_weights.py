@@ -33,20 +33,21 @@ def test_a_weight_keeps_one_byte_an_element_and_a_float_scale_a_row():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_product_is_weight_only_and_scaled_mm_adds_the_inputs_rounding(dtype):
+def test_a_few_rows_get_the_weight_only_product_more_get_scaled_mm(dtype):
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(64, 96, generator=generator)
-    x = torch.randn(5, 96, generator=generator).to(dtype)
+    x = torch.randn(40, 96, generator=generator).to(dtype)
     quantized = fp8.Fp8Weight(weight)
-    product = quantized.matmul(x)
-    assert product.dtype == dtype
-    # x times the weight the codes stand for, rounded once.
-    want = (x.double() @ quantized.dequantized().double().t()).to(dtype)
-    assert torch.allclose(product.double(), want.double(), rtol=2**-7, atol=1e-5)
+    few, many = quantized.matmul(x[:3]), quantized.matmul(x)
+    assert few.dtype == many.dtype == dtype
+    # 3 rows: x times the weight the codes stand for, rounded once.
+    want = (x[:3].double() @ quantized.dequantized().double().t()).to(dtype)
+    assert torch.allclose(few.double(), want.double(), rtol=2**-7, atol=1e-5)
+    # 40 rows (bucket 64, past FP8_SCALED_MM_FROM): _scaled_mm of the rows quantized.
+    assert torch.equal(many, quantized.product(*fp8.quantize_rows(x), dtype))
     exact = x.float() @ weight.t()
-    weight_only = ((product.float() - exact).norm() / exact.norm()).item()
-    scaled_mm = quantized.product(*fp8.quantize_rows(x), dtype).float()
-    both = ((scaled_mm - exact).norm() / exact.norm()).item()
+    weight_only = ((few.float() - exact[:3]).norm() / exact[:3].norm()).item()
+    both = ((many[:3].float() - exact[:3]).norm() / exact[:3].norm()).item()
     assert weight_only < 0.04 and both < 0.06
     assert weight_only < both  # the input's quantization is error of its own
 

@@ -4,7 +4,7 @@ bucket of a batch size, a default for shapes the table does not know, and the ru
 against cuBLAS (`beats_cublas`), which the fused operations (model/ops.py) consult per
 call. fp8 weights (e4m3 codes, model/fp8.py) have their own table (`FP8_TABLE`) and
 their own rule (`fp8_scaled_mm_wins`: the kernel up to a few rows, torch._scaled_mm
-with the input quantized from FP8_SCALED_MM_FROM rows on). No Triton here: the tables
+with the input quantized from the FP8_SCALED_MM_FROM bucket on). No Triton here: the tables
 are read on the host when a graph is captured.
 """
 
@@ -440,7 +440,7 @@ FP8_TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
     (4, 12288, 2048): ("gemv", 4, 16, 1024, 4, 1),  # talker.gate_up: 21.7 us
 }
 
-# From this batch bucket on, fp8 products run torch._scaled_mm (the input quantized per
+# From this batch bucket on (8: from 5 rows), fp8 products run torch._scaled_mm (the input quantized per
 # row by kernels/fp8_quantize.py, fp8 tensor cores) instead of the kernel; prefill (past
 # the largest bucket) too. Measured on an H200 (torch 2.11, triton 3.6), 2026-11-28, by
 # bench/fp8_kernel.py (bench/results/fp8-kernel-h200.json): at 1 row the kernel beat

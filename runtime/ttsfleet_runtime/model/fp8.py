@@ -19,14 +19,15 @@ kernels/linear.py's Triton kernel, the same kernel and fusions (input norm, SiLU
 bias, residual) as bf16 weights: the weight tile is read as e4m3 codes (half the bytes),
 widened exactly to bf16 in registers, multiplied on the CUDA or tensor cores with float32
 sums, and scaled per column in the epilogue, rounded once. `matmul` is the same product
-in torch (float32, one rounding): the eager operations' and the tests' reference.
+in torch (float32, one rounding), the eager operations' and the tests' reference.
 
 torch._scaled_mm (both operands fp8, the input quantized per row by
 kernels/fp8_quantize.py: W8A8) is the other way, kept for the batch sizes where an H200
-run measured it faster than the kernel: 8 rows and more, prefill included
-(kernels/linear_table.py `FP8_SCALED_MM_FROM`); `product` runs it. So a decode step of
-1-7 rows computes the weight-only product and a larger one the W8A8 product, whose
-input rounding adds its own error (docs/fp8-weights.md). It needs compute capability 8.9+ (Ada, Hopper), which
+run measured it faster than the kernel: from the batch bucket of 8 rows (5 rows and more),
+prefill included (kernels/linear_table.py `FP8_SCALED_MM_FROM`); `product` runs it, and
+`matmul` follows the same rule. So a decode step of 1-4 rows computes the weight-only
+product and a larger one the W8A8 product, whose input rounding adds its own error
+(docs/fp8-weights.md). It needs compute capability 8.9+ (Ada, Hopper), which
 `check_device` asks of every fp8 run: the kernel's e4m3 loads are measured only there.
 The first version ran every product that way and stepped slower than bf16 (docs/fp8-weights.md).
 """
@@ -36,6 +37,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..kernels import linear_table
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
@@ -83,11 +86,19 @@ class Fp8Weight(nn.Module):
         return self.codes.float() * self.scale.reshape(-1, 1)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x [..., K] @ W^T -> [..., N] in x's dtype, as the kernel computes it: the codes
-        times x in float32, times the scale, rounded once. (A float32 copy of the codes a
-        call: the eager path's reference, not a serving path.)"""
-        y = F.linear(x.float(), self.codes.float()) * self.scale
-        return y.to(x.dtype)
+        """x [..., K] @ W^T -> [..., N] in x's dtype, the product the fused operations
+        run for that many rows (linear_table.fp8_scaled_mm_wins), so the eager path and
+        the CPU compute what the GPU does: weight-only as the kernel computes it (the
+        codes times x in float32, times the scale, rounded once; a float32 copy of the
+        codes a call: a reference, not a serving path), or `product` of the rows
+        quantized."""
+        lead, k = x.shape[:-1], x.shape[-1]
+        x2 = x.reshape(-1, k)
+        if linear_table.fp8_scaled_mm_wins(x2.shape[0], *self.shape):
+            y = self.product(*quantize_rows(x2), x.dtype)
+        else:
+            y = (F.linear(x2.float(), self.codes.float()) * self.scale).to(x.dtype)
+        return y.reshape(*lead, -1)
 
     def product(self, x_codes: torch.Tensor, x_scale: torch.Tensor, dtype) -> torch.Tensor:
         """torch._scaled_mm of quantized rows (codes [M, K], scales [M, 1], from

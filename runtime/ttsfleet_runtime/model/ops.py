@@ -12,8 +12,8 @@ set the time. `fused()` gives:
   (M, N, K); otherwise cuBLAS with the surrounding elementwise work in the row kernels;
   fp8 weights (`--weights fp8`, model/fp8.py): the same Triton kernel reading e4m3 codes
   (weight-only fp8) for a few rows, or torch._scaled_mm after the input's
-  quantization kernel (`kernels/fp8_quantize.py`) from `linear_table.FP8_SCALED_MM_FROM`
-  rows on, where it measured faster;
+  quantization kernel (`kernels/fp8_quantize.py`) from the
+  `linear_table.FP8_SCALED_MM_FROM` bucket on, where it measured faster;
 - `qk_norm_rope_write`, `decode_attention`: Triton kernels that read each row's
   position from device memory (one graph per batch bucket);
 - `sample`: one Triton kernel per call, no sort (the talker's processors fused in);
