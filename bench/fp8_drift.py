@@ -29,7 +29,7 @@ OUT/fp8_drift_samples.json.gz (every per-step value, every timing).
 
 On the GPU machine, from the repository root (~6 minutes for both sizes):
     PYTHONPATH=runtime python3 bench/fp8_drift.py --out $OUT --sizes 1.7B,0.6B
-On the CPU (tiny model, emulated fp8, as the tests run it):
+On the CPU (tiny model, the fp8 product in torch, as the tests run it):
     PYTHONPATH=runtime python3 bench/fp8_drift.py --device cpu --sizes tiny \
         --model CKPT --frames 8 --seeds 2 --batches 1,2 --out /tmp/d
 """
@@ -51,51 +51,10 @@ from pathlib import Path
 
 import torch
 
-from ttsfleet_runtime.bench.common import TEXT, Budget, machine_facts, ready_checkpoint, timed
+from ttsfleet_runtime.bench.common import TEXT, Budget, machine_facts, ready_checkpoint
+from ttsfleet_runtime.bench.fp8_pair import WAYS, Side, load_side, slot_params, step_ms
 
 REPO = Path(__file__).resolve().parents[1]
-WAYS = ("bf16", "fp8")
-
-
-# ---------------------------------------------------------------- machine
-
-
-# ---------------------------------------------------------------- the pair
-@dataclasses.dataclass
-class Side:
-    """One way (bf16 or fp8): the model and the runner that steps it as the engine does."""
-
-    model: object
-    runner: object
-
-
-def load_side(ckpt: str, weights: str, args) -> Side:
-    from ttsfleet_runtime.engine.kv_blocks import blocks_for
-    from ttsfleet_runtime.engine.model_runner import ModelRunner
-    from ttsfleet_runtime.model import ops as talker_ops
-    from ttsfleet_runtime.model.weights import load_model
-
-    graphs = args.device == "cuda"
-    model = load_model(
-        ckpt,
-        args.device,
-        args.dtype,
-        max_positions=args.max_len,
-        ops=talker_ops.for_device(args.device, graphs),
-        weights=weights,
-        progress=lambda m: args.budget.log(f"  {weights}: {m}"),
-    )
-    rows = max(args.seeds, *args.batch_sizes)
-    runner = ModelRunner(
-        model,
-        max_batch=rows,
-        max_len=args.max_len,
-        max_text=256,
-        device=args.device,
-        cuda_graphs=graphs,
-        kv_blocks=rows * blocks_for(args.max_len, 64),
-    )
-    return Side(model, runner)
 
 
 @dataclasses.dataclass
@@ -117,18 +76,6 @@ def utterance(model, ckpt: str) -> Utterance:
 
 
 # ---------------------------------------------------------------- free runs
-def slot_params(seed: int, frames: int, greedy: bool):
-    from ttsfleet_runtime.engine.api import SamplingParams
-    from ttsfleet_runtime.engine.prefill_rows import SlotParams
-
-    names = {f.name for f in dataclasses.fields(SlotParams)}
-    params = {k: v for k, v in dataclasses.asdict(SamplingParams()).items() if k in names}
-    if greedy:
-        params |= dict(temperature=0.0, subtalker_temperature=0.0)
-    # min_frames past the run: EOS is never sampled, every stream runs `frames` frames.
-    return SlotParams(**(params | dict(seed=seed, min_frames=frames + 1)))
-
-
 @torch.inference_mode()
 def free_run(side: Side, utt: Utterance, seeds: list[int], frames: int, greedy: bool):
     """Streams of `frames` frames, one a seed, stepped together as the engine steps
@@ -252,38 +199,6 @@ def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
     if noise == 0:
         return math.inf
     return 10 * math.log10(max(signal, 1e-30) / noise)
-
-
-# ---------------------------------------------------------------- speed
-@torch.inference_mode()
-def step_ms(side: Side, B: int, args) -> dict:
-    """The decode step at batch B over rows holding `--kv-len` positions, as
-    bench/profile_step.py times it: graph replays on a GPU, eager steps on the CPU."""
-    from ttsfleet_runtime.bench.engine import spread_kv_blocks
-
-    runner = side.runner
-    B = runner.bucket(B)
-    for slot in range(B):
-        runner.set_sampling(slot, slot_params(slot, 0, greedy=False))
-    spread_kv_blocks(runner, B, args.kv_len + 1)
-    s = runner.state
-    s.position[:B] = args.kv_len
-    s.hidden[:B].normal_()
-    s.code0[:B] = torch.randint(0, 2048, (B,), device=s.code0.device)
-    s.active.zero_()  # nothing advances: every replay sees the same state
-    if runner.use_graphs:
-        graph = runner.graphs.get(B) or runner.capture(B)
-        for _ in range(5):
-            graph.replay()
-        samples = timed(graph.replay, args.replays)
-        how = "cuda graph replay"
-    else:
-        runner.step(B, runner.max_len)
-        samples = timed(lambda: runner.step(B, runner.max_len), max(3, args.replays // 20))
-        how = "eager step"
-    return dict(
-        batch=B, kv_len=args.kv_len, how=how, ms=statistics.median(samples), samples_ms=samples
-    )
 
 
 # ---------------------------------------------------------------- one checkpoint

@@ -273,7 +273,7 @@ class ServerSettings:
     # fp8 (e4m3) halves the bytes a decode step reads for the decoder layers' matrices,
     # quantized at load from the bf16 checkpoint; embeddings, heads, norms and the codec
     # stay in `dtype` (runtime/ttsfleet_runtime/model/fp8.py). A GPU needs compute
-    # capability 8.9+ (L4, L40S, H100, H200); the CPU runs an exact emulation.
+    # capability 8.9+ (L4, L40S, H100, H200); the CPU computes the same product in torch.
     weights: str = setting(
         "bf16",
         "the decoder layers' weights: bf16 (as the checkpoint) or fp8 (e4m3, quantized at load)",

@@ -1,4 +1,4 @@
-"""bench/fp8_drift.py end to end on the CPU (tiny model, fp8 emulated, eager steps): the
+"""bench/fp8_drift.py end to end on the CPU (tiny model, fp8 in torch, eager steps): the
 JSON of the lead's H200 run, with every section filled and the raw samples beside it."""
 
 from __future__ import annotations

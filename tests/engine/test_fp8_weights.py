@@ -1,5 +1,6 @@
 """An engine serving fp8 weights (`--weights fp8`) on the CPU: the decoder layers'
-matrices quantized at load and emulated, the rest of the engine as with bf16."""
+matrices quantized at load, their product computed in torch (Fp8Weight.matmul), the rest
+of the engine as with bf16."""
 
 from __future__ import annotations
 

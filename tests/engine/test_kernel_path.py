@@ -27,7 +27,7 @@ def interpreter_sized(monkeypatch):
     # would make thousands of them here. One wide block per product keeps the same kernel
     # (and every fused flag) at a few programs a call.
     wide = LinearConfig("gemv", 1, 1024, 64)
-    monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k: wide)
+    monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k, fp8=False: wide)
 
 
 @pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])

@@ -1,7 +1,8 @@
 """fp8 weights (`--weights fp8`, model/fp8.py): the decoder layers' matrices quantized at
-load with a scale per output channel, activations with a scale per row, and the product
-computed by torch._scaled_mm or by its emulation with the same numbers. torch 2.15 runs
-_scaled_mm on the CPU too, so the two ways are compared here, not only on a GPU."""
+load with a scale per output channel, the product weight-only (the activation never
+quantized), computed by the fused kernel or eagerly with the same numbers; torch._scaled_mm
+(activations quantized per row too) as the other way. torch 2.15 runs _scaled_mm on the
+CPU too, so it is checked here, not only on a GPU."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_each_row_is_scaled_so_that_its_largest_magnitude_is_448():
 
 def test_a_weight_keeps_one_byte_an_element_and_a_float_scale_a_row():
     weight = torch.randn(48, 32, dtype=torch.bfloat16)
-    quantized = fp8.Fp8Weight(weight, scaled_mm=False)
+    quantized = fp8.Fp8Weight(weight)
     assert quantized.shape == (48, 32)
     assert quantized.nbytes == 48 * 32 + 48 * 4
     error = (quantized.dequantized() - weight.float()).abs()
@@ -32,17 +33,23 @@ def test_a_weight_keeps_one_byte_an_element_and_a_float_scale_a_row():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_scaled_mm_and_the_emulation_compute_the_same_product(dtype):
+def test_a_few_rows_get_the_weight_only_product_more_get_scaled_mm(dtype):
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(64, 96, generator=generator)
-    x = torch.randn(5, 96, generator=generator).to(dtype)
-    emulated = fp8.Fp8Weight(weight, scaled_mm=False).matmul(x)
-    scaled_mm = fp8.Fp8Weight(weight, scaled_mm=True).matmul(x)
-    assert emulated.dtype == scaled_mm.dtype == dtype
-    # The same fp8 operands and scales; only the order of the float32 sums may differ.
-    assert torch.allclose(emulated.float(), scaled_mm.float(), rtol=2**-7, atol=1e-5)
+    x = torch.randn(40, 96, generator=generator).to(dtype)
+    quantized = fp8.Fp8Weight(weight)
+    few, many = quantized.matmul(x[:3]), quantized.matmul(x)
+    assert few.dtype == many.dtype == dtype
+    # 3 rows: x times the weight the codes stand for, rounded once.
+    want = (x[:3].double() @ quantized.dequantized().double().t()).to(dtype)
+    assert torch.allclose(few.double(), want.double(), rtol=2**-7, atol=1e-5)
+    # 40 rows (bucket 64, past FP8_SCALED_MM_FROM): _scaled_mm of the rows quantized.
+    assert torch.equal(many, quantized.product(*fp8.quantize_rows(x), dtype))
     exact = x.float() @ weight.t()
-    assert (emulated.float() - exact).norm() / exact.norm() < 0.06
+    weight_only = ((few.float() - exact[:3]).norm() / exact[:3].norm()).item()
+    both = ((many[:3].float() - exact[:3]).norm() / exact[:3].norm()).item()
+    assert weight_only < 0.04 and both < 0.06
+    assert weight_only < both  # the input's quantization is error of its own
 
 
 def test_fp8_replaces_the_decoder_matrices_and_halves_their_bytes(tiny_custom_voice):
@@ -80,36 +87,18 @@ def test_an_unknown_weights_value_is_refused_naming_the_choices(tiny_custom_voic
         load_model(tiny_custom_voice, "cpu", "float32", weights="int4")
 
 
-def test_the_scaled_mm_model_speaks_the_emulated_models_codes(tiny_custom_voice):
-    def codes(scaled_mm: bool):
-        return our_codes(
-            tiny_custom_voice,
-            "Eight bits a weight.",
-            "ryan",
-            None,
-            "english",
-            6,
-            weights="fp8",
-            fp8_scaled_mm=scaled_mm,
-        )
-
-    emulated = codes(False)
-    assert len(emulated) == 6
-    assert torch.equal(codes(True), emulated)
-
-
 def test_the_kernel_path_with_fp8_weights_speaks_the_eager_codes(tiny_custom_voice, monkeypatch):
-    """The fused operations (Triton's interpreter here: the fp8 input kernel, the row
-    kernels) with _scaled_mm, against eager torch with the emulated product."""
+    """The fused operations (Triton's interpreter here: the linear kernel on e4m3 codes,
+    the row kernels) against eager torch (Fp8Weight.matmul)."""
     from ttsfleet_runtime.kernels import linear as kernel_linear
     from ttsfleet_runtime.kernels.linear_table import LinearConfig
     from ttsfleet_runtime.model import ops as talker_ops
 
     # One wide block per bf16 product (the heads): a few interpreted programs a call.
     wide = LinearConfig("gemv", 1, 1024, 64)
-    monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k: wide)
+    monkeypatch.setattr(kernel_linear, "config_for", lambda m, n, k, fp8=False: wide)
 
-    def codes(ops, scaled_mm: bool):
+    def codes(ops):
         text = "Kernels and fp8 together."
         return our_codes(
             tiny_custom_voice,
@@ -120,10 +109,9 @@ def test_the_kernel_path_with_fp8_weights_speaks_the_eager_codes(tiny_custom_voi
             2,
             ops=ops,
             weights="fp8",
-            fp8_scaled_mm=scaled_mm,
         )
 
-    assert torch.equal(codes(talker_ops.fused(), True), codes(talker_ops.EAGER, False))
+    assert torch.equal(codes(talker_ops.fused()), codes(talker_ops.EAGER))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -136,12 +124,13 @@ def test_on_a_gpu_the_graphed_scaled_mm_product_is_the_emulations_to_accumulatio
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(2048, 1024, generator=generator).cuda()
     x = torch.randn(8, 1024, generator=generator).cuda().to(torch.bfloat16)
-    emulated = fp8.Fp8Weight(weight, scaled_mm=False).matmul(x).float()
-    quantized = fp8.Fp8Weight(weight, scaled_mm=True)
-    quantized.matmul(x)  # cuBLASLt picks its kernel outside the capture
+    quantized = fp8.Fp8Weight(weight)
+    x_codes, x_scale = fp8.quantize_rows(x)
+    emulated = (x_codes.float() * x_scale) @ quantized.dequantized().t()
+    quantized.product(x_codes, x_scale, x.dtype)  # cuBLASLt picks its kernel uncaptured
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = quantized.matmul(x)
+        out = quantized.product(x_codes, x_scale, x.dtype)
     graph.replay()
     torch.cuda.synchronize()
     error = (out.float() - emulated).abs().amax() / emulated.abs().amax()

@@ -92,6 +92,7 @@ def _finish(
     out_ptr,
     bias_ptr,
     res_ptr,
+    scale_ptr,
     rows,
     cols,
     row_mask,
@@ -100,9 +101,13 @@ def _finish(
     stride_rm,
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    W_SCALE: tl.constexpr,
 ):
-    """Epilogue: acc (float32, indexed by broadcastable rows/cols) + bias + residual, stored
-    in out's dtype with one rounding."""
+    """Epilogue: acc (float32, indexed by broadcastable rows/cols) times the weight's scale
+    per output column (fp8 codes), + bias + residual, stored in out's dtype with one
+    rounding."""
+    if W_SCALE:
+        acc *= tl.load(scale_ptr + cols, mask=col_mask, other=0.0)
     if BIAS:
         acc += tl.load(bias_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     mask = row_mask & col_mask
@@ -113,7 +118,8 @@ def _finish(
 
 @triton.jit
 def _gemv_tile(w_ptr, cols, col_mask, k0, K, BLOCK_K: tl.constexpr):
-    """The weight tile [BLOCK_N, BLOCK_K] at k0 (zeros past K), in float32."""
+    """The weight tile [BLOCK_N, BLOCK_K] at k0 (zeros past K), in float32 (e4m3 codes
+    widen exactly)."""
     ks = k0 + tl.arange(0, BLOCK_K)
     mask = col_mask[:, None] & (ks < K)[None, :]
     return tl.load(w_ptr + cols[:, None] * K + ks[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -127,6 +133,7 @@ def _linear_kernel(
     bias_ptr,
     res_ptr,
     nw_ptr,
+    scale_ptr,
     M,
     N,
     K,
@@ -138,6 +145,7 @@ def _linear_kernel(
     GATED: tl.constexpr,
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    W_SCALE: tl.constexpr,
     DOT: tl.constexpr,
     F32_DOT: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -155,7 +163,42 @@ def _linear_kernel(
     if NORM:
         # Chunks of 4096 elements: a few registers per thread whatever BLOCK_M.
         rstd = _row_rstd(x_ptr, rows, row_mask, stride_xm, K, eps, BLOCK_M, 4096 // BLOCK_M)
-    if DOT:
+    if DOT and W_SCALE:
+        # fp8 codes on the tensor cores: out^T = W @ x^T, the widened weight tile as the
+        # left operand. Hopper's wgmma takes that operand from registers, where the codes
+        # are widened, while x^T comes through shared memory as Triton pipelines it; as the
+        # right operand the widened tile would make a round trip through shared memory
+        # each step (measured 2-8x slower than bf16 weights at M >= 8).
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_mask = ks < K
+            x_t = _load_input(
+                x_ptr,
+                nw_ptr,
+                rows[None, :],
+                ks[:, None],
+                k_mask[:, None] & row_mask[None, :],
+                k_mask[:, None],
+                stride_xm,
+                K,
+                rstd[None, :],
+                NORM,
+                GATED,
+            )
+            w = tl.load(
+                w_ptr + cols[:, None] * K + ks[None, :],
+                mask=col_mask[:, None] & k_mask[None, :],
+                other=0.0,
+            )
+            if F32_DOT:
+                acc = tl.dot(w.to(tl.float32), x_t.to(tl.float32), acc, input_precision="ieee")
+            else:
+                # e4m3 codes widen exactly to bf16 (3 mantissa bits, exponents in range).
+                acc = tl.dot(w.to(x_t.dtype), x_t, acc)
+        rows_2d, cols_2d = rows[None, :], cols[:, None]
+        row_mask_2d, col_mask_2d = row_mask[None, :], col_mask[:, None]
+    elif DOT:
         # Tensor cores; Triton pipelines the loads that feed tl.dot.
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -225,6 +268,7 @@ def _linear_kernel(
         out_ptr,
         bias_ptr,
         res_ptr,
+        scale_ptr,
         rows_2d,
         cols_2d,
         row_mask_2d,
@@ -233,6 +277,7 @@ def _linear_kernel(
         stride_rm,
         BIAS,
         RESIDUAL,
+        W_SCALE,
     )
 
 
@@ -252,6 +297,7 @@ def linear(
     norm_weight: torch.Tensor | None = None,
     eps: float = 1e-6,
     gated: bool = False,
+    weight_scale: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config: LinearConfig | None = None,
 ) -> torch.Tensor:
@@ -260,9 +306,12 @@ def linear(
     x: [..., K], or [..., 2K] when `gated`; rows may be strided, the last dimension must be
     contiguous. weight: [N, K] contiguous. bias: [N]; norm_weight: [K]; residual, out:
     [..., N] with a contiguous last dimension (out may be `residual`, not x). Every tensor
-    has x's dtype (bf16, fp16 or fp32). prologue: `rms_norm_eager(x, norm_weight, eps)` when
-    norm_weight is given, `silu_mul_eager(x)` when gated (not both). `config` overrides the
-    table (the benchmark's sweep)."""
+    has x's dtype (bf16, fp16 or fp32), but for fp8 weights: `weight` float8_e4m3fn codes
+    and `weight_scale` float32 [N] (or [1, N]), the product is then
+    prologue(x) @ (weight * weight_scale[:, None]).T, x never quantized. prologue:
+    `rms_norm_eager(x, norm_weight, eps)` when norm_weight is given, `silu_mul_eager(x)`
+    when gated (not both). `config` overrides the table (the benchmark's sweep); the
+    table is `FP8_TABLE` for fp8 codes."""
     if norm_weight is not None and gated:
         raise ValueError("linear: norm_weight and gated are exclusive (no layer uses both)")
     if weight.dim() != 2 or not weight.is_contiguous():
@@ -275,7 +324,19 @@ def linear(
     x2 = x.reshape(-1, width)
     if x2.stride(-1) != 1:
         raise ValueError("linear: x's last dimension must be contiguous (rows may be strided)")
-    _check("weight", weight, (n, k), x.dtype)
+    if weight_scale is not None:
+        if weight.dtype != torch.float8_e4m3fn:
+            raise ValueError(
+                f"linear: weight_scale goes with float8_e4m3fn codes, not {weight.dtype}"
+            )
+        if weight_scale.numel() != n or weight_scale.dtype != torch.float32:
+            raise ValueError(
+                f"linear: weight_scale must be {n} float32 values (one an output column), "
+                f"got {tuple(weight_scale.shape)} {weight_scale.dtype}"
+            )
+        weight_scale = weight_scale.reshape(n).contiguous()
+    else:
+        _check("weight", weight, (n, k), x.dtype)
     if bias is not None:
         _check("bias", bias, (n,), x.dtype)
         bias = bias.contiguous()
@@ -297,7 +358,8 @@ def linear(
     m = x2.shape[0]
     if m == 0 or n == 0:
         return out
-    cfg = config if config is not None else config_for(m, n, k)
+    fp8 = weight_scale is not None
+    cfg = config if config is not None else config_for(m, n, k, fp8=fp8)
     grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(n, cfg.block_n))
     # Under the interpreter, bf16 dot operands go in as float32 (see _INTERPRETED).
     f32_dot = x.dtype == torch.float32 or (_INTERPRETED and x.dtype == torch.bfloat16)
@@ -308,6 +370,7 @@ def linear(
         bias if bias is not None else weight,  # unused pointers: any tensor
         res2 if res2 is not None else out2,
         norm_weight if norm_weight is not None else weight,
+        weight_scale if fp8 else weight,
         m,
         n,
         k,
@@ -319,6 +382,7 @@ def linear(
         GATED=gated,
         BIAS=bias is not None,
         RESIDUAL=res2 is not None,
+        W_SCALE=fp8,
         DOT=cfg.variant == "dot",
         F32_DOT=f32_dot,
         BLOCK_M=cfg.block_m,

@@ -2,7 +2,10 @@
 product with, and whether it runs it at all: the table measured on the GPU (data), the
 bucket of a batch size, a default for shapes the table does not know, and the rule
 against cuBLAS (`beats_cublas`), which the fused operations (model/ops.py) consult per
-call. No Triton here: the table is read on the host when a graph is captured.
+call. fp8 weights (e4m3 codes, model/fp8.py) have their own table (`FP8_TABLE`) and
+their own rule (`fp8_scaled_mm_wins`: the kernel up to a few rows, torch._scaled_mm
+with the input quantized from the FP8_SCALED_MM_FROM bucket on). No Triton here: the tables
+are read on the host when a graph is captured.
 """
 
 from __future__ import annotations
@@ -404,6 +407,51 @@ TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
 }
 
 
+# fp8 codes (W8A16: e4m3 weight tiles widened in registers, bf16 activations): the same
+# kernel and key as TABLE, for the buckets where the kernel runs (below
+# FP8_SCALED_MM_FROM). A 16-byte load holds twice the K of a bf16 one, so the sweep's
+# GEMV tiles start at block_k 1024. Swept on an H200 (torch 2.11, triton 3.6),
+# 2026-11-28, by `bench/fp8_kernel.py --sweep --sweep-ms 1,2,4` (its fp8_table.py pasted
+# here; bench/results/fp8-kernel-h200.json). Comment: the matrix, its time a call.
+FP8_TABLE: dict[tuple[int, int, int], tuple[str, int, int, int, int, int]] = {
+    (1, 1024, 2048): ("gemv", 1, 4, 2048, 8, 1),  # predictor.o: 2.8 us
+    (1, 1024, 3072): ("gemv", 1, 4, 1024, 8, 1),  # predictor.down: 3.9 us
+    (1, 2048, 2048): ("gemv", 1, 8, 2048, 8, 1),  # talker.o: 3.2 us
+    (1, 2048, 6144): ("gemv", 1, 8, 2048, 8, 1),  # talker.down: 6.1 us
+    (1, 4096, 1024): ("gemv", 1, 16, 1024, 8, 1),  # predictor.qkv: 3.8 us
+    (1, 4096, 2048): ("gemv", 1, 16, 1024, 4, 1),  # talker.qkv: 4.9 us
+    (1, 6144, 1024): ("gemv", 1, 16, 1024, 4, 1),  # predictor.gate_up: 4.5 us
+    (1, 12288, 2048): ("gemv", 1, 16, 1024, 4, 1),  # talker.gate_up: 9.4 us
+    (2, 1024, 2048): ("gemv", 1, 8, 2048, 8, 1),  # predictor.o: 3.1 us
+    (2, 1024, 3072): ("gemv", 1, 8, 1024, 8, 1),  # predictor.down: 4.4 us
+    (2, 2048, 2048): ("gemv", 1, 8, 1024, 4, 1),  # talker.o: 4.0 us
+    (2, 2048, 6144): ("gemv", 1, 16, 2048, 4, 1),  # talker.down: 9.1 us
+    (2, 4096, 1024): ("gemv", 2, 16, 1024, 4, 1),  # predictor.qkv: 4.5 us
+    (2, 4096, 2048): ("gemv", 2, 16, 1024, 4, 1),  # talker.qkv: 6.1 us
+    (2, 6144, 1024): ("gemv", 2, 8, 1024, 4, 1),  # predictor.gate_up: 6.4 us
+    (2, 12288, 2048): ("gemv", 2, 16, 1024, 4, 1),  # talker.gate_up: 13.8 us
+    (4, 1024, 2048): ("gemv", 2, 8, 2048, 4, 1),  # predictor.o: 4.0 us
+    (4, 1024, 3072): ("gemv", 2, 8, 1024, 4, 1),  # predictor.down: 6.7 us
+    (4, 2048, 2048): ("gemv", 2, 16, 1024, 4, 1),  # talker.o: 5.2 us
+    (4, 2048, 6144): ("gemv", 2, 16, 1024, 8, 1),  # talker.down: 14.1 us
+    (4, 4096, 1024): ("gemv", 4, 16, 1024, 4, 1),  # predictor.qkv: 5.9 us
+    (4, 4096, 2048): ("gemv", 4, 16, 1024, 4, 1),  # talker.qkv: 8.8 us
+    (4, 6144, 1024): ("gemv", 4, 8, 1024, 4, 1),  # predictor.gate_up: 8.6 us
+    (4, 12288, 2048): ("gemv", 4, 16, 1024, 4, 1),  # talker.gate_up: 21.7 us
+}
+
+# From this batch bucket on (8: from 5 rows), fp8 products run torch._scaled_mm (the input quantized per
+# row by kernels/fp8_quantize.py, fp8 tensor cores) instead of the kernel; prefill (past
+# the largest bucket) too. Measured on an H200 (torch 2.11, triton 3.6), 2026-11-28, by
+# bench/fp8_kernel.py (bench/results/fp8-kernel-h200.json): at 1 row the kernel beat
+# bf16 on 7 of the 8 1.7B matrices (talker gate_up 9.3 vs 13.0 us, down 6.1 vs 8.2) and
+# _scaled_mm on all (10.7-24.8 us); from 8 rows the kernel, its best swept tile too, lost
+# to _scaled_mm on every matrix (talker down at 8 rows: 27.3 vs 24.9 us; at 128 rows
+# 107.6 vs 25.8): the widened codes do not feed Hopper's pipelined wgmma as bf16 tiles do.
+# At 4 rows the swept kernel beat _scaled_mm on 7 of 8 (75 against 108 us for the eight).
+FP8_SCALED_MM_FROM = 8
+
+
 def m_bucket(m: int) -> int:
     """The smallest bucket >= m (the largest bucket for bigger m)."""
     for bucket in M_BUCKETS:
@@ -412,25 +460,32 @@ def m_bucket(m: int) -> int:
     return M_BUCKETS[-1]
 
 
-def default_config(m: int, n: int, k: int) -> LinearConfig:
-    """A safe choice for shapes the table does not know."""
+def default_config(m: int, n: int, k: int, fp8: bool = False) -> LinearConfig:
+    """A safe choice for shapes the table does not know (`fp8`: e4m3 weight codes)."""
     bucket = m_bucket(m)
     if bucket <= 8:
-        # Small N gets narrow blocks so that every SM has programs to run.
-        return LinearConfig("gemv", bucket, 8 if n >= 2048 else 4, 512)
+        # Small N gets narrow blocks so that every SM has programs to run; an fp8 tile
+        # twice as wide in K reads the bytes of a bf16 one.
+        return LinearConfig("gemv", bucket, 8 if n >= 2048 else 4, 1024 if fp8 else 512)
     return LinearConfig("dot", min(bucket, 64), 64, 128, num_warps=4, num_stages=3)
 
 
 @functools.cache
-def config_for(m: int, n: int, k: int) -> LinearConfig:
+def config_for(m: int, n: int, k: int, fp8: bool = False) -> LinearConfig:
     """The table's entry for m's bucket, else for the nearest smaller measured bucket of the
-    same (n, k), else `default_config`."""
+    same (n, k), else `default_config`. fp8 codes: FP8_TABLE's entry for m's bucket, else
+    the default (the kernel runs every batch there, where a smaller bucket's GEMV shape
+    would read the weights once a row)."""
     bucket = m_bucket(m)
+    if fp8:
+        entry = FP8_TABLE.get((bucket, n, k))
+        return LinearConfig(*entry) if entry is not None else default_config(m, n, k, fp8)
+    table = TABLE
     for measured in reversed(M_BUCKETS[: M_BUCKETS.index(bucket) + 1]):
-        entry = TABLE.get((measured, n, k))
+        entry = table.get((measured, n, k))
         if entry is not None:
             return LinearConfig(*entry)
-    return default_config(m, n, k)
+    return default_config(m, n, k, fp8)
 
 
 def beats_cublas(m: int, n: int, k: int) -> bool:
@@ -446,3 +501,10 @@ def beats_cublas(m: int, n: int, k: int) -> bool:
     if any(key[1:] == (n, k) for key in TABLE):
         return False
     return bucket <= 8
+
+
+def fp8_scaled_mm_wins(m: int, n: int, k: int) -> bool:
+    """Whether an (m, n, k) product with fp8 weights runs torch._scaled_mm (activations
+    quantized too) instead of the weight-only kernel: from FP8_SCALED_MM_FROM rows on
+    (its bucket), the measured crossing on every 1.7B matrix."""
+    return m_bucket(m) >= FP8_SCALED_MM_FROM

@@ -13,24 +13,32 @@ floor of the step. What is quantized, at load, from the bf16 checkpoint (no new 
   the products' prologues), and the codec.
 
 How: one float32 scale per output channel (row of W [N, K]), amax / 448 (e4m3's largest
-finite value); the activation gets one scale per row (per token) at every call, computed
-on the device (no host sync, no data-dependent shape: capturable in a CUDA graph). The
-product is `(x_q @ W_q^T) * s_x * s_w`, accumulated in float32, rounded once to the
-activation's dtype. Two ways to run it, the same numbers:
+finite value). The product is weight-only fp8 (W8A16): `x @ (codes * scale)^T`, the
+activation never quantized. On a GPU the fused operations (model/ops.py) run it in
+kernels/linear.py's Triton kernel, the same kernel and fusions (input norm, SiLU gate,
+bias, residual) as bf16 weights: the weight tile is read as e4m3 codes (half the bytes),
+widened exactly to bf16 in registers, multiplied on the CUDA or tensor cores with float32
+sums, and scaled per column in the epilogue, rounded once. `matmul` is the same product
+in torch (float32, one rounding), the eager operations' and the tests' reference.
 
-- `torch._scaled_mm` (CUDA compute capability 8.9+: Ada, Hopper; torch 2.15 runs it on
-  the CPU too, which the tests use to compare the two);
-- the emulation: the fp8 values widened to float32 and multiplied there (products of two
-  e4m3 values are exact in float32; only the order of the sums differs). Used on the CPU,
-  where tests check the same numbers the GPU computes. A GPU without fp8 tensor cores is
-  refused at start (`check_device`): the emulation there would be slower than bf16 and
-  its float32 copy of a weight per call would cost more memory than it saves.
+torch._scaled_mm (both operands fp8, the input quantized per row by
+kernels/fp8_quantize.py: W8A8) is the other way, kept for the batch sizes where an H200
+run measured it faster than the kernel: from the batch bucket of 8 rows (5 rows and more),
+prefill included (kernels/linear_table.py `FP8_SCALED_MM_FROM`); `product` runs it, and
+`matmul` follows the same rule. So a decode step of 1-4 rows computes the weight-only
+product and a larger one the W8A8 product, whose input rounding adds its own error
+(docs/fp8-weights.md). It needs compute capability 8.9+ (Ada, Hopper), which
+`check_device` asks of every fp8 run: the kernel's e4m3 loads are measured only there.
+The first version ran every product that way and stepped slower than bf16 (docs/fp8-weights.md).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from ..kernels import linear_table
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
@@ -55,16 +63,15 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Fp8Weight(nn.Module):
     """A [N, K] weight as e4m3 codes and one float32 scale per output channel, in place
-    of a bf16 matrix: the layers pass it to `ops.linear` as they pass a tensor, and
-    `matmul` is the product. `scaled_mm`: run it with torch._scaled_mm, else emulated."""
+    of a bf16 matrix: the layers pass it to `ops.linear` as they pass a tensor."""
 
-    def __init__(self, weight: torch.Tensor, scaled_mm: bool):
+    def __init__(self, weight: torch.Tensor):
         super().__init__()
         codes, scale = quantize_rows(weight)
         self.register_buffer("codes", codes.contiguous())
-        # [1, N]: the shape _scaled_mm takes for per-column scales of its second operand.
+        # [1, N]: the shape _scaled_mm takes for per-column scales of its second operand
+        # (the kernel reads the same N floats).
         self.register_buffer("scale", scale.reshape(1, -1).contiguous())
-        self.scaled_mm = scaled_mm
 
     @property
     def shape(self) -> torch.Size:
@@ -79,21 +86,28 @@ class Fp8Weight(nn.Module):
         return self.codes.float() * self.scale.reshape(-1, 1)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x [..., K] @ W^T -> [..., N] in x's dtype: x quantized per row, the product of
-        the codes accumulated in float32, times both scales, rounded once."""
+        """x [..., K] @ W^T -> [..., N] in x's dtype, the product the fused operations
+        run for that many rows (linear_table.fp8_scaled_mm_wins), so the eager path and
+        the CPU compute what the GPU does: weight-only as the kernel computes it (the
+        codes times x in float32, times the scale, rounded once; a float32 copy of the
+        codes a call: a reference, not a serving path), or `product` of the rows
+        quantized."""
         lead, k = x.shape[:-1], x.shape[-1]
-        y = self.product(*quantize_rows(x.reshape(-1, k)), x.dtype)
+        x2 = x.reshape(-1, k)
+        if linear_table.fp8_scaled_mm_wins(x2.shape[0], *self.shape):
+            y = self.product(*quantize_rows(x2), x.dtype)
+        else:
+            y = (F.linear(x2.float(), self.codes.float()) * self.scale).to(x.dtype)
         return y.reshape(*lead, -1)
 
     def product(self, x_codes: torch.Tensor, x_scale: torch.Tensor, dtype) -> torch.Tensor:
-        """The product of quantized rows (codes [M, K], scales [M, 1]) with W^T -> [M, N]
-        in `dtype`; the fused operations quantize x in one kernel (kernels/fp8_quantize.py)."""
-        if self.scaled_mm:
-            # codes^T is a column-major view: the layout _scaled_mm wants for its second operand.
-            return torch._scaled_mm(
-                x_codes, self.codes.t(), scale_a=x_scale, scale_b=self.scale, out_dtype=dtype
-            )
-        return ((x_codes.float() @ self.codes.float().t()) * x_scale * self.scale).to(dtype)
+        """torch._scaled_mm of quantized rows (codes [M, K], scales [M, 1], from
+        kernels/fp8_quantize.py) with W^T -> [M, N] in `dtype`: the W8A8 way, where
+        linear_table.FP8_SCALED_MM_FROM says it is faster."""
+        # codes^T is a column-major view: the layout _scaled_mm wants for its second operand.
+        return torch._scaled_mm(
+            x_codes, self.codes.t(), scale_a=x_scale, scale_b=self.scale, out_dtype=dtype
+        )
 
 
 def check_device(device: str, dtype: torch.dtype) -> None:
@@ -117,19 +131,13 @@ def check_device(device: str, dtype: torch.dtype) -> None:
         )
 
 
-def uses_scaled_mm(device: str) -> bool:
-    """The product's way on `device` (see the module docstring): _scaled_mm on a GPU
-    (check_device has refused one without fp8), the emulation elsewhere."""
-    return torch.device(device).type == "cuda"
-
-
 @torch.no_grad()
-def quantize_stack(stack: nn.Module, scaled_mm: bool) -> None:
+def quantize_stack(stack: nn.Module) -> None:
     """Each decoder layer's QUANTIZED_MATRICES become Fp8Weights, the bf16 parameter
     dropped (freed once nothing else holds it): only the fp8 copy stays in memory."""
     for layer in stack.layers:
         for name in QUANTIZED_MATRICES:
             weight = getattr(layer, name)
             delattr(layer, name)  # a Parameter slot cannot take a module: free the name
-            setattr(layer, name, Fp8Weight(weight, scaled_mm))
+            setattr(layer, name, Fp8Weight(weight))
             del weight

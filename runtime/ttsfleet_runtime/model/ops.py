@@ -10,8 +10,10 @@ set the time. `fused()` gives:
 - `linear`: the Triton small-batch product (`kernels/linear.py`) with the input norm or
   SiLU gate and the residual fused in, where its table says it beats cuBLAS for that
   (M, N, K); otherwise cuBLAS with the surrounding elementwise work in the row kernels;
-  fp8 weights (`--weights fp8`, model/fp8.py): the prologue and the input's quantization
-  in one kernel (`kernels/fp8_quantize.py`), then torch._scaled_mm;
+  fp8 weights (`--weights fp8`, model/fp8.py): the same Triton kernel reading e4m3 codes
+  (weight-only fp8) for a few rows, or torch._scaled_mm after the input's
+  quantization kernel (`kernels/fp8_quantize.py`) from the
+  `linear_table.FP8_SCALED_MM_FROM` bucket on, where it measured faster;
 - `qk_norm_rope_write`, `decode_attention`: Triton kernels that read each row's
   position from device memory (one graph per batch bucket);
 - `sample`: one Triton kernel per call, no sort (the talker's processors fused in);
@@ -90,10 +92,25 @@ def _linear_op(
 ) -> Callable:
     """The Triton product where its table says it beats cuBLAS for that (rows, N, K);
     cuBLAS with the row kernels around it elsewhere (prefill, large batches, load-time
-    products). fp8 weights: the input's prologue and quantization in one kernel, then
-    the weight's product (_scaled_mm), then bias and residual."""
+    products). fp8 weights: the kernel on the e4m3 codes and their scales; where the table
+    says _scaled_mm wins, the input's prologue and quantization in one kernel, then
+    _scaled_mm, then bias and residual."""
 
     def linear(x, weight, *, bias=None, residual=None, norm_weight=None, eps=1e-6, gated=False):
+        rows = x.numel() // x.shape[-1]
+        if isinstance(weight, Fp8Weight) and not linear_table.fp8_scaled_mm_wins(
+            rows, *weight.shape
+        ):
+            return kernel_linear.linear(
+                x,
+                weight.codes,
+                weight_scale=weight.scale,
+                bias=bias,
+                residual=residual,
+                norm_weight=norm_weight,
+                eps=eps,
+                gated=gated,
+            )
         if isinstance(weight, Fp8Weight):
             lead = x.shape[:-1]
             codes, scale = fp8_quantize.quantize_rows(
@@ -103,7 +120,6 @@ def _linear_op(
             if bias is not None:
                 y = y + bias
             return y if residual is None else residual + y
-        rows = x.numel() // x.shape[-1]
         if linear_table.beats_cublas(rows, *weight.shape):
             return kernel_linear.linear(
                 x,

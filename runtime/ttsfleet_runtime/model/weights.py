@@ -143,19 +143,15 @@ def load_model(
     progress: Callable[[str], None] | None = None,
     ops: TalkerOps = EAGER,
     weights: str = "bf16",
-    fp8_scaled_mm: bool | None = None,
 ) -> LoadedModel:
     """The checkpoint's talker and code predictor on `device`, calling `ops` (eager
     torch, or the fused kernels: model/ops.py). `weights` "fp8": the decoder layers'
-    matrices quantized at load (model/fp8.py), run with torch._scaled_mm when
-    `fp8_scaled_mm` (default: on a GPU), else emulated."""
+    matrices quantized at load (model/fp8.py)."""
     say = progress or log.info
     if weights not in fp8.WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(fp8.WEIGHTS)}, not {weights!r}")
     if weights == "fp8":
         fp8.check_device(device, DTYPES[dtype])  # before any weight is read
-        if fp8_scaled_mm is None:
-            fp8_scaled_mm = fp8.uses_scaled_mm(device)
     path = resolve_checkpoint(str(model))
     config = TTSConfig.from_file(path / "config.json")
     say(f"loading {path} ({config.tts_model_type}, {config.tts_model_size}) to {device} as {dtype}")
@@ -194,19 +190,16 @@ def load_model(
     if weights == "fp8":
         for module in (talker, predictor):
             if module is not None:
-                fp8.quantize_stack(module.stack, fp8_scaled_mm)
+                fp8.quantize_stack(module.stack)
     say(f"loaded {sum(v.numel() for v in tensors.values()) / 1e6:.1f}M talker parameters")
     del tensors  # the checkpoint's bf16 copy on the device: only the model's own weights stay
     model = LoadedModel(
         path=path, config=config, talker=talker, predictor=predictor, weights=weights
     )
     sizes = model.weight_bytes()
-    way = ""
-    if weights == "fp8":
-        way = ", fp8 products by " + ("torch._scaled_mm" if fp8_scaled_mm else "emulation")
     say(
         f"weights: {sizes['total'] / 2**30:.2f} GiB, of which the decoder layers' matrices "
-        f"{sizes['decoder_matrices'] / 2**30:.2f} GiB ({weights}{way})"
+        f"{sizes['decoder_matrices'] / 2**30:.2f} GiB ({weights})"
     )
     return model
 
