@@ -143,6 +143,15 @@ class Api:
             for item in (result or {}).get("items") or []
         }
 
+    def service_statuses(self) -> dict[str, dict]:
+        """Name -> status of every bench TTSService."""
+        path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{self.namespace}/ttsservices"
+        result = self._get(path, "application/json")
+        return {
+            item["metadata"]["name"]: item.get("status") or {}
+            for item in (result or {}).get("items") or []
+        }
+
     def rendered_hash(self, kind: str, name: str) -> str | None:
         path = PATHS[kind].format(ns=self.namespace) + "/" + name
         result = self._get(path, METADATA_ONE)
@@ -291,6 +300,31 @@ def kubectl(kubectl_path: str, kubeconfig: str, *args: str, input: str | None = 
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()[:500]}")
     return proc.stdout
+
+
+def changed_fields(before: dict[str, dict], after: dict[str, dict]) -> dict[str, int]:
+    """Status field (conditions by type) -> how many services it changed for."""
+    counts: dict[str, int] = {}
+    for name, status in after.items():
+        old = before.get(name) or {}
+        fields = {
+            key
+            for key in {*status, *old}
+            if key != "conditions" and status.get(key) != old.get(key)
+        }
+        old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+        for condition in status.get("conditions") or []:
+            previous = old_conditions.get(condition.get("type"))
+            if previous != condition:
+                changed = sorted(
+                    k
+                    for k in {*condition, *(previous or {})}
+                    if condition.get(k) != (previous or {}).get(k)
+                )
+                fields.add(f"conditions[{condition.get('type')}].{'/'.join(changed)}")
+        for field in fields:
+            counts[field] = counts.get(field, 0) + 1
+    return counts
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -562,8 +596,10 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"idle: {args.idle_periods} resync periods of {args.resync_seconds} s")
         time.sleep(args.resync_seconds)  # let the changes' own passes and events settle
         before_metrics = operator.metrics()
+        statuses_before, versions_before = api.service_statuses(), api.deployment_versions()
         time.sleep(args.resync_seconds * args.idle_periods)
         after_metrics = operator.metrics()
+        statuses_after, versions_after = api.service_statuses(), api.deployment_versions()
         operator.sample(t_start)
         start_counts, end_counts = requests_by_verb(before_metrics), requests_by_verb(after_metrics)
         delta = {
@@ -580,6 +616,12 @@ def main(argv: list[str] | None = None) -> int:
             "requests_per_pass": round(sum(delta.values()) / idle_passes, 2) if idle_passes else None,
             "writes_per_pass": round(writes / idle_passes, 3) if idle_passes else None,
             "passes_per_service_per_period": round(idle_passes / args.services / args.idle_periods, 2),
+            # What changed while idle: Deployments (the cluster's doing), and which status
+            # fields the writes changed (a write with nothing changed shows none).
+            "deployments_changed": sum(
+                1 for name, version in versions_after.items() if versions_before.get(name) != version
+            ),
+            "status_fields_changed": changed_fields(statuses_before, statuses_after),
         }  # fmt: skip
         result["requests_total"] = end_counts
         result["rss_mb_peak"] = max(r for _, r in operator.rss_samples)
