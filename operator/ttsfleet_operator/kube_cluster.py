@@ -15,7 +15,7 @@ import json
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -64,6 +64,14 @@ def connection_info(configuration: client.Configuration) -> dict:
         "certificate_path": configuration.cert_file,
         "private_key_path": configuration.key_file,
     }
+
+
+def _kind_path(api_version: str, kind: str, namespace: str | None) -> str:
+    """A kind's collection in a namespace, or across all namespaces (None)."""
+    if namespace is not None:
+        return collection_path(api_version, kind, namespace)
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{prefix}/{PLURALS[kind]}"
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -155,6 +163,16 @@ class KubeCluster:
     ) -> dict | None:
         if self._count_request is not None:
             self._count_request(method, resource_of(path))
+        return await self._send(method, path, query, body, content_type)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict | None:
         if self._session is None:
             self._session = self._open_session()
         headers = {
@@ -177,6 +195,52 @@ class KubeCluster:
             if not 200 <= response.status < 300:
                 raise ApiError(response.status, _message(answer))
             return json.loads(answer) if answer else {}
+
+    async def list_and_version(
+        self, api_version: str, kind: str, namespace: str | None, selector: str
+    ) -> tuple[list[dict], str]:
+        """Every object of a kind (in a namespace, or all) that `selector` matches, and the
+        list's resourceVersion to watch from. Like a watch, not counted as a pass's request."""
+        result = await self._send(
+            "GET", _kind_path(api_version, kind, namespace), [("labelSelector", selector)]
+        )
+        return (result or {}).get("items") or [], (result or {}).get("metadata", {}).get(
+            "resourceVersion", ""
+        )
+
+    async def watch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> AsyncIterator[dict]:
+        """The watch events after `resource_version`, decoded, until the server ends the
+        stream (after `timeout_seconds`). A long-lived stream, not a pass's request: not counted."""
+        if self._session is None:
+            self._session = self._open_session()
+        query = [
+            ("labelSelector", selector),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        headers = {**self.api.default_headers, "Accept": "application/json"}
+        await self.api.update_params_for_auth(headers, query, ["BearerToken"])
+        url = f"{self.api.configuration.host}{_kind_path(api_version, kind, namespace)}?{urllib.parse.urlencode(query)}"
+        # No read timeout: a quiet watch sends nothing for minutes (bookmarks aside).
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 60)
+        async with self._session.request(
+            "GET", url, headers=headers, timeout=timeout, **self._proxy
+        ) as response:
+            if response.status != 200:
+                raise ApiError(response.status, _message(await response.read()))
+            async for line in response.content:
+                if line.strip():
+                    yield json.loads(line)
 
     async def serves(self, api_version: str, kind: str) -> bool:
         cached = self._served.get((api_version, kind))
