@@ -55,12 +55,14 @@ async def api_server():
     received: list[dict] = []
     script = list(SCRIPT)
     done = asyncio.Event()
+    stop = asyncio.Event()
 
     async def handle(request: web.Request) -> web.StreamResponse:
         received.append({"path": request.path, "query": dict(request.query)})
         if not script:
             done.set()
-            await asyncio.sleep(3600)  # a quiet watch
+            await stop.wait()  # a quiet watch, until the test ends
+            return web.Response()
         what, answer = script.pop(0)
         assert what == ("watch" if request.query.get("watch") == "true" else "list")
         if what == "list":
@@ -79,6 +81,7 @@ async def api_server():
     configuration = client.Configuration(host=str(server.make_url("")).rstrip("/"))
     cluster = KubeCluster(client.ApiClient(configuration))
     yield cluster, received, done
+    stop.set()
     await cluster.close()
     await server.close()
 
