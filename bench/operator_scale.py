@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -133,6 +134,24 @@ class Api:
         result = self._get(path, METADATA_ONLY, [("labelSelector", MANAGED)])
         return {item["metadata"]["name"] for item in (result or {}).get("items") or []}
 
+    def deployment_versions(self) -> dict[str, str]:
+        """Name -> resourceVersion of every bench Deployment (metadata only)."""
+        path = PATHS["Deployment"].format(ns=self.namespace)
+        result = self._get(path, METADATA_ONLY, [("labelSelector", MANAGED)])
+        return {
+            item["metadata"]["name"]: item["metadata"]["resourceVersion"]
+            for item in (result or {}).get("items") or []
+        }
+
+    def service_statuses(self) -> dict[str, dict]:
+        """Name -> status of every bench TTSService."""
+        path = f"/apis/ttsfleet.io/v1alpha1/namespaces/{self.namespace}/ttsservices"
+        result = self._get(path, "application/json")
+        return {
+            item["metadata"]["name"]: item.get("status") or {}
+            for item in (result or {}).get("items") or []
+        }
+
     def rendered_hash(self, kind: str, name: str) -> str | None:
         path = PATHS[kind].format(ns=self.namespace) + "/" + name
         result = self._get(path, METADATA_ONE)
@@ -194,8 +213,7 @@ class Operator:
         return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.process.pid)
 
     def sample(self, t0: float) -> None:
         self.rss_samples.append((round(time.monotonic() - t0, 2), round(self.rss_mb(), 1)))
@@ -207,6 +225,54 @@ class Operator:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
+
+
+# The control plane's processes, by the name of their binary: the bulk's CPU per process
+# says whether the time goes to the API server (and etcd) or to the operator.
+CONTROL_PLANE = (
+    "kube-apiserver",
+    "etcd",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok-controller",
+)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def control_plane_pids(match: str) -> dict[str, int]:
+    """Binary name -> pid of each control-plane process on this host whose command line
+    contains `match` (the kwok cluster's own directory, so another session's cluster on
+    the same machine is not counted); empty where the control plane runs elsewhere."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        binary = os.path.basename(argv[0].decode(errors="replace"))
+        if binary in CONTROL_PLANE and match in b" ".join(argv).decode(errors="replace"):
+            found[binary] = int(entry.name)
+    return found
+
+
+def cpu_by_process(pids: dict[str, int]) -> dict[str, float]:
+    seconds = {}
+    for name, pid in pids.items():
+        try:
+            seconds[name] = process_cpu_seconds(pid)
+        except OSError:
+            continue
+    return seconds
+
+
+def cpu_delta(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    return {name: round(end[name] - start[name], 1) for name in end if name in start}
 
 
 def requests_by_verb(metrics: dict[str, float]) -> dict[str, float]:
@@ -234,6 +300,31 @@ def kubectl(kubectl_path: str, kubeconfig: str, *args: str, input: str | None = 
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()[:500]}")
     return proc.stdout
+
+
+def changed_fields(before: dict[str, dict], after: dict[str, dict]) -> dict[str, int]:
+    """Status field (conditions by type) -> how many services it changed for."""
+    counts: dict[str, int] = {}
+    for name, status in after.items():
+        old = before.get(name) or {}
+        fields = {
+            key
+            for key in {*status, *old}
+            if key != "conditions" and status.get(key) != old.get(key)
+        }
+        old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+        for condition in status.get("conditions") or []:
+            previous = old_conditions.get(condition.get("type"))
+            if previous != condition:
+                changed = sorted(
+                    k
+                    for k in {*condition, *(previous or {})}
+                    if condition.get(k) != (previous or {}).get(k)
+                )
+                fields.add(f"conditions[{condition.get('type')}].{'/'.join(changed)}")
+        for field in fields:
+            counts[field] = counts.get(field, 0) + 1
+    return counts
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -317,23 +408,56 @@ def main(argv: list[str] | None = None) -> int:
         help="no operator: send a first pass's writes for each service, 16 at once, and "
         "measure the API server's rate (what share of the bulk's time is the operator's)",
     )
+    parser.add_argument(
+        "--kubeconfig",
+        default="",
+        help="an existing cluster's kubeconfig: no hack/cluster.sh, kubectl from PATH "
+        "(a bigger machine's control plane)",
+    )
+    parser.add_argument(
+        "--control-plane-match",
+        default=None,
+        help="count the CPU of control-plane processes on this host whose command line "
+        "contains this (default: the kwok cluster's directory; with --kubeconfig, any)",
+    )
+    parser.add_argument(
+        "--settle-quiet-s",
+        type=float,
+        default=20.0,
+        help="before the idle periods, wait until no Deployment has changed for this long, "
+        "so that an idle write is one with nothing changed",
+    )
+    parser.add_argument(
+        "--settle-timeout-s", type=float, default=600.0, help="give up waiting to settle"
+    )
     args = parser.parse_args(argv)
+    # Stopped from outside (a background run): still stop the operator, delete the namespace.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     env = dict(os.environ)
-    running = subprocess.run([str(CLUSTER_SH), "status"], env=env, capture_output=True)
-    if running.returncode != 0:
-        progress("starting the cluster (hack/cluster.sh up)")
-        subprocess.run([str(CLUSTER_SH), "up"], env=env, check=True, capture_output=True)
-    kubeconfig = subprocess.run(
-        [str(CLUSTER_SH), "kubeconfig"], env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
-    bin_dir = subprocess.run(
-        [str(ROOT / "hack" / "build-control-plane.sh"), "--print-bin-dir"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    kubectl_path = str(Path(bin_dir) / "kubectl")
-    if not Path(kubectl_path).exists():
+    if args.kubeconfig:
+        kubeconfig = args.kubeconfig
         kubectl_path = "kubectl"
+        match = args.control_plane_match or ""
+    else:
+        running = subprocess.run([str(CLUSTER_SH), "status"], env=env, capture_output=True)
+        if running.returncode != 0:
+            progress("starting the cluster (hack/cluster.sh up)")
+            subprocess.run([str(CLUSTER_SH), "up"], env=env, check=True, capture_output=True)
+        kubeconfig = subprocess.run(
+            [str(CLUSTER_SH), "kubeconfig"], env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
+        bin_dir = subprocess.run(
+            [str(ROOT / "hack" / "build-control-plane.sh"), "--print-bin-dir"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        kubectl_path = str(Path(bin_dir) / "kubectl")
+        if not Path(kubectl_path).exists():
+            kubectl_path = "kubectl"
+        # The kwok cluster's binaries run from its own directory (hack/cluster.sh).
+        cluster_name = os.environ.get("TTSFLEET_CLUSTER_NAME", "ttsfleet")
+        match = args.control_plane_match or f"/clusters/{cluster_name}/"
+    control_plane = control_plane_pids(match)
     versions = json.loads(kubectl(kubectl_path, kubeconfig, "version", "-o", "json"))
     ns = args.namespace
     progress(f"fresh namespace {ns}")
@@ -381,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         operator.wait_ready()
         t_start = time.monotonic()
         cpu_start = operator.cpu_seconds()
+        control_plane_start = cpu_by_process(control_plane)
         result["rss_mb_start"] = round(operator.rss_mb(), 1)
         progress(
             f"operator up (pid {operator.process.pid}, RSS {result['rss_mb_start']} MB); "
@@ -410,6 +535,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
         result["all_children_s"] = round(time.monotonic() - t0, 2)
         result["cpu_seconds_bulk"] = round(operator.cpu_seconds() - cpu_start, 1)
+        result["cpu_seconds_bulk_by_process"] = {
+            "operator": result["cpu_seconds_bulk"],
+            **cpu_delta(control_plane_start, cpu_by_process(control_plane)),
+        }
+        progress(f"CPU seconds of the bulk by process: {result['cpu_seconds_bulk_by_process']}")
         result["missing_curve"] = curve
         progress(f"every child exists {result['all_children_s']} s after the create began")
 
@@ -446,11 +576,30 @@ def main(argv: list[str] | None = None) -> int:
             "mean": round(statistics.mean(samples), 3) if samples else None, "samples": samples,
         }  # fmt: skip
 
+        # An idle period counts only where nothing changes: the controller-manager, the
+        # scheduler and kwok update the Deployments for a while after they exist (replica
+        # sets, pods scheduled or not, available or not), and a status the TTSService shows
+        # that changes is a status write. Settled: no Deployment changed for a while.
+        t_settle = time.monotonic()
+        versions, quiet_since = api.deployment_versions(), time.monotonic()
+        while time.monotonic() - quiet_since < args.settle_quiet_s:
+            if time.monotonic() - t_settle > args.settle_timeout_s:
+                raise RuntimeError(f"Deployments still changing after {args.settle_timeout_s}s")
+            time.sleep(2.0)
+            now = api.deployment_versions()
+            changed = sum(1 for name, version in now.items() if versions.get(name) != version)
+            if changed:
+                progress(f"settle: {changed} Deployments changed in the last poll")
+                versions, quiet_since = now, time.monotonic()
+        result["settle_s"] = round(time.monotonic() - t_settle, 1)
+        progress(f"settled: no Deployment changed for {args.settle_quiet_s} s")
         progress(f"idle: {args.idle_periods} resync periods of {args.resync_seconds} s")
         time.sleep(args.resync_seconds)  # let the changes' own passes and events settle
         before_metrics = operator.metrics()
+        statuses_before, versions_before = api.service_statuses(), api.deployment_versions()
         time.sleep(args.resync_seconds * args.idle_periods)
         after_metrics = operator.metrics()
+        statuses_after, versions_after = api.service_statuses(), api.deployment_versions()
         operator.sample(t_start)
         start_counts, end_counts = requests_by_verb(before_metrics), requests_by_verb(after_metrics)
         delta = {
@@ -467,12 +616,22 @@ def main(argv: list[str] | None = None) -> int:
             "requests_per_pass": round(sum(delta.values()) / idle_passes, 2) if idle_passes else None,
             "writes_per_pass": round(writes / idle_passes, 3) if idle_passes else None,
             "passes_per_service_per_period": round(idle_passes / args.services / args.idle_periods, 2),
+            # What changed while idle: Deployments (the cluster's doing), and which status
+            # fields the writes changed (a write with nothing changed shows none).
+            "deployments_changed": sum(
+                1 for name, version in versions_after.items() if versions_before.get(name) != version
+            ),
+            "status_fields_changed": changed_fields(statuses_before, statuses_after),
         }  # fmt: skip
         result["requests_total"] = end_counts
         result["rss_mb_peak"] = max(r for _, r in operator.rss_samples)
         result["rss_mb_end"] = operator.rss_samples[-1][1]
         result["rss_samples"] = operator.rss_samples
         result["cpu_seconds"] = round(operator.cpu_seconds() - cpu_start, 1)
+        result["cpu_seconds_by_process"] = {
+            "operator": result["cpu_seconds"],
+            **cpu_delta(control_plane_start, cpu_by_process(control_plane)),
+        }
         result["load_average_end"] = os.getloadavg()
         progress(
             f"idle: {result['idle']['requests_per_pass']} requests, "

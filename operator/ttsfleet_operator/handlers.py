@@ -5,7 +5,8 @@ it is new or changed (`Resync.observe`; kopf's create/update handlers would patc
 diff-base annotation onto it after each change); the per-service work queue
 (resync.py) runs every pass, the period's drift correction too, and a TTSService's
 pass comes soon after a child's status changes or a child is deleted (child_watch.py).
-The same child events keep the cache passes list children from (child_cache.py).
+The same child events keep the cache passes list children from (child_cache.py); they
+come from the operator's own watches of the children (list_watch.py), not kopf's.
 Logic lives in reconcile.py and render/.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 
 import kopf
 
@@ -23,6 +25,7 @@ from ttsfleet_operator.canary.prometheus import Prometheus
 from ttsfleet_operator.child_cache import CachedCluster
 from ttsfleet_operator.child_watch import ChildWatch
 from ttsfleet_operator.kube_cluster import KubeCluster, connection_info, load_configuration
+from ttsfleet_operator.list_watch import ListWatch
 from ttsfleet_operator.metrics import OperatorMetrics
 from ttsfleet_operator.reconcile import Reconciler
 from ttsfleet_operator.resync import Resync
@@ -35,8 +38,8 @@ RESOURCE = {
     "plural": tts_service.PLURAL,
 }
 ANNOTATION_PREFIX = "ttsfleet.io"
-# kopf filters the watch on these labels (every child carries them: labels.service_labels).
-CHILD_LABELS = {labels.MANAGED_BY: labels.MANAGER, labels.SERVICE: kopf.PRESENT}
+# The child watches select on these labels (every child carries them: labels.service_labels).
+CHILD_SELECTOR = f"{labels.MANAGED_BY}={labels.MANAGER},{labels.SERVICE}"
 
 
 def _plain(body: kopf.Body) -> dict:
@@ -71,13 +74,35 @@ class NoDiffBase(kopf.DiffBaseStorage):
         pass
 
 
+def child_changed(memo: kopf.Memo, event_type: str | None, child: dict) -> None:
+    """A child's watch event: keep it for the passes, and ask for its owner's pass when
+    what the owner's status shows changed or the child is gone (child_watch.py)."""
+    memo.cluster.observe(event_type, child)
+    owner = memo.child_watch.owner_to_refresh(event_type, child)
+    if owner is not None:
+        memo.resync.soon(owner)
+
+
+def child_watches(
+    api: KubeCluster, namespaces: list[str] | None, handle: Callable[[str | None, dict], None]
+) -> list[ListWatch]:
+    """One watch per watched child kind and namespace served (all namespaces: None)."""
+    return [
+        ListWatch(api, kind, namespace, CHILD_SELECTOR, handle)
+        for kind in child_kinds.WATCHED
+        for namespace in (namespaces or [None])
+    ]
+
+
 def register(
     registry: kopf.OperatorRegistry,
     resync_seconds: float,
     kubeconfig: str | None,
     metrics: OperatorMetrics | None = None,
     prometheus_url: str | None = None,
+    namespaces: list[str] | None = None,
 ) -> None:
+    """`namespaces`: those the operator serves, as kopf is told; None for all."""
     metrics = metrics or OperatorMetrics()
     prometheus = Prometheus(prometheus_url) if prometheus_url else None
 
@@ -113,12 +138,19 @@ def register(
         memo.resync = Resync(metrics.instrument(memo.reconciler.reconcile), resync_seconds)
         memo.child_watch = ChildWatch()
         memo.resync_task = asyncio.create_task(memo.resync.run_forever(), name="ttsfleet-resync")
+
+        # Our own watches of the children, not kopf's (list_watch.py says why).
+        memo.child_watches = [
+            asyncio.create_task(watch.run(), name=f"ttsfleet-watch-{watch.kind.plural}")
+            for watch in child_watches(memo.api, namespaces, functools.partial(child_changed, memo))
+        ]
         log.info("operator started", extra={"resync_seconds": resync_seconds})
 
     @kopf.on.cleanup(registry=registry)
     async def stop(memo: kopf.Memo, **_) -> None:
-        memo.resync_task.cancel()
-        await asyncio.gather(memo.resync_task, return_exceptions=True)
+        for task in (memo.resync_task, *memo.child_watches):
+            task.cancel()
+        await asyncio.gather(memo.resync_task, *memo.child_watches, return_exceptions=True)
         await memo.resync.stop()
         await memo.api.close()
 
@@ -136,18 +168,3 @@ def register(
             if requested is not None:
                 # Not awaited: kopf's next event of this object need not wait for the pass.
                 requested.add_done_callback(functools.partial(_log_failed_pass, Resync.key(plain)))
-
-    async def child_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_) -> None:
-        memo.cluster.observe(event.get("type"), body)
-        owner = memo.child_watch.owner_to_refresh(event.get("type"), body)
-        if owner is not None:
-            memo.resync.soon(owner)
-
-    for watched in child_kinds.WATCHED:
-        kopf.on.event(
-            group=watched.group,
-            version=watched.version,
-            plural=watched.plural,
-            labels=CHILD_LABELS,
-            registry=registry,
-        )(child_changed)

@@ -63,6 +63,7 @@ def run(
         kubeconfig=kubeconfig,
         metrics=metrics,
         prometheus_url=prometheus_url,
+        namespaces=namespaces or None,
     )
     try:
         kopf.run(

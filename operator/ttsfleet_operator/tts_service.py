@@ -96,7 +96,7 @@ class SpecModel(BaseModel):
     def _check_cel_rules(self) -> SpecModel:
         rules = type(self).__dict__.get("cel_rules")
         if rules:
-            failed = cel.failed_messages(rules, self.wire())
+            failed = cel.failed_messages(rules, self.cel_self())
             if failed:
                 raise ValueError("; ".join(failed))
         return self
@@ -104,6 +104,10 @@ class SpecModel(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The JSON the API server stores: camelCase, defaults filled, unset optionals absent."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def cel_self(self) -> dict[str, Any]:
+        """What this model's rules see as `self`: its JSON as the API server stores it."""
+        return self.wire()
 
 
 class PvcSource(SpecModel):
@@ -972,6 +976,14 @@ class TTSService(SpecModel):
     metadata: dict[str, Any]
     spec: TTSServiceSpec
     status: TTSServiceStatus | None = None
+
+    def cel_self(self) -> dict[str, Any]:
+        """Rules at the root of a CRD's schema see only metadata.name and generateName (the
+        API server's rule); the whole object would also differ on every pass (status,
+        resourceVersion), so the verdict cache (cel.py) would never answer and every pass
+        would interpret both rules over the whole object again."""
+        kept = {key: self.metadata[key] for key in ("name", "generateName") if key in self.metadata}
+        return {"metadata": kept}
 
     @property
     def name(self) -> str:

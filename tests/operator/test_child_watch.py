@@ -162,13 +162,17 @@ def registered_watches() -> dict:
 
 
 def test_the_operator_watches_the_tts_services_and_exactly_the_declared_children():
-    watched = set(registered_watches())
-    children = {f"{child.group}/{child.plural}" for child in child_kinds.WATCHED}
-    assert watched == {"ttsfleet.io/ttsservices"} | children
-    assert registered_watches()["apps/deployments"].labels == {
-        labels.MANAGED_BY: labels.MANAGER,
-        labels.SERVICE: kopf.PRESENT,
+    # kopf watches the TTSServices only; the children have watches of the operator's own.
+    assert set(registered_watches()) == {"ttsfleet.io/ttsservices"}
+    watches = handlers.child_watches(api=None, namespaces=["voice", "team"], handle=print)
+    assert {(w.kind.kind, w.namespace) for w in watches} == {
+        (kind.kind, namespace) for kind in child_kinds.WATCHED for namespace in ("voice", "team")
     }
+    assert {w.selector for w in watches} == {
+        f"{labels.MANAGED_BY}={labels.MANAGER},{labels.SERVICE}"
+    }
+    everywhere = handlers.child_watches(api=None, namespaces=None, handle=print)
+    assert {w.namespace for w in everywhere} == {None}
 
 
 async def test_a_child_event_schedules_one_coalesced_pass_over_its_owner():
@@ -182,10 +186,9 @@ async def test_a_child_event_schedules_one_coalesced_pass_over_its_owner():
     memo.child_watch = ChildWatch()
     memo.cluster = CachedCluster(cluster=None)
     memo.resync.remember({"metadata": {"name": "demo", "namespace": "voice"}})
-    handler = registered_watches()["apps/deployments"]
-    await handler.fn(event={"type": None}, body=deployment(ready=0), memo=memo)
+    handlers.child_changed(memo, None, deployment(ready=0))
     for ready in (1, 2, 3):
-        await handler.fn(event={"type": "MODIFIED"}, body=deployment(ready=ready), memo=memo)
+        handlers.child_changed(memo, "MODIFIED", deployment(ready=ready))
     await asyncio.gather(*memo.resync.tasks)
     assert passes == ["demo"]
     # The same events keep the cache the pass lists children from.

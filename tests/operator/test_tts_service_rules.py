@@ -121,6 +121,27 @@ def test_names_leave_room_for_child_suffixes(make_service):
     make_service(name="x" * 40)
 
 
+def test_a_pass_over_a_known_spec_evaluates_no_rule_again():
+    """The operator validates every TTSService on every pass; between two passes its status
+    and resourceVersion change, its spec and name do not, and no rule is interpreted again
+    (each takes milliseconds: at 1,000 services they were a tenth of the operator's CPU)."""
+    from ttsfleet_operator import cel
+    from ttsfleet_operator.tts_service import TTSService
+
+    body = {
+        "apiVersion": "ttsfleet.io/v1alpha1",
+        "kind": "TTSService",
+        "metadata": {"name": "steady", "namespace": "voice", "uid": "u1", "resourceVersion": "1"},
+        "spec": {"model": {"size": "0.6B", "variant": "Base"}, "gpu": {"class": "l4"}},
+    }
+    TTSService.model_validate(body)
+    evaluated = cel._failed_messages.cache_info().misses
+    body["metadata"] = {**body["metadata"], "resourceVersion": "2", "generation": 1}
+    body["status"] = {"replicas": 1, "readyReplicas": 1, "observedGeneration": 1}
+    TTSService.model_validate(body)
+    assert cel._failed_messages.cache_info().misses == evaluated
+
+
 # Hostile specs (issue 10): each is refused by the model's patterns and CEL rules, which
 # the CRD carries, so the API server refuses the same (e2e/test_spec_fuzz.py checks that).
 
