@@ -52,7 +52,14 @@ from pathlib import Path
 import torch
 
 from ttsfleet_runtime.bench.common import TEXT, Budget, machine_facts, ready_checkpoint
-from ttsfleet_runtime.bench.fp8_pair import WAYS, Side, load_side, slot_params, step_ms
+from ttsfleet_runtime.bench.fp8_pair import (
+    WAYS,
+    Side,
+    load_side,
+    prepare_device,
+    slot_params,
+    step_ms,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -379,15 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b]
     args.max_len = max(512, args.frames + 192)  # the prompt and a free run's frames
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("no CUDA device: use --device cpu")
-    if args.device == "cuda":
-        from ttsfleet_runtime.engine import process_switches
-
-        process_switches.set_for_serving(args.device)
-    else:
-        # Tiny models: more intra-op threads only wait on each other (tests/engine/conftest.py).
-        torch.set_num_threads(1)
+    prepare_device(args.device, ap.error)
     if args.seeds < 2:
         ap.error("--seeds must be at least 2 (the two-draw SNR baseline)")
     os.makedirs(args.out, exist_ok=True)

@@ -333,14 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     args.sweep_m_list = [int(m) for m in args.sweep_ms.split(",") if m]
     args.batch_sizes = [int(b) for b in args.batches.split(",") if b]
     args.seeds, args.max_len = 1, 512  # fp8_pair.load_side's rows and KV length
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("no CUDA device: use --device cpu")
-    if args.device == "cuda":
-        from ttsfleet_runtime.engine import process_switches
-
-        process_switches.set_for_serving(args.device)
-    else:
-        torch.set_num_threads(1)
+    fp8_pair.prepare_device(args.device, ap.error)
     os.makedirs(args.out, exist_ok=True)
     config = {k: v for k, v in vars(args).items() if k not in ("out", "budget")}
     summary: dict = dict(env=machine_facts(args.device, REPO), config=config)

@@ -1,7 +1,7 @@
 """fp8 and bf16 weights side by side, as the benchmarks that compare them load and step
 them (bench/fp8_drift.py: drift and speed; bench/fp8_kernel.py: the products and the
 step): one checkpoint loaded each way with a runner that steps it as the engine does,
-the decode step timed, and the machine facts every result file carries."""
+and the decode step timed."""
 
 from __future__ import annotations
 
@@ -15,6 +15,18 @@ from .common import timed
 WAYS = ("bf16", "fp8")
 
 
+def prepare_device(device: str, refuse) -> None:
+    """The process set up as the server runs on `device`; `refuse(message)` (argparse's
+    `error`) when it asks for a GPU this machine does not have."""
+    if device == "cuda" and not torch.cuda.is_available():
+        refuse("no CUDA device: use --device cpu")
+    if device == "cuda":
+        from ttsfleet_runtime.engine import process_switches
+
+        process_switches.set_for_serving(device)
+    else:
+        # Tiny models: more intra-op threads only wait on each other (tests/engine/conftest.py).
+        torch.set_num_threads(1)
 
 
 @dataclasses.dataclass
